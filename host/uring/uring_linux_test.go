@@ -1,0 +1,107 @@
+package uring
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxConcurrency is the most operations the reactor has held in the kernel (io_uring) or in
+// workers (pool) at once.
+func maxConcurrency(r *Reactor) int64 {
+	switch e := r.e.(type) {
+	case *ringEngine:
+		return e.maxInflight.Load()
+	case *poolEngine:
+		return e.maxRunning.Load()
+	}
+	panic("unknown engine")
+}
+
+// TestUAPILayout pins the transcribed structs to linux/io_uring.h.
+func TestUAPILayout(t *testing.T) {
+	var s ioSQE
+	var p ioParams
+	for _, c := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"sizeof(io_uring_sqe)", unsafe.Sizeof(s), 64},
+		{"sqe.fd", unsafe.Offsetof(s.fd), 4},
+		{"sqe.off", unsafe.Offsetof(s.off), 8},
+		{"sqe.addr", unsafe.Offsetof(s.addr), 16},
+		{"sqe.len", unsafe.Offsetof(s.len), 24},
+		{"sqe.rw_flags", unsafe.Offsetof(s.opFlags), 28},
+		{"sqe.user_data", unsafe.Offsetof(s.userData), 32},
+		{"sqe.buf_index", unsafe.Offsetof(s.bufIndex), 40},
+		{"sqe.addr3", unsafe.Offsetof(s.addr3), 48},
+		{"sizeof(io_uring_cqe)", unsafe.Sizeof(ioCQE{}), 16},
+		{"sizeof(io_sqring_offsets)", unsafe.Sizeof(sqringOffsets{}), 40},
+		{"sizeof(io_cqring_offsets)", unsafe.Sizeof(cqringOffsets{}), 40},
+		{"sizeof(io_uring_params)", unsafe.Sizeof(p), 120},
+		{"params.sq_off", unsafe.Offsetof(p.sqOff), 40},
+		{"params.cq_off", unsafe.Offsetof(p.cqOff), 80},
+		{"sizeof(__kernel_timespec)", unsafe.Sizeof(kernelTimespec{}), 16},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %d, want %d", c.name, c.got, c.want)
+		}
+	}
+}
+
+func TestUnavailableReasons(t *testing.T) {
+	for _, c := range []struct {
+		errno    syscall.Errno
+		disabled string
+		mention  string
+	}{
+		{unix.ENOSYS, "", "not implemented"},
+		{unix.EPERM, "", "seccomp"},
+		{unix.EPERM, "1", "io_uring_disabled=1"},
+		{unix.ENOMEM, "", "RLIMIT_MEMLOCK"},
+	} {
+		err := unavailable(c.errno, c.disabled)
+		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, c.errno) {
+			t.Errorf("%v: %v does not match ErrUnavailable and the errno", c.errno, err)
+		}
+		if !contains(err.Error(), c.mention) {
+			t.Errorf("%v: %q does not mention %q", c.errno, err, c.mention)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRawSockaddr(t *testing.T) {
+	rsa, n, err := rawSockaddr(&unix.SockaddrInet4{Port: 0x1234, Addr: [4]byte{127, 0, 0, 1}})
+	if err != nil || n != unix.SizeofSockaddrInet4 {
+		t.Fatalf("inet4: %d, %v", n, err)
+	}
+	b := (*[8]byte)(unsafe.Pointer(rsa))
+	if want := [8]byte{byte(unix.AF_INET), 0, 0x12, 0x34, 127, 0, 0, 1}; *b != want && !nativeBigEndianFamily(b) {
+		t.Fatalf("inet4 bytes % x, want % x", *b, want)
+	}
+	if _, n, err := rawSockaddr(&unix.SockaddrUnix{Name: "@abstract"}); err != nil || n != 2+9 {
+		t.Fatalf("abstract unix: len %d, %v; want 11", n, err)
+	}
+	if _, n, err := rawSockaddr(&unix.SockaddrUnix{Name: "/tmp/sock"}); err != nil || n != 2+9+1 {
+		t.Fatalf("unix path: len %d, %v; want 12", n, err)
+	}
+	if _, _, err := rawSockaddr(&unix.SockaddrInet4{Port: 1 << 16}); err != unix.EINVAL {
+		t.Fatalf("out-of-range port: %v", err)
+	}
+}
+
+// nativeBigEndianFamily accepts the family in big-endian order, where sa_family is stored
+// high byte first.
+func nativeBigEndianFamily(b *[8]byte) bool { return b[0] == 0 && b[1] == byte(unix.AF_INET) }
