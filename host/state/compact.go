@@ -1,0 +1,348 @@
+package state
+
+import (
+	"bytes"
+	"container/heap"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Compaction merges a run of a lineage's newest segments into one (or a few) sorted segments
+// in the background. The result is installed by the next checkpoint commit, which replaces the
+// run in its manifest; compaction itself never writes a manifest, so commits stay serialised in
+// Persist. A run is chosen size-tiered: the newest segments, extended towards older ones while
+// the newer part is at least half the size of the next older segment, so each byte is
+// rewritten O(log n) times.
+
+type compactResult struct {
+	inputs  []string // segment names, newest first, contiguous in the base manifest
+	outputs []segRef
+}
+
+// apply replaces the inputs in segs with the outputs, if segs still holds them contiguously.
+func (c *compactResult) apply(segs []segRef) ([]segRef, bool) {
+	for i := range segs {
+		if segs[i].name != c.inputs[0] {
+			continue
+		}
+		if i+len(c.inputs) > len(segs) {
+			return nil, false
+		}
+		for j, n := range c.inputs {
+			if segs[i+j].name != n {
+				return nil, false
+			}
+		}
+		out := make([]segRef, 0, len(segs)-len(c.inputs)+len(c.outputs))
+		out = append(out, segs[:i]...)
+		out = append(out, c.outputs...)
+		return append(out, segs[i+len(c.inputs):]...), true
+	}
+	return nil, false
+}
+
+// pickRun chooses how many of the newest segments to merge (0: none needed).
+func pickRun(segs []segRef, maxSegments int) int {
+	if len(segs) <= maxSegments {
+		return 0
+	}
+	acc := segs[0].size
+	j := 1
+	for j < len(segs) && acc*2 >= segs[j].size {
+		acc += segs[j].size
+		j++
+	}
+	if j < 2 {
+		j = 2
+	}
+	// Merge enough to get back under the limit.
+	return max(j, len(segs)-maxSegments+1)
+}
+
+func compactionDebt(segs []segRef, maxSegments int) int64 {
+	n := pickRun(segs, maxSegments)
+	var d int64
+	for _, s := range segs[:n] {
+		d += s.size
+	}
+	return d
+}
+
+// maintain runs compaction and (on the subtask owning key group 0) garbage collection after
+// commits, until Close.
+func (b *Tiered) maintain() {
+	defer b.wg.Done()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-b.kick:
+		}
+		if err := b.compact(b.ctx); err != nil && b.ctx.Err() == nil {
+			// Compaction is an optimisation: a failure leaves the segments as they are and is
+			// retried after the next commit.
+			_ = err
+		}
+		if b.rng.Lo == 0 {
+			b.mu.Lock()
+			due := time.Since(b.mu.lastGC) >= b.cfg.gcInterval
+			if due {
+				b.mu.lastGC = time.Now()
+			}
+			b.mu.Unlock()
+			if due {
+				_ = b.collectGarbage(b.ctx)
+			}
+		}
+	}
+}
+
+// compact merges the run pickRun chooses from the current base, if any and if no result is
+// already waiting.
+func (b *Tiered) compact(ctx context.Context) error {
+	b.mu.Lock()
+	base, pending := b.mu.base, b.mu.compaction
+	b.mu.Unlock()
+	if pending != nil {
+		return nil
+	}
+	n := pickRun(base.segs, b.cfg.maxSegments)
+	if n == 0 {
+		return nil
+	}
+	run := base.segs[:n]
+	bottom := n == len(base.segs) // nothing older: tombstones can go
+	its := make([]*segScan, 0, n)
+	for i, s := range run {
+		if err := b.s.acquire(ctx); err != nil {
+			return err
+		}
+		data, err := b.s.os.get(ctx, b.root+s.name, 0, -1)
+		b.s.release()
+		if err != nil {
+			return err
+		}
+		sc, err := newSegScan(b.root+s.name, data, s, i)
+		if err != nil {
+			b.cnt.corruptions.Add(1)
+			return err
+		}
+		its = append(its, sc)
+	}
+	var ents []segEntry
+	h := scanHeap{}
+	for _, sc := range its {
+		if sc.next() {
+			h = append(h, sc)
+		} else if sc.err != nil {
+			return sc.err
+		}
+	}
+	heap.Init(&h)
+	var last []byte
+	for len(h) > 0 {
+		sc := h[0]
+		if last == nil || !bytes.Equal(sc.key, last) {
+			// The first time a key appears it comes from the newest segment (heap order).
+			last = append(last[:0], sc.key...)
+			if !(bottom && sc.tomb) {
+				ents = append(ents, segEntry{key: append([]byte(nil), sc.key...), value: append([]byte(nil), sc.value...), tomb: sc.tomb})
+			}
+		}
+		if sc.next() {
+			heap.Fix(&h, 0)
+		} else {
+			if sc.err != nil {
+				return sc.err
+			}
+			heap.Pop(&h)
+		}
+	}
+	outs, _, err := b.writeSegments(ctx, fmt.Sprintf("c%019d", base.checkpoint), ents, false)
+	if err != nil {
+		return err
+	}
+	res := &compactResult{outputs: outs}
+	for _, s := range run {
+		res.inputs = append(res.inputs, s.name)
+	}
+	b.mu.Lock()
+	if b.mu.compaction == nil && !b.mu.closed {
+		b.mu.compaction = res
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// segScan iterates every entry of a whole segment held in memory, within its used key groups.
+type segScan struct {
+	object string
+	data   []byte
+	meta   *segMeta
+	use    KeyGroupRange
+	age    int // position in the run: lower is newer
+	block  int
+	it     *blockIter
+	key    []byte
+	value  []byte
+	tomb   bool
+	err    error
+}
+
+func newSegScan(object string, data []byte, ref segRef, age int) (*segScan, error) {
+	if int64(len(data)) != ref.size {
+		return nil, corruptf(object, 0, "size %d, manifest says %d", len(data), ref.size)
+	}
+	mo, ml, err := decodeSegFooter(object, data[len(data)-segFooterLen:], int64(len(data)))
+	if err != nil {
+		return nil, err
+	}
+	m, err := decodeSegMeta(object, data[mo:mo+ml], mo)
+	if err != nil {
+		return nil, err
+	}
+	return &segScan{object: object, data: data, meta: m, use: ref.use, age: age}, nil
+}
+
+func (s *segScan) next() bool {
+	for {
+		if s.it != nil && s.it.next() {
+			if !s.use.Contains(durableKeyGroup(s.it.key)) {
+				continue
+			}
+			s.key, s.value, s.tomb = s.it.key, s.it.value, s.it.tomb
+			return true
+		}
+		if s.it != nil && s.it.err != nil {
+			s.err = s.it.err
+			return false
+		}
+		if s.block >= len(s.meta.blocks) {
+			return false
+		}
+		bh := s.meta.blocks[s.block]
+		s.block++
+		s.it, s.err = openBlock(s.object, bh.off, s.data[bh.off:bh.off+bh.n])
+		if s.err != nil {
+			return false
+		}
+	}
+}
+
+type scanHeap []*segScan
+
+func (h scanHeap) Len() int { return len(h) }
+func (h scanHeap) Less(i, j int) bool {
+	if c := bytes.Compare(h[i].key, h[j].key); c != 0 {
+		return c < 0
+	}
+	return h[i].age < h[j].age
+}
+func (h scanHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *scanHeap) Push(x any)   { *h = append(*h, x.(*segScan)) }
+func (h *scanHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// collectGarbage deletes manifests older than the retained complete checkpoints (savepoints
+// excepted), then segments that no remaining manifest references and that are older than the
+// retention period (younger ones may belong to a checkpoint still being written).
+func (b *Tiered) collectGarbage(ctx context.Context) error {
+	objs, err := b.s.os.list(ctx, b.root+"manifests/")
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(objs))
+	for i, o := range objs {
+		names[i] = strings.TrimPrefix(o.name, b.root)
+	}
+	complete := completeCheckpoints(names, b.numKG)
+	spObjs, err := b.s.os.list(ctx, b.root+"savepoints/")
+	if err != nil {
+		return err
+	}
+	savepoints := map[uint64]bool{}
+	for _, o := range spObjs {
+		var c uint64
+		if _, err := fmt.Sscanf(strings.TrimPrefix(o.name, b.root+"savepoints/"), "%d", &c); err == nil {
+			savepoints[c] = true
+		}
+	}
+	var keepFrom uint64
+	if len(complete) >= b.cfg.retainCheckpoints {
+		keepFrom = complete[b.cfg.retainCheckpoints-1]
+	}
+	b.mu.Lock()
+	restored := b.mu.base.checkpoint
+	b.mu.Unlock()
+	referenced := map[string]bool{}
+	for _, n := range names {
+		c, _, ok := parseManifestName(n)
+		if !ok {
+			continue
+		}
+		if c < keepFrom && !savepoints[c] && c != restored {
+			if err := b.s.os.del(ctx, b.root+n); err != nil {
+				return err
+			}
+			b.mu.Lock()
+			delete(b.mu.gcCache, n)
+			b.mu.Unlock()
+			continue
+		}
+		b.mu.Lock()
+		segs, ok := b.mu.gcCache[n]
+		b.mu.Unlock()
+		if !ok {
+			data, err := b.s.os.get(ctx, b.root+n, 0, -1)
+			if err != nil {
+				return err
+			}
+			m, err := decodeManifest(b.root+n, data)
+			if err != nil {
+				b.cnt.corruptions.Add(1)
+				return err
+			}
+			for _, s := range m.segs {
+				segs = append(segs, s.name)
+			}
+			b.mu.Lock()
+			b.mu.gcCache[n] = segs
+			b.mu.Unlock()
+		}
+		for _, s := range segs {
+			referenced[s] = true
+		}
+	}
+	// Segments of this lineage's live version and pending compaction are referenced too.
+	b.mu.Lock()
+	for n := range b.mu.live {
+		referenced[n] = true
+	}
+	if c := b.mu.compaction; c != nil {
+		for _, o := range c.outputs {
+			referenced[o.name] = true
+		}
+	}
+	b.mu.Unlock()
+	segObjs, err := b.s.os.list(ctx, b.root+"segments/")
+	if err != nil {
+		return err
+	}
+	cutoff := time.Now().Add(-b.cfg.retention)
+	for _, o := range segObjs {
+		n := strings.TrimPrefix(o.name, b.root)
+		if referenced[n] || o.modTime.After(cutoff) {
+			continue
+		}
+		if err := b.s.os.del(ctx, o.name); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package state
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Metrics is a point-in-time view of a Store or of one backend. Counters are cumulative.
+type Metrics struct {
+	// Hot tier.
+	HotBytes    int64 // bytes held (keys + values + per-entry overhead)
+	HotLimit    int64 // current budget (sum over backends for a Store; 0 = unbounded)
+	HotOverflow int64 // bytes above the limit that only dirty or pinned entries hold
+	HotEntries  int64
+	Hits        int64 // Get answered authoritatively (including known-absent keys)
+	Misses      int64 // Get answered cold: the caller must Fetch
+	Evictions   int64
+	Fills       int64 // fetched values installed
+	FillsDenied int64 // fetched values dropped because the key was written meanwhile
+
+	// Cold reads.
+	FetchKeys   int64 // keys asked of Fetch
+	FetchBlocks int64 // blocks read for them (one ranged GET each)
+
+	// Remote requests (Store only: the pool is shared).
+	RemoteGets, RemotePuts, RemoteLists, RemoteDeletes int64
+	RemoteGetBytes, RemotePutBytes                     int64
+	RemoteErrors                                       int64
+	RemoteGetLatency, RemotePutLatency                 time.Duration // mean per request
+
+	// Durable layout.
+	Segments       int64 // live segments (sum over backends for a Store)
+	MaxSegments    int64 // most live segments of one subtask
+	CompactionDebt int64 // bytes a compaction would rewrite now
+	Compactions    int64
+	Corruptions    int64 // corrupt reads detected (and not served)
+
+	// Checkpoints.
+	Checkpoints            int64
+	CheckpointFailures     int64
+	CheckpointBytes        int64 // total bytes written by checkpoints (segments + manifests)
+	LastCheckpointBytes    int64
+	LastCheckpointDuration time.Duration
+	CheckpointDuration     time.Duration // total
+}
+
+// backendCounters are a backend's metrics, updated with atomics so Metrics can read them from
+// any goroutine while the runner and workers write them.
+type backendCounters struct {
+	hotBytes, hotLimit, hotOverflow, hotEntries atomic.Int64
+	hits, misses, evictions, fills, fillsDenied atomic.Int64
+	fetchKeys, fetchBlocks                      atomic.Int64
+	segments, compactionDebt, compactions       atomic.Int64
+	corruptions                                 atomic.Int64
+	checkpoints, ckptFailures, ckptBytes        atomic.Int64
+	lastCkptBytes, lastCkptNanos, ckptNanos     atomic.Int64
+}
+
+func (c *backendCounters) snapshot() Metrics {
+	return Metrics{
+		HotBytes: c.hotBytes.Load(), HotLimit: c.hotLimit.Load(), HotOverflow: c.hotOverflow.Load(),
+		HotEntries: c.hotEntries.Load(), Hits: c.hits.Load(), Misses: c.misses.Load(),
+		Evictions: c.evictions.Load(), Fills: c.fills.Load(), FillsDenied: c.fillsDenied.Load(),
+		FetchKeys: c.fetchKeys.Load(), FetchBlocks: c.fetchBlocks.Load(),
+		Segments: c.segments.Load(), MaxSegments: c.segments.Load(),
+		CompactionDebt: c.compactionDebt.Load(), Compactions: c.compactions.Load(),
+		Corruptions: c.corruptions.Load(), Checkpoints: c.checkpoints.Load(),
+		CheckpointFailures: c.ckptFailures.Load(), CheckpointBytes: c.ckptBytes.Load(),
+		LastCheckpointBytes:    c.lastCkptBytes.Load(),
+		LastCheckpointDuration: time.Duration(c.lastCkptNanos.Load()),
+		CheckpointDuration:     time.Duration(c.ckptNanos.Load()),
+	}
+}
+
+// add folds b into m. Gauges are added only when live (retired backends keep counters only).
+func (m *Metrics) add(b Metrics, live bool) {
+	if live {
+		m.HotBytes += b.HotBytes
+		m.HotLimit += b.HotLimit
+		m.HotOverflow += b.HotOverflow
+		m.HotEntries += b.HotEntries
+		m.Segments += b.Segments
+		m.MaxSegments = max(m.MaxSegments, b.MaxSegments)
+		m.CompactionDebt += b.CompactionDebt
+		if b.LastCheckpointDuration > m.LastCheckpointDuration {
+			m.LastCheckpointDuration = b.LastCheckpointDuration
+			m.LastCheckpointBytes = b.LastCheckpointBytes
+		}
+	}
+	m.Hits += b.Hits
+	m.Misses += b.Misses
+	m.Evictions += b.Evictions
+	m.Fills += b.Fills
+	m.FillsDenied += b.FillsDenied
+	m.FetchKeys += b.FetchKeys
+	m.FetchBlocks += b.FetchBlocks
+	m.Compactions += b.Compactions
+	m.Corruptions += b.Corruptions
+	m.Checkpoints += b.Checkpoints
+	m.CheckpointFailures += b.CheckpointFailures
+	m.CheckpointBytes += b.CheckpointBytes
+	m.CheckpointDuration += b.CheckpointDuration
+}
+
+func (r *backendCounters) add(b *backendCounters, _ bool) {
+	// retired counters: keep cumulative values only
+	r.hits.Add(b.hits.Load())
+	r.misses.Add(b.misses.Load())
+	r.evictions.Add(b.evictions.Load())
+	r.fills.Add(b.fills.Load())
+	r.fillsDenied.Add(b.fillsDenied.Load())
+	r.fetchKeys.Add(b.fetchKeys.Load())
+	r.fetchBlocks.Add(b.fetchBlocks.Load())
+	r.compactions.Add(b.compactions.Load())
+	r.corruptions.Add(b.corruptions.Load())
+	r.checkpoints.Add(b.checkpoints.Load())
+	r.ckptFailures.Add(b.ckptFailures.Load())
+	r.ckptBytes.Add(b.ckptBytes.Load())
+	r.ckptNanos.Add(b.ckptNanos.Load())
+}
+
+// Metrics returns the Store's metrics: the sum over its backends (closed ones included for
+// counters) and the remote pool's request counters.
+func (s *Store) Metrics() Metrics {
+	var m Metrics
+	s.mu.Lock()
+	m.add(s.mu.retired.snapshot(), false)
+	for b := range s.mu.backends {
+		m.add(b.cnt.snapshot(), true)
+	}
+	s.mu.Unlock()
+	r := s.remote
+	m.RemoteGets, m.RemotePuts = r.gets.Load(), r.puts.Load()
+	m.RemoteLists, m.RemoteDeletes = r.lists.Load(), r.deletes.Load()
+	m.RemoteGetBytes, m.RemotePutBytes = r.getBytes.Load(), r.putBytes.Load()
+	m.RemoteErrors = r.errors.Load()
+	if m.RemoteGets > 0 {
+		m.RemoteGetLatency = time.Duration(r.getNanos.Load() / m.RemoteGets)
+	}
+	if m.RemotePuts > 0 {
+		m.RemotePutLatency = time.Duration(r.putNanos.Load() / m.RemotePuts)
+	}
+	return m
+}

@@ -1,0 +1,274 @@
+package state
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Option configures a Store. Options given to Open override the same setting in the URL query.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config holds every Store setting. Defaults live in defaultConfig and nowhere else; validate
+// rejects what cannot work.
+type config struct {
+	hotBytes          int64         // global hot-tier budget, shared by all backends
+	numKeyGroups      int           // default for operators that do not set one
+	blockSize         int           // target uncompressed block size in a segment
+	segmentBytes      int           // target segment size; a delta is cut into segments of about this size
+	bloomBitsPerKey   int           // bloom filter bits per key
+	maxSegments       int           // a lineage with more live segments than this is compacted
+	retainCheckpoints int           // complete checkpoints kept (savepoints are kept regardless)
+	retention         time.Duration // unreferenced objects younger than this are never deleted
+	gcInterval        time.Duration // how often the garbage collector runs at most
+	ioConcurrency     int           // concurrent remote requests per Store
+	prefetchIndexes   bool          // after a restore, load segment indexes in the background
+	rebalanceInterval time.Duration // how often the global budget is re-shared
+
+	// file://
+	fsync        bool
+	maxOpenFiles int
+	useUring     bool
+
+	// s3://
+	s3Endpoint    string
+	s3Region      string
+	s3PathStyle   bool
+	s3MaxConns    int
+	s3Timeout     time.Duration // per attempt, request and body
+	s3MaxAttempts int
+	s3MaxBackoff  time.Duration
+	s3HTTPClient  *http.Client // replaces the built transport (fault injection, custom TLS)
+}
+
+func defaultConfig() config {
+	return config{
+		hotBytes:          256 << 20,
+		numKeyGroups:      DefaultKeyGroups,
+		blockSize:         16 << 10,
+		segmentBytes:      32 << 20,
+		bloomBitsPerKey:   10,
+		maxSegments:       8,
+		retainCheckpoints: 3,
+		retention:         time.Hour,
+		gcInterval:        time.Minute,
+		ioConcurrency:     32,
+		prefetchIndexes:   true,
+		rebalanceInterval: 200 * time.Millisecond,
+		fsync:             true,
+		maxOpenFiles:      256,
+		s3MaxConns:        64,
+		s3Timeout:         30 * time.Second,
+		s3MaxAttempts:     8,
+		s3MaxBackoff:      5 * time.Second,
+		s3PathStyle:       false,
+	}
+}
+
+func (c *config) validate() error {
+	switch {
+	case c.hotBytes < 0:
+		return fmt.Errorf("state: hot budget must be >= 0 (0 = unbounded), got %d", c.hotBytes)
+	case c.numKeyGroups < 1 || c.numKeyGroups > MaxKeyGroups:
+		return fmt.Errorf("state: key groups must be in [1, %d], got %d", MaxKeyGroups, c.numKeyGroups)
+	case c.blockSize < 256 || c.blockSize > 16<<20:
+		return fmt.Errorf("state: block size must be in [256, 16MiB], got %d", c.blockSize)
+	case c.segmentBytes < c.blockSize:
+		return fmt.Errorf("state: segment size %d below block size %d", c.segmentBytes, c.blockSize)
+	case c.bloomBitsPerKey < 1 || c.bloomBitsPerKey > 32:
+		return fmt.Errorf("state: bloom bits per key must be in [1, 32], got %d", c.bloomBitsPerKey)
+	case c.maxSegments < 2:
+		return fmt.Errorf("state: max segments must be >= 2, got %d", c.maxSegments)
+	case c.retainCheckpoints < 1:
+		return fmt.Errorf("state: must retain at least one checkpoint, got %d", c.retainCheckpoints)
+	case c.retention < 0 || c.gcInterval <= 0 || c.rebalanceInterval <= 0:
+		return fmt.Errorf("state: bad retention or intervals")
+	case c.ioConcurrency < 1 || c.maxOpenFiles < 1 || c.s3MaxConns < 1 || c.s3MaxAttempts < 1:
+		return fmt.Errorf("state: concurrency limits and attempts must be >= 1")
+	case c.s3Timeout <= 0:
+		return fmt.Errorf("state: s3 timeout must be > 0")
+	}
+	return nil
+}
+
+// applyQuery reads the documented URL query options (docs/state-format.md, "Pool URLs").
+func (c *config) applyQuery(q url.Values) error {
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		var err error
+		switch k {
+		case "hot_bytes":
+			c.hotBytes, err = parseBytes(v)
+		case "key_groups":
+			c.numKeyGroups, err = strconv.Atoi(v)
+		case "block_size":
+			var n int64
+			n, err = parseBytes(v)
+			c.blockSize = int(n)
+		case "segment_size":
+			var n int64
+			n, err = parseBytes(v)
+			c.segmentBytes = int(n)
+		case "bloom_bits":
+			c.bloomBitsPerKey, err = strconv.Atoi(v)
+		case "max_segments":
+			c.maxSegments, err = strconv.Atoi(v)
+		case "retain":
+			c.retainCheckpoints, err = strconv.Atoi(v)
+		case "retention":
+			c.retention, err = time.ParseDuration(v)
+		case "gc_interval":
+			c.gcInterval, err = time.ParseDuration(v)
+		case "io_concurrency":
+			c.ioConcurrency, err = strconv.Atoi(v)
+		case "prefetch":
+			c.prefetchIndexes, err = strconv.ParseBool(v)
+		case "fsync":
+			c.fsync, err = strconv.ParseBool(v)
+		case "max_open_files":
+			c.maxOpenFiles, err = strconv.Atoi(v)
+		case "uring":
+			c.useUring, err = strconv.ParseBool(v)
+		case "endpoint":
+			c.s3Endpoint = v
+		case "region":
+			c.s3Region = v
+		case "path_style":
+			c.s3PathStyle, err = strconv.ParseBool(v)
+		case "max_conns":
+			c.s3MaxConns, err = strconv.Atoi(v)
+		case "timeout":
+			c.s3Timeout, err = time.ParseDuration(v)
+		case "max_attempts":
+			c.s3MaxAttempts, err = strconv.Atoi(v)
+		case "max_backoff":
+			c.s3MaxBackoff, err = time.ParseDuration(v)
+		default:
+			return fmt.Errorf("state: unknown URL option %q", k)
+		}
+		if err != nil {
+			return fmt.Errorf("state: URL option %s=%q: %w", k, v, err)
+		}
+	}
+	return nil
+}
+
+// parseBytes parses "1048576", "64k", "256m" or "2g" (binary units).
+func parseBytes(s string) (int64, error) {
+	mult := int64(1)
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'k', 'K':
+			mult, s = 1<<10, s[:n-1]
+		case 'm', 'M':
+			mult, s = 1<<20, s[:n-1]
+		case 'g', 'G':
+			mult, s = 1<<30, s[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad byte size %q", s)
+	}
+	return v * mult, nil
+}
+
+// WithHotBytes sets the global hot-tier budget in bytes, shared fairly by every backend of the
+// Store (0 = unbounded). Default 256 MiB. URL: hot_bytes=256m.
+func WithHotBytes(n int64) Option { return optionFunc(func(c *config) { c.hotBytes = n }) }
+
+// WithKeyGroups sets the default number of key groups. Default 128. URL: key_groups=128.
+func WithKeyGroups(n int) Option { return optionFunc(func(c *config) { c.numKeyGroups = n }) }
+
+// WithBlockSize sets the target block size of segments: the unit of a cold read. Default
+// 16 KiB. URL: block_size=16k.
+func WithBlockSize(n int) Option { return optionFunc(func(c *config) { c.blockSize = n }) }
+
+// WithSegmentBytes sets the target segment size. Default 32 MiB. URL: segment_size=32m.
+func WithSegmentBytes(n int) Option { return optionFunc(func(c *config) { c.segmentBytes = n }) }
+
+// WithBloomBitsPerKey sets the bloom filter density. Default 10 (~1% false positives).
+// URL: bloom_bits=10.
+func WithBloomBitsPerKey(n int) Option {
+	return optionFunc(func(c *config) { c.bloomBitsPerKey = n })
+}
+
+// WithMaxSegments sets how many live segments a subtask may have before it is compacted.
+// Default 8. URL: max_segments=8.
+func WithMaxSegments(n int) Option { return optionFunc(func(c *config) { c.maxSegments = n }) }
+
+// WithRetainCheckpoints sets how many complete checkpoints are kept. Default 3. URL: retain=3.
+func WithRetainCheckpoints(n int) Option {
+	return optionFunc(func(c *config) { c.retainCheckpoints = n })
+}
+
+// WithRetention sets how old an unreferenced object must be before it is deleted: it must exceed
+// the longest checkpoint persist. Default 1h. URL: retention=1h.
+func WithRetention(d time.Duration) Option { return optionFunc(func(c *config) { c.retention = d }) }
+
+// WithGCInterval sets how often garbage collection runs at most. Default 1m. URL: gc_interval=1m.
+func WithGCInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.gcInterval = d })
+}
+
+// WithIOConcurrency bounds concurrent remote requests of the Store. Default 32.
+// URL: io_concurrency=32.
+func WithIOConcurrency(n int) Option { return optionFunc(func(c *config) { c.ioConcurrency = n }) }
+
+// WithPrefetchIndexes makes a restore load segment indexes in the background after it returns
+// (they are loaded on demand regardless). Default true. URL: prefetch=true.
+func WithPrefetchIndexes(on bool) Option {
+	return optionFunc(func(c *config) { c.prefetchIndexes = on })
+}
+
+// WithFsync turns fsync of the file pool on or off (off is only for tests and benchmarks).
+// Default true. URL: fsync=true.
+func WithFsync(on bool) Option { return optionFunc(func(c *config) { c.fsync = on }) }
+
+// WithS3Endpoint points the s3 pool at an S3-compatible server (for example
+// "http://127.0.0.1:7070"). URL: endpoint=http://127.0.0.1:7070.
+func WithS3Endpoint(endpoint string) Option {
+	return optionFunc(func(c *config) { c.s3Endpoint = endpoint })
+}
+
+// WithS3PathStyle selects path-style addressing (bucket in the path), which most S3-compatible
+// servers need. Default false. URL: path_style=true.
+func WithS3PathStyle(on bool) Option { return optionFunc(func(c *config) { c.s3PathStyle = on }) }
+
+// WithS3Region sets the region; by default it comes from the standard AWS configuration chain,
+// falling back to us-east-1. URL: region=us-east-1.
+func WithS3Region(r string) Option { return optionFunc(func(c *config) { c.s3Region = r }) }
+
+// WithS3MaxConns bounds the S3 connection pool. Default 64. URL: max_conns=64.
+func WithS3MaxConns(n int) Option { return optionFunc(func(c *config) { c.s3MaxConns = n }) }
+
+// WithS3Timeout bounds one S3 attempt, including reading the body. Default 30s. URL: timeout=30s.
+func WithS3Timeout(d time.Duration) Option { return optionFunc(func(c *config) { c.s3Timeout = d }) }
+
+// WithS3Retries sets the attempts per S3 request (retrying 5xx, SlowDown, timeouts and broken
+// connections with jittered exponential backoff) and the backoff cap. Default 8 attempts, 5s.
+// URL: max_attempts=8&max_backoff=5s.
+func WithS3Retries(attempts int, maxBackoff time.Duration) Option {
+	return optionFunc(func(c *config) { c.s3MaxAttempts, c.s3MaxBackoff = attempts, maxBackoff })
+}
+
+// WithS3HTTPClient replaces the HTTP client of the s3 pool. The pool still applies its timeouts
+// and retries. For fault injection and custom transports.
+func WithS3HTTPClient(hc *http.Client) Option {
+	return optionFunc(func(c *config) { c.s3HTTPClient = hc })
+}
+
+// WithUring makes the file pool read blocks through io_uring (experimental; see host/uring).
+// URL: uring=true.
+func WithUring(on bool) Option { return optionFunc(func(c *config) { c.useUring = on }) }
+
+// withTestIntervals shortens background intervals (tests).
+func withIntervals(gc, rebalance time.Duration) Option {
+	return optionFunc(func(c *config) { c.gcInterval, c.rebalanceInterval = gc, rebalance })
+}

@@ -1,0 +1,605 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// snapshot is a captured delta of one Tiered backend.
+type snapshot struct {
+	b         *Tiered
+	id        uint64
+	seq       uint64 // capture sequence within the backend
+	savepoint bool
+	names     []string
+	entries   []capEntry
+	pinned    []*entry // runner-owned: released by poll once done
+	opState   []namedBlob
+	estimate  int64
+	bytes     atomic.Int64
+
+	prev *snapshot // guarded by b.mu; cleared once done
+	once sync.Once
+	done chan struct{}
+	err  error // set before done is closed
+}
+
+type capEntry struct {
+	key   string
+	value []byte // INVARIANT: never written after capture (see entry.pin)
+	tomb  bool
+}
+
+// Bytes implements Snapshot: the delta's size (an estimate until Persist has encoded it).
+func (s *snapshot) Bytes() int64 { return s.bytes.Load() }
+
+// Persist implements Snapshot. Snapshots of a backend commit in capture order: Persist first
+// persists any earlier snapshot that nobody has persisted yet, and fails with ErrPreviousFailed
+// if an earlier one failed. It is safe to call from any goroutine, and more than once.
+func (s *snapshot) Persist(ctx context.Context) error {
+	b := s.b
+	b.mu.Lock()
+	var chain []*snapshot
+	for p := s; p != nil; p = p.prev {
+		chain = append(chain, p)
+	}
+	b.mu.Unlock()
+	for i := len(chain) - 1; i >= 0; i-- {
+		chain[i].run(ctx)
+	}
+	return s.err
+}
+
+func (s *snapshot) run(ctx context.Context) {
+	s.once.Do(func() {
+		b := s.b
+		b.mu.Lock()
+		prev := s.prev
+		b.mu.Unlock()
+		var err error
+		if prev != nil {
+			<-prev.done // the caller ran the chain in order
+			if prev.err != nil {
+				err = fmt.Errorf("checkpoint %d: %w (checkpoint %d: %v)", s.id, ErrPreviousFailed, prev.id, prev.err)
+			}
+		}
+		if err == nil {
+			err = b.persist(ctx, s)
+		}
+		if err != nil {
+			b.cnt.ckptFailures.Add(1)
+		}
+		s.err = err
+		b.mu.Lock()
+		s.prev = nil
+		if b.mu.tail == s {
+			b.mu.tail = nil
+		}
+		b.mu.Unlock()
+		s.entries = nil
+		close(s.done)
+		b.events.Add(1)
+	})
+}
+
+// persist writes the delta as segments, then commits the lineage head and the manifest.
+func (b *Tiered) persist(ctx context.Context, s *snapshot) error {
+	start := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(b.ctx, cancel) // Close cancels a persist in flight
+	defer stop()
+
+	b.mu.Lock()
+	if b.mu.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	base, comp, headETag, epoch := b.mu.base, b.mu.compaction, b.mu.headETag, b.mu.epoch
+	b.mu.Unlock()
+
+	// 1. Encode the delta in durable-key order and write it as segments.
+	ents := make([]segEntry, len(s.entries))
+	for i, c := range s.entries {
+		id, rec, ent := parseHotKey(c.key)
+		name := fmt.Sprintf("#%d", id)
+		if int(id) < len(s.names) {
+			name = s.names[id]
+		}
+		kg := KeyGroupOf(rec, b.numKG)
+		ents[i] = segEntry{key: appendDurableKey(nil, kg, name, rec, ent), value: c.value, tomb: c.tomb}
+	}
+	sort.Slice(ents, func(i, j int) bool { return bytes.Compare(ents[i].key, ents[j].key) < 0 })
+	segs, written, err := b.writeSegments(ctx, fmt.Sprintf("%020d", s.id), ents, false)
+	if err != nil {
+		return err
+	}
+
+	// 2. The new manifest: this delta on top of the base, with a finished compaction applied.
+	m := &manifest{
+		checkpoint: s.id, parent: base.checkpoint, numKG: b.numKG, rng: b.rng,
+		savepoint: s.savepoint, createdMS: time.Now().UnixMilli(), epoch: epoch, opState: s.opState,
+	}
+	older := base.segs
+	applied := false
+	if comp != nil {
+		if o, ok := comp.apply(older); ok {
+			older, applied = o, true
+		}
+	}
+	m.segs = append(append(m.segs, segs...), older...)
+	enc := encodeManifest(m)
+	written += int64(len(enc))
+
+	// 3. Commit: savepoint marker, fence on the lineage head, then create the manifest.
+	if s.savepoint {
+		if _, err := b.s.os.put(ctx, b.root+savepointName(s.id), []byte(strconv.FormatUint(s.id, 10)), putCond{}); err != nil {
+			return err
+		}
+	}
+	head := b.headContent(epoch, s.id)
+	etag, err := b.casHead(ctx, headETag, head)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.mu.headETag = etag
+	b.mu.Unlock()
+	if err := b.createOnce(ctx, b.root+manifestName(s.id, b.rng), enc); err != nil {
+		return err
+	}
+
+	// 4. Publish the new version, then (in run) mark the snapshot done.
+	b.mu.Lock()
+	b.mu.base = m
+	if applied || comp != nil && b.mu.compaction == comp {
+		b.mu.compaction = nil
+	}
+	b.version.Store(b.buildVersionLocked(m))
+	b.mu.Unlock()
+
+	d := time.Since(start)
+	s.bytes.Store(written)
+	b.cnt.checkpoints.Add(1)
+	b.cnt.ckptBytes.Add(written)
+	b.cnt.lastCkptBytes.Store(written)
+	b.cnt.lastCkptNanos.Store(int64(d))
+	b.cnt.ckptNanos.Add(int64(d))
+	b.cnt.segments.Store(int64(len(m.segs)))
+	if applied {
+		b.cnt.compactions.Add(1)
+	}
+	b.cnt.compactionDebt.Store(compactionDebt(m.segs, b.cfg.maxSegments))
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// writeSegments cuts sorted entries into segments of about segmentBytes and writes them in
+// parallel. It returns their references (key groups used: the lineage's) and bytes written.
+func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []segEntry, dropTombs bool) ([]segRef, int64, error) {
+	type out struct {
+		data []byte
+		ref  segRef
+	}
+	var outs []out
+	w := newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+	flush := func() {
+		if w.n == 0 {
+			return
+		}
+		data, info := w.finish()
+		info.name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
+		outs = append(outs, out{data: data, ref: segRef{segInfo: info, use: b.rng}})
+		w = newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+	}
+	for _, e := range ents {
+		if dropTombs && e.tomb {
+			continue
+		}
+		w.add(e)
+		if w.size() >= b.cfg.segmentBytes {
+			flush()
+		}
+	}
+	flush()
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+		total   int64
+	)
+	for i := range outs {
+		total += int64(len(outs[i].data))
+		wg.Add(1)
+		go func(o *out) {
+			defer wg.Done()
+			if err := b.s.acquire(ctx); err != nil {
+				errOnce.Do(func() { first = err })
+				return
+			}
+			defer b.s.release()
+			if _, err := b.s.os.put(ctx, b.root+o.ref.name, o.data, putCond{}); err != nil {
+				errOnce.Do(func() { first = err })
+			}
+		}(&outs[i])
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, 0, first
+	}
+	refs := make([]segRef, len(outs))
+	for i, o := range outs {
+		refs[i] = o.ref
+	}
+	return refs, total, nil
+}
+
+const segSuffix = ".seg"
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// headContent is the lineage head: who holds the range, at which epoch, at which checkpoint.
+func (b *Tiered) headContent(epoch, ckpt uint64) []byte {
+	return fmt.Appendf(nil, "clink-head v1 epoch=%d checkpoint=%d writer=%s\n", epoch, ckpt, b.token)
+}
+
+func parseHeadEpoch(data []byte) uint64 {
+	for _, f := range strings.Fields(string(data)) {
+		if v, ok := strings.CutPrefix(f, "epoch="); ok {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// claimHead takes over the lineage head of this backend's key-group range, bumping its epoch.
+// Any older writer of the range is fenced: its next head update fails its If-Match.
+func (b *Tiered) claimHead(ctx context.Context) error {
+	name := b.root + headName(b.rng)
+	for attempt := 0; attempt < 8; attempt++ {
+		info, err := b.s.os.head(ctx, name)
+		var epoch uint64
+		var c putCond
+		switch {
+		case errors.Is(err, ErrNotFound):
+			c.ifAbsent = true
+		case err != nil:
+			return err
+		default:
+			data, err := b.s.os.get(ctx, name, 0, -1)
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				return err
+			}
+			epoch = parseHeadEpoch(data)
+			c.ifMatch = info.etag
+		}
+		epoch++
+		content := b.headContent(epoch, 0)
+		etag, err := b.s.os.put(ctx, name, content, c)
+		if errors.Is(err, errPrecondition) {
+			// Raced with another claimant, or our own put landed and was retried: re-check.
+			if data, gerr := b.s.os.get(ctx, name, 0, -1); gerr == nil && bytes.Equal(data, content) {
+				info, herr := b.s.os.head(ctx, name)
+				if herr == nil {
+					etag, err = info.etag, nil
+				}
+			}
+		}
+		if errors.Is(err, errPrecondition) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b.mu.Lock()
+		b.mu.headETag, b.mu.epoch = etag, epoch
+		b.mu.Unlock()
+		return nil
+	}
+	return &Error{Op: "claim", Object: name, Err: ErrFenced}
+}
+
+// casHead replaces the lineage head if it still has etag. A failed condition means a newer
+// writer claimed the range: ErrFenced. An ambiguous earlier attempt that did land (the SDK
+// retried a put whose response was lost) is recognised by content and treated as success.
+func (b *Tiered) casHead(ctx context.Context, etag string, content []byte) (string, error) {
+	name := b.root + headName(b.rng)
+	newTag, err := b.s.os.put(ctx, name, content, putCond{ifMatch: etag})
+	if errors.Is(err, errPrecondition) {
+		if data, gerr := b.s.os.get(ctx, name, 0, -1); gerr == nil && bytes.Equal(data, content) {
+			if info, herr := b.s.os.head(ctx, name); herr == nil {
+				return info.etag, nil
+			}
+		}
+		return "", &Error{Op: "commit", Object: name, Err: ErrFenced}
+	}
+	return newTag, err
+}
+
+// createOnce creates an immutable object that must not exist yet (If-None-Match: *). If it
+// exists with exactly our bytes, an earlier attempt of ours landed: success.
+func (b *Tiered) createOnce(ctx context.Context, name string, data []byte) error {
+	_, err := b.s.os.put(ctx, name, data, putCond{ifAbsent: true})
+	if errors.Is(err, errPrecondition) {
+		if got, gerr := b.s.os.get(ctx, name, 0, -1); gerr == nil && bytes.Equal(got, data) {
+			return nil
+		}
+		return &Error{Op: "commit", Object: name, Err: ErrFenced}
+	}
+	return err
+}
+
+// restore reads the manifests of checkpoint ckpt (or the newest complete one) that overlap this
+// backend's key groups, and returns the lineage's base manifest and the restored operator
+// state. It reads manifests only: segment indexes load lazily.
+func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[string][]RangeBlob, error) {
+	if ckpt == RestoreLatest {
+		objs, err := b.s.os.list(ctx, b.root+"manifests/")
+		if err != nil {
+			return nil, nil, err
+		}
+		names := make([]string, len(objs))
+		for i, o := range objs {
+			names[i] = strings.TrimPrefix(o.name, b.root)
+		}
+		complete := completeCheckpoints(names, b.numKG)
+		if len(complete) == 0 {
+			return nil, nil, nil // nothing to restore: start empty
+		}
+		ckpt = complete[0]
+	}
+	prefix := b.root + fmt.Sprintf("manifests/%020d/", ckpt)
+	objs, err := b.s.os.list(ctx, prefix)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ms []*manifest
+	var rs []KeyGroupRange
+	for _, o := range objs {
+		_, r, ok := parseManifestName(strings.TrimPrefix(o.name, b.root))
+		if !ok || !r.Overlaps(b.rng) {
+			continue
+		}
+		data, err := b.s.os.get(ctx, o.name, 0, -1)
+		if err != nil {
+			return nil, nil, err
+		}
+		m, err := decodeManifest(o.name, data)
+		if err != nil {
+			b.cnt.corruptions.Add(1)
+			return nil, nil, err
+		}
+		if m.numKG != b.numKG {
+			return nil, nil, fmt.Errorf("state: checkpoint %d of %s has %d key groups, want %d", ckpt, b.name, m.numKG, b.numKG)
+		}
+		ms = append(ms, m)
+		rs = append(rs, m.rng)
+	}
+	if !covers(rs, b.rng) {
+		return nil, nil, &Error{Op: "restore", Object: prefix, Err: fmt.Errorf("checkpoint %d does not cover key groups %v: %w", ckpt, b.rng, ErrNotFound)}
+	}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].rng.Lo < ms[j].rng.Lo })
+	base := &manifest{checkpoint: ckpt, numKG: b.numKG, rng: b.rng}
+	ops := map[string][]RangeBlob{}
+	for _, m := range ms {
+		// Lineages own disjoint key groups, so their segments never hold the same key and
+		// their order relative to each other does not matter; within one, newest first.
+		for _, s := range m.segs {
+			use := s.use.Intersect(m.rng).Intersect(b.rng)
+			if use.Empty() || use.Lo > s.kgHi || use.Hi <= s.kgLo {
+				continue
+			}
+			s.use = use
+			base.segs = append(base.segs, s)
+		}
+		for _, o := range m.opState {
+			ops[o.name] = append(ops[o.name], RangeBlob{Range: m.rng, Data: o.data})
+		}
+	}
+	return base, ops, nil
+}
+
+// fetchReq is one key of a Fetch, encoded on the runner.
+type fetchReq struct {
+	idx int
+	kg  int
+	dk  []byte
+	h   uint64
+}
+
+// lookup resolves reqs against version v, newest segment first. For each segment it asks the
+// bloom filter and the block index, groups the surviving keys by block and reads each block
+// once with a ranged GET, blocks in parallel.
+func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []Fetched) error {
+	sort.Slice(reqs, func(i, j int) bool { return bytes.Compare(reqs[i].dk, reqs[j].dk) < 0 })
+	open := reqs
+	for _, seg := range v.segs {
+		if len(open) == 0 {
+			break
+		}
+		var cand []*fetchReq
+		for i := range open {
+			r := &open[i]
+			if seg.ref.use.Contains(r.kg) && bytes.Compare(r.dk, seg.ref.minKey) >= 0 && bytes.Compare(r.dk, seg.ref.maxKey) <= 0 {
+				cand = append(cand, r)
+			}
+		}
+		if len(cand) == 0 {
+			continue
+		}
+		m, err := b.loadMeta(ctx, seg)
+		if err != nil {
+			return err
+		}
+		groups := map[int][]*fetchReq{}
+		var order []int
+		for _, r := range cand {
+			if !m.bloom.mayContain(r.h) {
+				continue
+			}
+			bi := m.find(r.dk)
+			if bi < 0 {
+				continue
+			}
+			if groups[bi] == nil {
+				order = append(order, bi)
+			}
+			groups[bi] = append(groups[bi], r)
+		}
+		resolved := map[int]bool{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		var first error
+		for _, bi := range order {
+			wg.Add(1)
+			go func(bh blockHandle, rs []*fetchReq) {
+				defer wg.Done()
+				hit, err := b.readBlock(ctx, seg.object, bh, rs, out)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil && first == nil {
+					first = err
+				}
+				for _, idx := range hit {
+					resolved[idx] = true
+				}
+			}(m.blocks[bi], groups[bi])
+		}
+		wg.Wait()
+		if first != nil {
+			return first
+		}
+		b.cnt.fetchBlocks.Add(int64(len(order)))
+		if len(resolved) > 0 {
+			kept := open[:0:0]
+			for _, r := range open {
+				if !resolved[r.idx] {
+					kept = append(kept, r)
+				}
+			}
+			open = kept
+		}
+	}
+	return nil
+}
+
+// readBlock reads one block and resolves the sorted requests found in it. A block that fails
+// its checksum is read once more (corruption in transit), then reported.
+func (b *Tiered) readBlock(ctx context.Context, object string, bh blockHandle, rs []*fetchReq, out []Fetched) ([]int, error) {
+	var it *blockIter
+	for attempt := 0; ; attempt++ {
+		if err := b.s.acquire(ctx); err != nil {
+			return nil, err
+		}
+		data, err := b.s.os.get(ctx, object, bh.off, bh.n)
+		b.s.release()
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(data)) != bh.n {
+			err = corruptf(object, bh.off, "short block: %d of %d bytes", len(data), bh.n)
+		} else {
+			it, err = openBlock(object, bh.off, data)
+		}
+		if err == nil {
+			break
+		}
+		if attempt == 1 {
+			b.cnt.corruptions.Add(1)
+			return nil, err
+		}
+	}
+	var hit []int
+	i := 0
+	for i < len(rs) && it.next() {
+		for i < len(rs) {
+			c := bytes.Compare(rs[i].dk, it.key)
+			if c > 0 {
+				break
+			}
+			if c == 0 {
+				f := &out[rs[i].idx]
+				f.Found = !it.tomb
+				if f.Found {
+					f.Value = append([]byte(nil), it.value...)
+				}
+				hit = append(hit, rs[i].idx)
+			}
+			i++
+		}
+	}
+	if it.err != nil {
+		b.cnt.corruptions.Add(1)
+		return nil, it.err
+	}
+	return hit, nil
+}
+
+// loadMeta returns a segment's index and filter, reading them (one ranged GET) on first use.
+func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*segMeta, error) {
+	if m := s.meta.Load(); m != nil {
+		return m, nil
+	}
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	if m := s.meta.Load(); m != nil {
+		return m, nil
+	}
+	if err := b.s.acquire(ctx); err != nil {
+		return nil, err
+	}
+	data, err := b.s.os.get(ctx, s.object, s.ref.metaOff, s.ref.metaLen)
+	b.s.release()
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) != s.ref.metaLen {
+		b.cnt.corruptions.Add(1)
+		return nil, corruptf(s.object, s.ref.metaOff, "short meta: %d of %d bytes", len(data), s.ref.metaLen)
+	}
+	m, err := decodeSegMeta(s.object, data, s.ref.metaOff)
+	if err != nil {
+		b.cnt.corruptions.Add(1)
+		return nil, err
+	}
+	s.meta.Store(m)
+	return m, nil
+}
+
+// prefetch loads the indexes of a restored version in the background, two at a time.
+func (b *Tiered) prefetch(v *version) {
+	defer b.wg.Done()
+	sem := make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	for _, s := range v.segs {
+		if b.ctx.Err() != nil {
+			break
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(s *liveSeg) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, _ = b.loadMeta(b.ctx, s) // errors resurface on the read that needs the segment
+		}(s)
+	}
+	wg.Wait()
+}

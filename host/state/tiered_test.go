@@ -1,0 +1,439 @@
+package state
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+)
+
+var testNames = []string{"count", "sum", "seen"}
+
+func openTest(t testing.TB, url string, opts ...Option) *Store {
+	t.Helper()
+	s, err := Open(context.Background(), url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func operator(t testing.TB, s *Store, o OperatorOptions) *Tiered {
+	t.Helper()
+	if o.Name == "" {
+		o.Name = "op"
+	}
+	b, err := s.Operator(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Open(testNames); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func key(state int, rec, ent string) Key {
+	return Key{State: StateID(state), Record: []byte(rec), Entry: []byte(ent)}
+}
+
+func fetchSync(t testing.TB, b Backend, keys []Key) ([]Fetched, error) {
+	t.Helper()
+	type res struct {
+		f   []Fetched
+		err error
+	}
+	ch := make(chan res, 1)
+	b.Fetch(keys, func(f []Fetched, err error) { ch <- res{f, err} })
+	select {
+	case r := <-ch:
+		return r.f, r.err
+	case <-time.After(60 * time.Second):
+		t.Fatal("fetch timed out")
+		return nil, nil
+	}
+}
+
+// read returns k's value, fetching and filling it when cold.
+func read(t testing.TB, b Backend, k Key) ([]byte, bool) {
+	t.Helper()
+	v, ok, hot := b.Get(k)
+	if hot {
+		return append([]byte(nil), v...), ok
+	}
+	f, err := fetchSync(t, b, []Key{k})
+	if err != nil {
+		t.Fatalf("fetch %q: %v", k.Record, err)
+	}
+	b.Fill(f)
+	return f[0].Value, f[0].Found
+}
+
+func checkpoint(t testing.TB, b Backend, id uint64) {
+	t.Helper()
+	snap, err := b.Capture(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Persist(context.Background()); err != nil {
+		t.Fatalf("persist %d: %v", id, err)
+	}
+}
+
+func TestRoundTripRestore(t *testing.T) {
+	for _, url := range []string{"mem://roundtrip", "file://" + t.TempDir()} {
+		t.Run(strings.SplitN(url, ":", 2)[0], func(t *testing.T) {
+			s := openTest(t, url, WithFsync(false))
+			b := operator(t, s, OperatorOptions{})
+			for i := range 1000 {
+				b.Put(key(i%3, fmt.Sprint("r", i), "e"), []byte(fmt.Sprint("v", i)))
+			}
+			b.Delete(key(0, "r0", "e"))
+			b.SetOperatorState("timers", []byte("T1"))
+			checkpoint(t, b, 1)
+			b.Put(key(1, "r1", "e"), []byte("new"))
+			b.Delete(key(2, "r2", "e"))
+			checkpoint(t, b, 2)
+			b.Close()
+			s.Close()
+
+			s2 := openTest(t, url, WithFsync(false))
+			r := operator(t, s2, OperatorOptions{RestoreFrom: RestoreLatest})
+			if got := string(r.OperatorState("timers")); got != "T1" {
+				t.Fatalf("operator state %q", got)
+			}
+			for i := range 1000 {
+				v, ok := read(t, r, key(i%3, fmt.Sprint("r", i), "e"))
+				want, wantOK := fmt.Sprint("v", i), true
+				switch i {
+				case 0, 2:
+					wantOK = false
+				case 1:
+					want = "new"
+				}
+				if ok != wantOK || ok && string(v) != want {
+					t.Fatalf("key %d: got %q,%v want %q,%v", i, v, ok, want, wantOK)
+				}
+			}
+			// Restoring the older checkpoint sees the older values.
+			r1 := operator(t, s2, OperatorOptions{Name: "op", RestoreFrom: 1, KeyGroups: KeyGroupRange{Lo: 0, Hi: 128}})
+			if v, _ := read(t, r1, key(1, "r1", "e")); string(v) != "v1" {
+				t.Fatalf("checkpoint 1 value %q", v)
+			}
+		})
+	}
+}
+
+func TestEvictionAndColdRead(t *testing.T) {
+	s := openTest(t, "mem://", WithHotBytes(8<<10))
+	b := operator(t, s, OperatorOptions{})
+	val := bytes.Repeat([]byte("x"), 100)
+	for i := range 2000 {
+		b.Put(key(0, fmt.Sprint("k", i), ""), val)
+	}
+	m := b.Metrics()
+	if m.HotOverflow == 0 || m.Evictions != 0 {
+		t.Fatalf("dirty keys must stay: %+v", m)
+	}
+	checkpoint(t, b, 1)
+	b.Get(key(0, "k0", "")) // observes the commit and evicts
+	m = b.Metrics()
+	if m.HotBytes > 8<<10+int64(100+entryOverhead+8) || m.Evictions == 0 {
+		t.Fatalf("after commit: %+v", m)
+	}
+	var cold []Key
+	for i := range 2000 {
+		k := key(0, fmt.Sprint("k", i), "")
+		if _, _, hot := b.Get(k); !hot {
+			cold = append(cold, k)
+		}
+	}
+	if len(cold) < 1500 {
+		t.Fatalf("only %d cold keys", len(cold))
+	}
+	f, err := fetchSync(t, b, cold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range f {
+		if !r.Found || !bytes.Equal(r.Value, val) || !bytes.Equal(r.Key.Record, cold[i].Record) {
+			t.Fatalf("fetched %d: %+v", i, r)
+		}
+	}
+	m = b.Metrics()
+	if per := float64(m.FetchKeys) / float64(m.FetchBlocks); per < 10 {
+		t.Fatalf("%.1f keys per block read", per)
+	}
+	// A never-written key is known absent without a fetch once indexes are loaded.
+	if _, ok, hot := b.Get(key(0, "nope", "")); ok || !hot {
+		t.Fatalf("absent key: ok=%v hot=%v", ok, hot)
+	}
+}
+
+func TestFillLocalWriteWins(t *testing.T) {
+	s := openTest(t, "mem://")
+	b := operator(t, s, OperatorOptions{HotBytes: 1})
+	b.Put(key(0, "a", ""), []byte("old"))
+	checkpoint(t, b, 1)
+	b.Get(key(1, "zz", "")) // evict
+	if _, _, hot := b.Get(key(0, "a", "")); hot {
+		t.Fatal("expected cold")
+	}
+	f, err := fetchSync(t, b, []Key{key(0, "a", "")})
+	if err != nil || string(f[0].Value) != "old" {
+		t.Fatal(err, f)
+	}
+	b.Put(key(0, "a", ""), []byte("new"))
+	b.Fill(f)
+	if v, _, _ := b.Get(key(0, "a", "")); string(v) != "new" {
+		t.Fatalf("fill overwrote a local write: %q", v)
+	}
+	// A write committed and evicted after the fetch was issued also wins.
+	b.Put(key(0, "b", ""), []byte("b1"))
+	checkpoint(t, b, 2)
+	b.Get(key(1, "zz", ""))
+	f, _ = fetchSync(t, b, []Key{key(0, "b", "")})
+	f[0].Value = []byte("stale") // pretend it read an old version
+	b.Put(key(0, "b", ""), []byte("b2"))
+	checkpoint(t, b, 3)
+	b.Get(key(1, "zz", "")) // evicts b
+	b.Fill(f)
+	if v, _ := read(t, b, key(0, "b", "")); string(v) != "b2" {
+		t.Fatalf("stale fill served: %q", v)
+	}
+}
+
+func TestRescaleRestore(t *testing.T) {
+	s := openTest(t, "mem://rescale")
+	const n = 3000
+	model := map[string]string{}
+	var olds []*Tiered
+	for i := range 2 {
+		olds = append(olds, operator(t, s, OperatorOptions{Name: "agg", KeyGroups: KeyGroupRangeFor(i, 2, 128)}))
+	}
+	route := func(rec string, p int, bs []*Tiered) *Tiered {
+		kg := KeyGroupOf([]byte(rec), 128)
+		for _, b := range bs {
+			if b.KeyGroups().Contains(kg) {
+				return b
+			}
+		}
+		t.Fatalf("no owner for %d of %d", kg, p)
+		return nil
+	}
+	for i := range n {
+		rec := fmt.Sprint("user", i)
+		route(rec, 2, olds).Put(key(1, rec, "x"), []byte(rec))
+		model[rec] = rec
+	}
+	for _, b := range olds {
+		b.SetOperatorState("timers", []byte(b.KeyGroups().String()))
+		checkpoint(t, b, 7)
+	}
+	complete, _, err := s.Checkpoints(context.Background(), "", "agg", 0)
+	if err != nil || len(complete) != 1 || complete[0] != 7 {
+		t.Fatal(complete, err)
+	}
+	var news []*Tiered
+	for i := range 3 {
+		b := operator(t, s, OperatorOptions{Name: "agg", KeyGroups: KeyGroupRangeFor(i, 3, 128), RestoreFrom: 7})
+		news = append(news, b)
+	}
+	if got := len(news[1].RestoredOperatorState("timers")); got != 2 {
+		t.Fatalf("middle subtask restored %d timer blobs, want 2", got)
+	}
+	for rec, v := range model {
+		b := route(rec, 3, news)
+		got, ok := read(t, b, key(1, rec, "x"))
+		if !ok || string(got) != v {
+			t.Fatalf("%s: %q %v", rec, got, ok)
+		}
+	}
+	// The new lineages checkpoint incrementally on top of the foreign segments.
+	for _, b := range news {
+		checkpoint(t, b, 8)
+	}
+	for _, b := range news {
+		b.Close()
+	}
+	b := operator(t, s, OperatorOptions{Name: "agg", RestoreFrom: 8})
+	for rec, v := range model {
+		if got, ok := read(t, b, key(1, rec, "x")); !ok || string(got) != v {
+			t.Fatalf("after rescale checkpoint %s: %q %v", rec, got, ok)
+		}
+	}
+}
+
+func TestFencing(t *testing.T) {
+	for _, url := range []string{"mem://fence", "file://" + t.TempDir()} {
+		s := openTest(t, url, WithFsync(false))
+		old := operator(t, s, OperatorOptions{Name: "f"})
+		old.Put(key(0, "a", ""), []byte("1"))
+		checkpoint(t, old, 1)
+		newer := operator(t, s, OperatorOptions{Name: "f", RestoreFrom: 1})
+		old.Put(key(0, "a", ""), []byte("zombie"))
+		snap, _ := old.Capture(2)
+		if err := snap.Persist(context.Background()); !errors.Is(err, ErrFenced) {
+			t.Fatalf("%s: stale writer not fenced: %v", url, err)
+		}
+		newer.Put(key(0, "a", ""), []byte("2"))
+		checkpoint(t, newer, 2)
+		r := operator(t, s, OperatorOptions{Name: "f", RestoreFrom: 2})
+		if v, _ := read(t, r, key(0, "a", "")); string(v) != "2" {
+			t.Fatalf("%s: got %q", url, v)
+		}
+	}
+}
+
+func TestCorruptionDetected(t *testing.T) {
+	s := openTest(t, "mem://corrupt", WithPrefetchIndexes(false))
+	b := operator(t, s, OperatorOptions{Name: "c"})
+	for i := range 100 {
+		b.Put(key(0, fmt.Sprint(i), ""), []byte("value"))
+	}
+	checkpoint(t, b, 1)
+	ms := openMemStore("corrupt")
+	objs, _ := ms.list(context.Background(), "operators/c/segments/")
+	if len(objs) != 1 {
+		t.Fatal(objs)
+	}
+	ms.corrupt(objs[0].name, 10) // inside the first block
+	r := operator(t, s, OperatorOptions{Name: "c", RestoreFrom: 1})
+	var keys []Key
+	for i := range 100 {
+		keys = append(keys, key(0, fmt.Sprint(i), ""))
+	}
+	if _, err := fetchSync(t, r, keys); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("corruption not reported: %v", err)
+	}
+	if r.Metrics().Corruptions == 0 {
+		t.Fatal("corruption not counted")
+	}
+	// A corrupt manifest fails the restore.
+	mobjs, _ := ms.list(context.Background(), "operators/c/manifests/")
+	ms.corrupt(mobjs[0].name, 12)
+	if _, err := s.Operator(context.Background(), OperatorOptions{Name: "c", RestoreFrom: 1}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("corrupt manifest: %v", err)
+	}
+}
+
+func TestCompactionAndGC(t *testing.T) {
+	s := openTest(t, "mem://compact", WithMaxSegments(3), WithRetention(0), withIntervals(time.Nanosecond, time.Second), WithRetainCheckpoints(2))
+	b := operator(t, s, OperatorOptions{Name: "g"})
+	model := map[string]string{}
+	for c := 1; c <= 30; c++ {
+		for i := range 50 {
+			k := fmt.Sprint("k", (c*31+i*7)%200)
+			if i%5 == 0 {
+				b.Delete(key(0, k, ""))
+				delete(model, k)
+			} else {
+				v := fmt.Sprint(c, "-", i)
+				b.Put(key(0, k, ""), []byte(v))
+				model[k] = v
+			}
+		}
+		if c == 10 {
+			snap, _ := b.CaptureSavepoint(uint64(c))
+			if err := snap.Persist(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			checkpoint(t, b, uint64(c))
+		}
+		time.Sleep(2 * time.Millisecond) // let compaction run between commits
+	}
+	m := b.Metrics()
+	if m.Compactions == 0 || m.Segments > 6 {
+		t.Fatalf("compaction did not keep up: %+v", m)
+	}
+	b.Close()
+	complete, sps, _ := s.Checkpoints(context.Background(), "", "g", 0)
+	if len(sps) != 1 || sps[0] != 10 {
+		t.Fatalf("savepoints %v", sps)
+	}
+	if len(complete) > 4 {
+		t.Fatalf("retained %v", complete)
+	}
+	for _, id := range []uint64{30, 10} {
+		r := operator(t, s, OperatorOptions{Name: "g", RestoreFrom: id})
+		if id == 30 {
+			for i := range 200 {
+				k := fmt.Sprint("k", i)
+				v, ok := read(t, r, key(0, k, ""))
+				if want, wantOK := model[k]; ok != wantOK || string(v) != want {
+					t.Fatalf("%s: got %q,%v want %q,%v", k, v, ok, want, wantOK)
+				}
+			}
+		} else if _, ok := read(t, r, key(0, "k1", "")); !ok && false {
+			t.Fatal()
+		}
+		r.Close()
+	}
+}
+
+func TestWaterFill(t *testing.T) {
+	got := waterFill(100, []int64{10, -1, -1, 50})
+	if got[0] != 10 || got[1] != 30 || got[2] != 30 || got[3] != 30 {
+		t.Fatalf("%v", got)
+	}
+	got = waterFill(100, []int64{10, 20})
+	if got[0]+got[1] != 100 {
+		t.Fatalf("%v", got)
+	}
+	// Tenant fairness: tenant a has 3 greedy subtasks, tenant b one; b gets half.
+	bu := newBudget(1 << 30)
+	var as []*budgetMember
+	for i := range 3 {
+		m := &budgetMember{tenant: "a", op: fmt.Sprint("op", i)}
+		as = append(as, m)
+		bu.join(m)
+	}
+	bm := &budgetMember{tenant: "b", op: "x"}
+	bu.join(bm)
+	fixed := &budgetMember{tenant: "b", op: "y", fixed: 1 << 20}
+	bu.join(fixed)
+	for _, m := range append(as, bm) { // everyone uses all it has: greedy
+		m.usage.Store(m.limit.Load())
+	}
+	bu.rebalance()
+	if l := bm.limit.Load(); l < (1<<30-1<<20)/2-1 || l > (1<<30)/2 {
+		t.Fatalf("tenant b limit %d", l)
+	}
+	if fixed.limit.Load() != 1<<20 {
+		t.Fatal("override ignored")
+	}
+	var sum int64
+	for _, m := range as {
+		sum += m.limit.Load()
+	}
+	if sum+bm.limit.Load()+fixed.limit.Load() > 1<<30 {
+		t.Fatal("over budget")
+	}
+}
+
+func TestKeyGroupRanges(t *testing.T) {
+	for _, p := range []int{1, 3, 7, 128} {
+		at := 0
+		for i := range p {
+			r := KeyGroupRangeFor(i, p, 128)
+			if r.Lo != at || r.Empty() {
+				t.Fatalf("p=%d i=%d %v", p, i, r)
+			}
+			at = r.Hi
+		}
+		if at != 128 {
+			t.Fatal(p, at)
+		}
+	}
+	if KeyGroupOf([]byte("user-42"), 128) != KeyGroupOf([]byte("user-42"), 128) {
+		t.Fatal("unstable")
+	}
+	_ = rand.N(1)
+}
