@@ -1,0 +1,123 @@
+package abi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+
+)
+
+// Engine compiles and instantiates operator modules. It owns one wazero runtime with the host
+// modules (`clink_v1`, the fuel check, a sandboxed WASI) and applies one set of Limits. Engines
+// with different memory limits need separate runtimes; they share compiled code through a
+// compilation cache.
+//
+// An Engine is safe for concurrent use.
+type Engine struct {
+	rt     wazero.Runtime
+	limits Limits
+	cache  wazero.CompilationCache
+	owns   bool // whether Close closes cache
+
+	closeOnce sync.Once
+}
+
+// EngineOption configures an Engine.
+type EngineOption func(*engineConfig)
+
+type engineConfig struct {
+	limits   Limits
+	cache    wazero.CompilationCache
+	cacheDir string
+}
+
+// WithLimits sets the limits the engine's instances run under.
+func WithLimits(l Limits) EngineOption { return func(c *engineConfig) { c.limits = l } }
+
+// WithCompilationCache shares compiled code with other engines.
+func WithCompilationCache(cc wazero.CompilationCache) EngineOption {
+	return func(c *engineConfig) { c.cache = cc }
+}
+
+// WithCompilationCacheDir persists compiled code in dir, so that a module compiles once per
+// machine rather than once per process.
+func WithCompilationCacheDir(dir string) EngineOption {
+	return func(c *engineConfig) { c.cacheDir = dir }
+}
+
+// NewEngine returns an engine ready to load modules.
+func NewEngine(ctx context.Context, opts ...EngineOption) (*Engine, error) {
+	var cfg engineConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cfg.limits = cfg.limits.withDefaults()
+	e := &Engine{limits: cfg.limits, cache: cfg.cache}
+	if e.cache == nil {
+		e.owns = true
+		if cfg.cacheDir != "" {
+			cc, err := wazero.NewCompilationCacheWithDir(cfg.cacheDir)
+			if err != nil {
+				return nil, fmt.Errorf("abi: compilation cache in %s: %w", cfg.cacheDir, err)
+			}
+			e.cache = cc
+		} else {
+			e.cache = wazero.NewCompilationCache()
+		}
+	}
+	rc := wazero.NewRuntimeConfig().
+		WithCompilationCache(e.cache).
+		WithMemoryLimitPages(cfg.limits.MemoryPages).
+		WithCustomSections(true).
+		WithCloseOnContextDone(false) // see fuel.go: we stop runaway guests ourselves, cheaply
+	e.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	if err := e.instantiateHostModules(ctx); err != nil {
+		_ = e.rt.Close(ctx)
+		return nil, err
+	}
+	return e, nil
+}
+
+// Limits returns the engine's limits, with defaults filled in.
+func (e *Engine) Limits() Limits { return e.limits }
+
+// Close releases the runtime and every module and instance created by it.
+func (e *Engine) Close(ctx context.Context) error {
+	var err error
+	e.closeOnce.Do(func() {
+		err = e.rt.Close(ctx)
+		if e.owns {
+			err = errors.Join(err, e.cache.Close(ctx))
+		}
+	})
+	return err
+}
+
+func (e *Engine) instantiateHostModules(ctx context.Context) error {
+	if _, err := wasi_snapshot_preview1.Instantiate(ctx, e.rt); err != nil {
+		return fmt.Errorf("abi: instantiating WASI: %w", err)
+	}
+	b := e.rt.NewHostModuleBuilder(ImportModule)
+	for _, imp := range clinkImports {
+		b.NewFunctionBuilder().
+			WithGoModuleFunction(imp.fn, imp.params, imp.results).
+			WithParameterNames(imp.paramNames...).
+			Export(imp.name)
+	}
+	if _, err := b.Instantiate(ctx); err != nil {
+		return fmt.Errorf("abi: instantiating %s: %w", ImportModule, err)
+	}
+	fb := e.rt.NewHostModuleBuilder(wasmbin.FuelImportModule)
+	fb.NewFunctionBuilder().
+		WithGoModuleFunction(api.GoModuleFunc(fuelExhausted), nil, []api.ValueType{api.ValueTypeI32}).
+		Export(wasmbin.FuelImportName)
+	if _, err := fb.Instantiate(ctx); err != nil {
+		return fmt.Errorf("abi: instantiating %s: %w", wasmbin.FuelImportModule, err)
+	}
+	return nil
+}

@@ -1,0 +1,425 @@
+package abi
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"math"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+const (
+	minWatermark = math.MinInt64
+	minInputCap  = 4096
+)
+
+// callKind is the export an instance is currently running; it decides which imports are allowed.
+type callKind uint8
+
+const (
+	callNone callKind = iota
+	callInit          // _initialize, during instantiation
+	callManifest
+	callInput
+	callKey
+	callOpen
+	callProcess
+	callTimer
+	callClose
+)
+
+var callExport = [...]string{
+	callNone: "", callInit: ExportInitialize, callManifest: ExportManifest, callInput: ExportInput,
+	callKey: ExportKey, callOpen: ExportOpen, callProcess: ExportProcess, callTimer: ExportOnTimer,
+	callClose: ExportClose,
+}
+
+// instanceKey is the context key under which host functions find their Instance. Each instance
+// owns one context for all of its calls, so the lookup is a single valueCtx hop and no call
+// allocates.
+type instanceKey struct{}
+
+// Instance is one instantiation of a Module with the per-instance state the ABI needs: the input
+// buffer, the pending result, and the current call. It is not safe for concurrent use, and is
+// never re-entered: a call suspended in an async import keeps its instance until it returns.
+type Instance struct {
+	m      *Module
+	mod    api.Module
+	mem    api.Memory
+	ctx    context.Context
+	h      Handler
+	limits *Limits
+
+	fnInput, fnProcess, fnTimer, fnOpen, fnClose, fnKey, fnManifest api.Function
+	stack                                                           []uint64
+
+	inPtr, inCap uint32 // guest-owned input buffer from clink_input
+
+	kind       callKind
+	emits      int
+	pending    []byte // result waiting for take_result; reused
+	hasPending bool
+	lastError  []byte // last error-level log message of the current call
+	stderr     lineWriter
+	stdout     lineWriter
+
+	// Time budget, see fuel.go. seq changes at the start of every call and whenever a call
+	// resumes from a suspension; budgetSeq/budgetStart remember when the current run began.
+	seq, budgetSeq uint64
+	budgetStart    time.Duration
+
+	broken bool // faulted: must not be called again
+	closed bool
+}
+
+// Instantiate creates an instance whose imports are served by h, and runs its initialisation
+// (`_initialize`, then `clink_open`). ctx is the instance's context for its whole life: when it
+// is cancelled, a running call stops at its next fuel check with a cancellation fault.
+func (m *Module) Instantiate(ctx context.Context, h Handler) (*Instance, error) {
+	in, err := m.instantiate(ctx, h, callOpen)
+	if err != nil {
+		return nil, err
+	}
+	if m.hasOpen {
+		in.begin(callOpen)
+		err := in.fnOpen.CallWithStack(in.ctx, in.stack)
+		if err = in.end(err); err != nil {
+			in.discard(ctx)
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+func (m *Module) instantiate(ctx context.Context, h Handler, purpose callKind) (*Instance, error) {
+	lim := m.e.limits
+	in := &Instance{m: m, h: h, limits: &lim, stack: make([]uint64, 4)}
+	in.ctx = context.WithValue(ctx, instanceKey{}, in)
+	in.stdout = lineWriter{in: in, level: LevelInfo}
+	in.stderr = lineWriter{in: in, level: LevelError}
+	cfg := wazero.NewModuleConfig().
+		WithName(""). // anonymous: many instances of one module coexist in a runtime
+		WithStartFunctions().
+		WithStdin(bytes.NewReader(nil)).
+		WithStdout(&in.stdout).
+		WithStderr(&in.stderr).
+		WithSysWalltime().
+		WithSysNanotime().
+		WithNanosleep(in.nanosleep).
+		WithRandSource(rand.Reader).
+		WithEnv("CLINK_OPERATOR", m.Manifest.Name)
+	in.kind = callInit
+	in.seq++
+	mod, err := m.e.rt.InstantiateModule(in.ctx, m.compiled, cfg)
+	if err != nil {
+		in.kind = callNone
+		return nil, in.fault(callInit, err)
+	}
+	in.mod = mod
+	in.mem = mod.Memory()
+	if in.mem == nil {
+		_ = mod.Close(ctx)
+		return nil, &Fault{Operator: m.Manifest.Name, Export: "instantiate", Kind: FaultTrap, Err: errors.New("module has no memory")}
+	}
+	in.fnInput = mod.ExportedFunction(ExportInput)
+	in.fnProcess = mod.ExportedFunction(ExportProcess)
+	in.fnTimer = mod.ExportedFunction(ExportOnTimer)
+	in.fnOpen = mod.ExportedFunction(ExportOpen)
+	in.fnClose = mod.ExportedFunction(ExportClose)
+	in.fnKey = mod.ExportedFunction(ExportKey)
+	in.fnManifest = mod.ExportedFunction(ExportManifest)
+	if m.hasInitialize {
+		in.begin(callInit)
+		err := mod.ExportedFunction(ExportInitialize).CallWithStack(in.ctx, in.stack)
+		if err = in.end(err); err != nil {
+			_ = mod.Close(ctx)
+			return nil, err
+		}
+	}
+	in.kind = callNone
+	_ = purpose
+	return in, nil
+}
+
+// Module returns the module the instance was created from.
+func (in *Instance) Module() *Module { return in.m }
+
+// Broken reports whether the instance faulted and must be discarded.
+func (in *Instance) Broken() bool { return in.broken }
+
+// NoteResumed tells the instance that its current call was suspended and has just resumed, so
+// that the time spent suspended does not count against the call's time budget.
+func (in *Instance) NoteResumed() { in.seq++ }
+
+// MemoryBytes returns the current size of the instance's linear memory.
+func (in *Instance) MemoryBytes() uint64 { return uint64(in.mem.Size()) }
+
+// Process delivers one record to clink_process. key and value are copied into guest memory.
+func (in *Instance) Process(key, value []byte, ts int64) error {
+	if err := in.ensureInput(len(key) + len(value)); err != nil {
+		return err
+	}
+	in.mem.Write(in.inPtr, key)
+	in.mem.Write(in.inPtr+uint32(len(key)), value)
+	in.begin(callProcess)
+	in.stack[0] = uint64(len(key))
+	in.stack[1] = uint64(len(value))
+	in.stack[2] = uint64(ts)
+	return in.end(in.fnProcess.CallWithStack(in.ctx, in.stack))
+}
+
+// OnTimer fires the timer (key, ts) through clink_on_timer.
+func (in *Instance) OnTimer(key []byte, ts int64) error {
+	if in.fnTimer == nil {
+		return &Fault{Operator: in.m.Manifest.Name, Export: ExportOnTimer, Kind: FaultTrap, Err: errors.New("a timer fired but the module does not export clink_on_timer")}
+	}
+	if err := in.ensureInput(len(key)); err != nil {
+		return err
+	}
+	in.mem.Write(in.inPtr, key)
+	in.begin(callTimer)
+	in.stack[0] = uint64(len(key))
+	in.stack[1] = uint64(ts)
+	return in.end(in.fnTimer.CallWithStack(in.ctx, in.stack))
+}
+
+// ErrKeyRejected is returned by Key when the guest's key function rejects a record.
+var ErrKeyRejected = errors.New("the operator's key function rejected the record")
+
+// Key runs the guest's key function on value. The returned key aliases guest memory and is valid
+// until the next call on the instance.
+func (in *Instance) Key(value []byte) ([]byte, error) {
+	if in.fnKey == nil {
+		return nil, errors.New("module does not export clink_key")
+	}
+	if err := in.ensureInput(len(value)); err != nil {
+		return nil, err
+	}
+	in.mem.Write(in.inPtr, value)
+	in.begin(callKey)
+	in.stack[0] = uint64(len(value))
+	err := in.fnKey.CallWithStack(in.ctx, in.stack)
+	ret := in.stack[0]
+	in.kind = callNone
+	in.hasPending = false
+	if err != nil {
+		in.broken = true
+		return nil, in.fault(callKey, err)
+	}
+	if int64(ret) == -1 {
+		return nil, ErrKeyRejected
+	}
+	ptr, n := uint32(ret>>32), uint32(ret)
+	if int(n) > in.limits.MaxRecordKey {
+		return nil, &Fault{Operator: in.m.Manifest.Name, Export: ExportKey, Kind: FaultTrap, Err: errors.New("key function returned a key over the key size limit")}
+	}
+	k, ok := in.view(ptr, n)
+	if !ok {
+		in.broken = true
+		return nil, &Fault{Operator: in.m.Manifest.Name, Export: ExportKey, Kind: FaultTrap, Err: errors.New("key function returned a (ptr, len) outside memory")}
+	}
+	return k, nil
+}
+
+func (in *Instance) manifest() ([]byte, error) {
+	if in.fnManifest == nil {
+		return nil, errNoManifest
+	}
+	in.begin(callManifest)
+	err := in.fnManifest.CallWithStack(in.ctx, in.stack)
+	ret := in.stack[0]
+	in.kind = callNone
+	if err != nil {
+		in.broken = true
+		return nil, in.fault(callManifest, err)
+	}
+	b, ok := in.view(uint32(ret>>32), uint32(ret))
+	if !ok {
+		return nil, errors.New("clink_manifest returned a (ptr, len) outside memory")
+	}
+	return b, nil
+}
+
+// Close retires the instance cleanly: it calls clink_close (whose emits are delivered) and
+// releases the instance. A broken instance is released without calling into it.
+func (in *Instance) Close(ctx context.Context) error {
+	if in.closed {
+		return nil
+	}
+	var err error
+	if !in.broken && in.fnClose != nil {
+		in.begin(callClose)
+		err = in.end(in.fnClose.CallWithStack(in.ctx, in.stack))
+	}
+	in.discard(ctx)
+	return err
+}
+
+// discard releases the instance without calling into it.
+func (in *Instance) discard(ctx context.Context) {
+	if in.closed {
+		return
+	}
+	in.closed = true
+	in.broken = true
+	if in.mod != nil {
+		_ = in.mod.Close(context.WithoutCancel(ctx))
+	}
+}
+
+// ensureInput makes the guest input buffer at least n bytes large.
+func (in *Instance) ensureInput(n int) error {
+	if in.broken {
+		return &Fault{Operator: in.m.Manifest.Name, Kind: FaultTrap, Err: errors.New("instance is broken after an earlier fault")}
+	}
+	if uint32(n) <= in.inCap && n <= math.MaxUint32 {
+		return nil
+	}
+	if n > math.MaxInt32 {
+		return &Fault{Operator: in.m.Manifest.Name, Export: ExportInput, Kind: FaultOutOfMemory, Err: errors.New("record too large for a 32-bit guest")}
+	}
+	want := max(n, minInputCap, int(in.inCap)*2)
+	if want > math.MaxInt32 {
+		want = n
+	}
+	in.begin(callInput)
+	in.stack[0] = uint64(want)
+	err := in.fnInput.CallWithStack(in.ctx, in.stack)
+	ptr := uint32(in.stack[0])
+	in.kind = callNone
+	if err != nil {
+		in.broken = true
+		return in.fault(callInput, err)
+	}
+	if ptr == 0 {
+		in.broken = true
+		return &Fault{Operator: in.m.Manifest.Name, Export: ExportInput, Kind: FaultOutOfMemory,
+			Err: errors.New("clink_input could not allocate the input buffer"), GuestMessage: in.guestMessage(), MemoryBytes: uint64(in.mem.Size())}
+	}
+	if uint64(ptr)+uint64(want) > uint64(in.mem.Size()) {
+		in.broken = true
+		return &Fault{Operator: in.m.Manifest.Name, Export: ExportInput, Kind: FaultTrap,
+			Err: errors.New("clink_input returned a buffer outside memory")}
+	}
+	in.inPtr, in.inCap = ptr, uint32(want)
+	return nil
+}
+
+func (in *Instance) begin(k callKind) {
+	in.kind = k
+	in.emits = 0
+	in.lastError = in.lastError[:0]
+	in.stderr.first = in.stderr.first[:0]
+	in.seq++
+}
+
+// end finishes an export call that returns an i32 status.
+func (in *Instance) end(err error) error {
+	k := in.kind
+	in.kind = callNone
+	in.hasPending = false
+	in.stdout.flush()
+	in.stderr.flush()
+	if err != nil {
+		in.broken = true
+		return in.fault(k, err)
+	}
+	if k == callInit {
+		return nil
+	}
+	if rc := int32(uint32(in.stack[0])); rc != 0 {
+		in.broken = true
+		return &Fault{Operator: in.m.Manifest.Name, Export: callExport[k], Kind: FaultReturn, Code: rc, GuestMessage: in.guestMessage()}
+	}
+	return nil
+}
+
+// guestMessage is the guest's own account of a failure: its last error-level log message in the
+// call, or else the first line it wrote to stderr (a Go panic message).
+func (in *Instance) guestMessage() string {
+	if len(in.lastError) > 0 {
+		return string(in.lastError)
+	}
+	return string(in.stderr.first)
+}
+
+// view returns the guest bytes [ptr, ptr+n) without copying, or false if they are out of bounds.
+// A zero-length view is always valid (docs/abi.md, "Conventions").
+func (in *Instance) view(ptr, n uint32) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	return in.mem.Read(ptr, n)
+}
+
+// inBounds reports whether [ptr, ptr+n) lies in guest memory.
+func (in *Instance) inBounds(ptr, n uint32) bool {
+	return n == 0 || uint64(ptr)+uint64(n) <= uint64(in.mem.Size())
+}
+
+func (in *Instance) log(level LogLevel, msg []byte) {
+	if len(msg) > in.limits.MaxLogMessage {
+		msg = msg[:in.limits.MaxLogMessage]
+	}
+	if !utf8.Valid(msg) {
+		msg = bytes.ToValidUTF8(msg, []byte("\uFFFD"))
+	}
+	if level >= LevelError || level < LevelDebug {
+		level = LevelError
+		in.lastError = append(in.lastError[:0], msg...)
+	}
+	in.h.Log(level, msg)
+}
+
+// lineWriter turns a WASI stdout/stderr stream into log lines.
+type lineWriter struct {
+	in    *Instance
+	level LogLevel
+	buf   []byte
+	first []byte // first complete line written during the current call (stderr only)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if len(w.buf)+len(p) > w.in.limits.MaxLogMessage {
+				p = p[:max(0, w.in.limits.MaxLogMessage-len(w.buf))]
+			}
+			w.buf = append(w.buf, p...)
+			break
+		}
+		w.buf = append(w.buf, p[:i]...)
+		w.emit()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (w *lineWriter) flush() {
+	if len(w.buf) > 0 {
+		w.emit()
+	}
+}
+
+func (w *lineWriter) emit() {
+	line := w.buf
+	if w.level == LevelError && len(w.first) == 0 && len(bytes.TrimSpace(line)) > 0 {
+		w.first = append(w.first[:0], line...)
+	}
+	msg := line
+	if len(msg) > w.in.limits.MaxLogMessage {
+		msg = msg[:w.in.limits.MaxLogMessage]
+	}
+	if !utf8.Valid(msg) {
+		msg = bytes.ToValidUTF8(msg, []byte("\uFFFD"))
+	}
+	w.in.h.Log(w.level, msg)
+	w.buf = w.buf[:0]
+}

@@ -1,0 +1,83 @@
+package abi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+)
+
+// ManifestSection is the name of the custom section that may carry the manifest.
+const ManifestSection = "clink.manifest"
+
+// Limits on what a manifest may declare (docs/abi.md, "Declaring the module").
+const (
+	MaxStates    = 256
+	MaxEndpoints = 64
+	maxManifest  = 64 << 10
+)
+
+// Manifest is what a module declares about itself: ABI version, name and capabilities.
+type Manifest struct {
+	ABI       int      `json:"abi"`
+	Name      string   `json:"name"`
+	States    []string `json:"states,omitempty"`
+	Endpoints []string `json:"endpoints,omitempty"`
+}
+
+var (
+	operatorNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+	stateNameRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+)
+
+// ParseManifest decodes and validates a manifest. The error says what is wrong in terms a guest
+// author can act on.
+func ParseManifest(b []byte) (Manifest, error) {
+	var m Manifest
+	if len(b) > maxManifest {
+		return m, fmt.Errorf("manifest is %d bytes; the limit is %d", len(b), maxManifest)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&m); err != nil {
+		return m, fmt.Errorf("manifest is not valid JSON: %w", err)
+	}
+	if dec.More() {
+		return m, errors.New("manifest has trailing data after the JSON object")
+	}
+	return m, m.Validate()
+}
+
+// Validate checks the manifest against docs/abi.md.
+func (m Manifest) Validate() error {
+	if m.ABI != Version {
+		if m.ABI == 0 {
+			return errors.New(`manifest lacks "abi" (the ABI version; this host supports 1)`)
+		}
+		return fmt.Errorf("module targets clink ABI v%d; this host supports v%d", m.ABI, Version)
+	}
+	if !operatorNameRE.MatchString(m.Name) {
+		return fmt.Errorf("manifest name %q is invalid: use 1-64 characters of [A-Za-z0-9_.-]", m.Name)
+	}
+	if err := checkNames("states", m.States, MaxStates); err != nil {
+		return err
+	}
+	return checkNames("endpoints", m.Endpoints, MaxEndpoints)
+}
+
+func checkNames(what string, names []string, max int) error {
+	if len(names) > max {
+		return fmt.Errorf("manifest declares %d %s; the limit is %d", len(names), what, max)
+	}
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if !stateNameRE.MatchString(n) {
+			return fmt.Errorf("manifest %s name %q is invalid: use 1-128 characters of [A-Za-z0-9_.-]", what, n)
+		}
+		if seen[n] {
+			return fmt.Errorf("manifest declares %s name %q twice", what, n)
+		}
+		seen[n] = true
+	}
+	return nil
+}

@@ -1,0 +1,6 @@
+(module
+  (import "clink_v2" "emit" (func $emit (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  ;; clink.manifest: {"abi":2,"name":"future"}
+  (func (export "clink_input") (param i32) (result i32) (i32.const 4096))
+  (func (export "clink_process") (param i32 i32 i64) (result i32) (i32.const 0)))

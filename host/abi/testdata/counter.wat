@@ -1,0 +1,42 @@
+;; counter: counts records per key in state "count" (8-byte little-endian) and emits
+;; {"count":N} with the record key. The manifest comes from the clink_manifest export.
+(module
+  (import "clink_v1" "get_async" (func $get (param i32 i32 i32 i32 i32) (result i32)))
+  (import "clink_v1" "put" (func $put (param i32 i32 i32 i32 i32) (result i32)))
+  (import "clink_v1" "emit" (func $emit (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (data (i32.const 0) "{\"abi\":1,\"name\":\"counter\",\"states\":[\"count\"]}")
+  (data (i32.const 512) "{\"count\":")
+  (global $in (mut i32) (i32.const 8192))
+  (func (export "clink_manifest") (result i64) (i64.const 45))
+  (func (export "clink_input") (param $cap i32) (result i32)
+    (if (i32.gt_u (local.get $cap) (i32.const 57344)) (then (return (i32.const 0))))
+    (global.get $in))
+  ;; write decimal of $v at $p, return end pointer
+  (func $itoa (param $v i64) (param $p i32) (result i32)
+    (local $q i32) (local $n i32) (local $t i64)
+    ;; count digits
+    (local.set $t (local.get $v)) (local.set $n (i32.const 1))
+    (block $d (loop $l
+      (local.set $t (i64.div_u (local.get $t) (i64.const 10)))
+      (br_if $d (i64.eqz (local.get $t)))
+      (local.set $n (i32.add (local.get $n) (i32.const 1)))
+      (br $l)))
+    (local.set $q (i32.add (local.get $p) (local.get $n)))
+    (local.set $p (local.get $q))
+    (loop $w
+      (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+      (i32.store8 (local.get $p) (i32.add (i32.const 48) (i32.wrap_i64 (i64.rem_u (local.get $v) (i64.const 10)))))
+      (local.set $v (i64.div_u (local.get $v) (i64.const 10)))
+      (br_if $w (i64.ne (local.get $v) (i64.const 0))))
+    (local.get $q))
+  (func (export "clink_process") (param $kl i32) (param $vl i32) (param $ts i64) (result i32)
+    (local $end i32)
+    (if (i32.lt_s (call $get (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 1024) (i32.const 8)) (i32.const 0))
+      (then (i64.store (i32.const 1024) (i64.const 0))))
+    (i64.store (i32.const 1024) (i64.add (i64.load (i32.const 1024)) (i64.const 1)))
+    (drop (call $put (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 1024) (i32.const 8)))
+    (local.set $end (call $itoa (i64.load (i32.const 1024)) (i32.const 521)))
+    (i32.store8 (local.get $end) (i32.const 125))
+    (call $emit (global.get $in) (local.get $kl) (i32.const 512) (i32.sub (i32.add (local.get $end) (i32.const 1)) (i32.const 512))))
+)

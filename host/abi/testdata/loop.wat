@@ -1,0 +1,8 @@
+;; loop: spins forever on every record.
+(module
+  (memory (export "memory") 1)
+  ;; clink.manifest: {"abi":1,"name":"spinner"}
+  (func (export "clink_input") (param i32) (result i32) (i32.const 4096))
+  (func (export "clink_process") (param i32 i32 i64) (result i32)
+    (loop $forever (br $forever))
+    (i32.const 0)))

@@ -1,0 +1,4 @@
+(module
+  (memory 1)
+  ;; clink.manifest: {"abi":1,"name":"empty"}
+)
