@@ -1,0 +1,847 @@
+package lookup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// Response is the outcome of a lookup. Exactly one of Status and Err is set: a response of
+// any status, including 4xx and 5xx after retries, is a Response with that Status; Err is
+// an *Error when no usable response arrived.
+//
+// Body is shared between requests that were served by one upstream call (single-flight) or
+// from the cache: it must not be modified.
+type Response struct {
+	Status int
+	Body   []byte
+	Err    error
+}
+
+// Endpoint is one opened endpoint of one pipeline. Its methods are safe for concurrent use.
+type Endpoint struct {
+	name     string
+	tenant   string
+	cfg      EndpointConfig // defaulted and validated; never exposes injected secrets
+	base     *url.URL
+	root     string // escaped base path without trailing slash, "" for none
+	prefix   string
+	allowed  [len(methods)]bool
+	inject   http.Header     // injected headers with secrets expanded; read-only
+	injected map[string]bool // their canonical names
+	sfAll    bool
+	sfSafe   bool
+
+	timeout       time.Duration
+	maxBody       int64
+	attempts      int
+	backoff0      time.Duration
+	backoffMax    time.Duration
+	multiplier    float64
+	jitter        float64
+	retryStatus   statusSet
+	retryTimeout  bool
+	retryUnavail  bool
+	retryUnsafe   bool
+	breakerStatus statusSet
+
+	transport *http.Transport
+	client    *http.Client
+	breaker   *sharedBreaker // nil when disabled
+	limiter   *limiter
+	cache     *cache // nil when disabled
+	registry  *Registry
+
+	ctx    context.Context // cancelled by Close; parent of every call's context
+	cancel context.CancelFunc
+
+	flightMu sync.Mutex
+	flights  map[string]*call // guarded by flightMu
+
+	closeMu sync.RWMutex
+	closed  bool           // guarded by closeMu
+	live    sync.WaitGroup // calls not yet finished; Add under closeMu.RLock
+
+	m counters
+}
+
+func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, error) {
+	base, err := cfg.parseBase()
+	if err != nil {
+		return nil, err
+	}
+	inject, names, err := injectedHeaders(cfg)
+	if err != nil {
+		return nil, err
+	}
+	policy, _ := cfg.Egress.compile() // validated
+	retrySt, _ := parseStatusSet(cfg.Retry.Statuses)
+	breakerSt, _ := parseStatusSet(cfg.Breaker.FailureStatuses)
+	e := &Endpoint{
+		name: cfg.Name, tenant: tenant, cfg: *cfg, base: base,
+		root: base.RawPath, prefix: cfg.PathPrefix, allowed: methodSet(cfg.Methods),
+		inject: inject, injected: names,
+		sfAll: cfg.SingleFlight == "all", sfSafe: cfg.SingleFlight != "off",
+		timeout: time.Duration(cfg.Timeout), maxBody: cfg.MaxResponseBytes,
+		attempts: cfg.Retry.MaxAttempts, backoff0: time.Duration(cfg.Retry.InitialBackoff),
+		backoffMax: time.Duration(cfg.Retry.MaxBackoff), multiplier: cfg.Retry.Multiplier,
+		jitter: *cfg.Retry.Jitter, retryStatus: retrySt, retryUnsafe: cfg.Retry.RetryNonIdempotent,
+		breakerStatus: breakerSt, registry: r, flights: make(map[string]*call),
+	}
+	for _, k := range cfg.Retry.On {
+		e.retryTimeout = e.retryTimeout || k == KindTimeout.String()
+		e.retryUnavail = e.retryUnavail || k == KindUnavailable.String()
+	}
+	dial := r.dial
+	if dial == nil {
+		d := &net.Dialer{Timeout: e.timeout, KeepAlive: 30 * time.Second, Control: policy.controlCheck}
+		dial = d.DialContext
+	}
+	g := &guardedDialer{policy: policy, resolve: r.resolve, dial: dial}
+	e.transport = &http.Transport{
+		Proxy:                  nil, // never: an environment proxy would bypass the egress policy
+		DialContext:            g.DialContext,
+		MaxIdleConns:           0,
+		MaxIdleConnsPerHost:    cfg.MaxInFlight,
+		IdleConnTimeout:        90 * time.Second,
+		TLSHandshakeTimeout:    e.timeout,
+		ForceAttemptHTTP2:      true,
+		MaxResponseHeaderBytes: 64 << 10,
+	}
+	e.client = &http.Client{Transport: e.transport, CheckRedirect: e.checkRedirect}
+	e.limiter = newLimiter(cfg)
+	if cfg.Cache != nil {
+		e.cache = newCache(cfg.Cache)
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	return e, nil
+}
+
+// Name returns the endpoint's name.
+func (e *Endpoint) Name() string { return e.name }
+
+// Config returns the endpoint's defaulted configuration (secret references unexpanded).
+func (e *Endpoint) Config() EndpointConfig { return cloneConfig(e.cfg) }
+
+// Close cancels every pending request (their done callbacks report KindCancelled), waits until
+// every done callback has been called, and releases the endpoint's connections and its share
+// of the breaker. Do after Close reports KindCancelled.
+func (e *Endpoint) Close() error {
+	e.closeMu.Lock()
+	if e.closed {
+		e.closeMu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.closeMu.Unlock()
+	e.cancel()
+	e.limiter.close()
+	e.live.Wait()
+	e.transport.CloseIdleConnections()
+	if e.breaker != nil {
+		e.registry.releaseBreaker(e.breaker)
+	}
+	return nil
+}
+
+// Do starts req and returns at once; done is called exactly once, from another goroutine,
+// with the response or a typed error (see [Response], [Kind]). Do never calls done before it
+// returns, so done may take locks the caller holds around Do.
+//
+// Before anything is sent the request passes, in order: policy (method, headers, path),
+// the response cache, single-flight (joining an identical call in flight), the circuit
+// breaker, and the concurrency limiter, whose queue holds no goroutine. Retries wait on
+// timers. Cancelling ctx abandons the request (KindCancelled, or KindTimeout for a deadline);
+// the upstream call itself is cancelled once no request is waiting for it.
+func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
+	start := time.Now()
+	e.m.requests.Add(1)
+	e.closeMu.RLock()
+	if e.closed {
+		e.closeMu.RUnlock()
+		e.deliverAsync(done, start, Response{Err: &Error{Kind: KindCancelled, Reason: "endpoint closed", notSent: true}})
+		return
+	}
+	e.live.Add(1) // for a possible new call; given back below if none is made
+	e.closeMu.RUnlock()
+	made := false
+	defer func() {
+		if !made {
+			e.live.Done()
+		}
+	}()
+
+	if err := ctx.Err(); err != nil {
+		e.deliverAsync(done, start, Response{Err: ctxError(err)})
+		return
+	}
+	c, rerr := e.prepare(req)
+	if rerr != nil {
+		e.deliverAsync(done, start, Response{Err: rerr})
+		return
+	}
+	if c.cacheable {
+		if r, ok := e.cache.get(c.key); ok {
+			e.m.cacheHits.Add(1)
+			e.deliverAsync(done, start, r)
+			return
+		}
+		e.m.cacheMisses.Add(1)
+	}
+	w := &waiter{done: done, start: start}
+	if c.shared {
+		e.flightMu.Lock()
+		if f := e.flights[c.key]; f != nil && f.join(ctx, w) {
+			e.flightMu.Unlock()
+			e.m.shared.Add(1)
+			return
+		}
+		c.init()
+		e.flights[c.key] = c // published with its context set: joiners read it
+		e.flightMu.Unlock()
+	} else {
+		c.init()
+	}
+	made = true
+	c.addWaiter(ctx, w)
+	c.next(false)
+}
+
+func (c *call) init() {
+	c.ctx, c.cancel = context.WithCancel(c.e.ctx)
+	c.stopCancel = context.AfterFunc(c.ctx, c.onCancel)
+}
+
+// waiter is one Do waiting on a call.
+type waiter struct {
+	done  func(Response)
+	start time.Time
+	stop  func() bool // stops the AfterFunc on the waiter's context; nil if none
+}
+
+// call is one upstream request with its retries, shared by every waiter that joined it.
+//
+// Lifecycle: next (breaker, limiter) → queued or send → attemptDone → next after a backoff
+// timer, or finish. Exactly one goroutine at a time drives a call; the states below tell
+// onCancel what it may take over.
+type call struct {
+	e          *Endpoint
+	method     string
+	url        url.URL
+	header     http.Header
+	body       []byte
+	key        string // single-flight and cache key; "" when neither applies
+	shared     bool
+	cacheable  bool
+	idempotent bool
+
+	ctx        context.Context // cancelled when the last waiter leaves or the endpoint closes
+	cancel     context.CancelFunc
+	stopCancel func() bool
+
+	mu        sync.Mutex
+	state     callState       // guarded by mu
+	waiters   []*waiter       // guarded by mu
+	abandoned bool            // the last waiter left; guarded by mu
+	timer     *time.Timer     // backoff timer; guarded by mu
+	attempts  int             // attempts started; written only by the driving goroutine
+	last      Response        // last attempt's outcome, for a breaker rejection mid-retry
+	bdone     func(err error) // breaker completion of the current attempt
+
+	// Limiter queue linkage and probe epoch; guarded by limiter.mu.
+	qprev, qnext *call
+	qAt          time.Time
+	queued       bool
+	epoch        uint64
+}
+
+type callState uint8
+
+const (
+	stateStarting callState = iota // between next and acquire
+	stateQueued                    // in the limiter queue
+	stateSending                   // an attempt is on the wire
+	stateBackoff                   // waiting on c.timer
+	stateDone
+)
+
+// prepare applies the endpoint's policy to req and builds the call.
+func (e *Endpoint) prepare(req Request) (*call, *Error) {
+	mi := methodIndex(req.Method)
+	if mi < 0 || !e.allowed[mi] {
+		return nil, refused("method " + req.Method + " not allowed")
+	}
+	escaped, query, err := resolvePath(e.root, e.prefix, req.Path)
+	if err != nil {
+		var le *Error
+		errors.As(err, &le)
+		return nil, le
+	}
+	c := &call{e: e, method: req.Method, body: req.Body, idempotent: idempotent(req.Method)}
+	c.url = *e.base
+	c.url.RawPath = escaped
+	c.url.Path = escaped
+	if strings.IndexByte(escaped, '%') >= 0 {
+		c.url.Path, _ = url.PathUnescape(escaped) // validated by resolvePath
+	}
+	c.url.RawQuery = query
+	if len(req.Header) == 0 {
+		c.header = e.inject // shared and read-only: net/http does not modify request headers
+	} else {
+		c.header = make(http.Header, len(req.Header)+len(e.inject))
+		for k, v := range e.inject {
+			c.header[k] = v
+		}
+		for _, h := range req.Header {
+			if !validHeader(h) {
+				return nil, refused("malformed header")
+			}
+			k := textproto.CanonicalMIMEHeaderKey(h.Name)
+			if forbiddenHeaders[k] || e.injected[k] {
+				return nil, refused("header " + k + " may not be set")
+			}
+			c.header[k] = append(c.header[k], h.Value)
+		}
+	}
+	c.shared = e.sfAll || (e.sfSafe && safe(req.Method))
+	c.cacheable = e.cache != nil && e.cache.cacheable(req.Method)
+	if c.shared || c.cacheable {
+		c.key = requestKey(req, escaped, query)
+	}
+	return c, nil
+}
+
+// validHeader re-checks a header of a Request built from Go rather than ParseRequest.
+func validHeader(h HeaderField) bool {
+	if h.Name == "" {
+		return false
+	}
+	for i := 0; i < len(h.Name); i++ {
+		if !isTokenChar(h.Name[i]) {
+			return false
+		}
+	}
+	for i := 0; i < len(h.Value); i++ {
+		if c := h.Value[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// requestKey identifies a request for single-flight and the cache: the normalised path, so
+// that "/a/../b" and "/b" share, plus method, guest headers in order, and body.
+func requestKey(req Request, escaped, query string) string {
+	n := len(req.Method) + len(escaped) + len(query) + len(req.Body) + 4
+	for _, h := range req.Header {
+		n += len(h.Name) + len(h.Value) + 2
+	}
+	b := make([]byte, 0, n)
+	b = append(b, req.Method...)
+	b = append(b, ' ')
+	b = append(b, escaped...)
+	b = append(b, '?')
+	b = append(b, query...)
+	b = append(b, '\n')
+	for _, h := range req.Header {
+		b = append(b, strings.ToLower(h.Name)...)
+		b = append(b, ':')
+		b = append(b, h.Value...)
+		b = append(b, '\n')
+	}
+	b = append(b, '\n')
+	b = append(b, req.Body...)
+	return string(b)
+}
+
+// join adds w to a shared call in flight. It reports false if c is finished or abandoned by
+// its last waiter; the caller then starts a new call. The caller holds e.flightMu.
+func (c *call) join(ctx context.Context, w *waiter) bool {
+	c.mu.Lock()
+	if c.state == stateDone || c.abandoned {
+		c.mu.Unlock()
+		return false
+	}
+	c.waiters = append(c.waiters, w)
+	c.mu.Unlock()
+	c.watch(ctx, w)
+	return true
+}
+
+// addWaiter adds the first waiter of a new call.
+func (c *call) addWaiter(ctx context.Context, w *waiter) {
+	c.mu.Lock()
+	c.waiters = append(c.waiters, w)
+	c.mu.Unlock()
+	c.watch(ctx, w)
+}
+
+func (c *call) watch(ctx context.Context, w *waiter) {
+	if ctx.Done() != nil {
+		w.stop = context.AfterFunc(ctx, func() { c.leave(w, ctx.Err()) })
+	}
+}
+
+// leave removes w after its context ended and reports that to it. The last waiter to leave
+// cancels the upstream call.
+func (c *call) leave(w *waiter, cause error) {
+	c.mu.Lock()
+	i := -1
+	for j, x := range c.waiters {
+		if x == w {
+			i = j
+			break
+		}
+	}
+	if i < 0 {
+		c.mu.Unlock()
+		return // already delivered by finish
+	}
+	c.waiters = append(c.waiters[:i], c.waiters[i+1:]...)
+	last := len(c.waiters) == 0
+	if last {
+		c.abandoned = true // no new waiter may join a call about to be cancelled
+	}
+	c.mu.Unlock()
+	c.e.deliver(w, Response{Err: ctxError(cause)})
+	if last {
+		c.forget()
+		c.cancel()
+	}
+}
+
+// forget removes c from the single-flight table so that no new request joins it.
+func (c *call) forget() {
+	if !c.shared {
+		return
+	}
+	c.e.flightMu.Lock()
+	if c.e.flights[c.key] == c {
+		delete(c.e.flights, c.key)
+	}
+	c.e.flightMu.Unlock()
+}
+
+// onCancel runs when c.ctx ends (all waiters left, or Close). It finishes the call if no
+// attempt is on the wire; an attempt on the wire notices its context itself.
+func (c *call) onCancel() {
+	c.mu.Lock()
+	switch c.state {
+	case stateBackoff:
+		if c.timer.Stop() {
+			c.state = stateStarting // owned by us now
+			c.mu.Unlock()
+			c.finish(Response{Err: c.cancelError()})
+			return
+		}
+	case stateQueued:
+		if c.e.limiter.remove(c) {
+			c.mu.Unlock()
+			c.breakerDone(errExcluded)
+			c.finish(Response{Err: c.cancelError()})
+			return
+		}
+	}
+	c.mu.Unlock()
+}
+
+func (c *call) cancelError() *Error {
+	if c.e.ctx.Err() != nil {
+		return &Error{Kind: KindCancelled, Reason: "endpoint closed", notSent: true}
+	}
+	return &Error{Kind: KindCancelled, Reason: "no request is waiting", notSent: true}
+}
+
+// next starts an attempt: breaker, then limiter. inline says whether the current goroutine
+// may carry the attempt (a timer goroutine may; the caller of Do may not).
+func (c *call) next(inline bool) {
+	if c.ctx.Err() != nil {
+		c.finish(Response{Err: c.cancelError()})
+		return
+	}
+	e := c.e
+	if e.breaker != nil {
+		done, err := e.breaker.cb.Allow()
+		if err != nil {
+			if c.attempts == 0 {
+				reason := "open"
+				if errors.Is(err, gobreaker.ErrTooManyRequests) {
+					reason = "half-open, probe in flight"
+				}
+				c.finish(Response{Err: &Error{Kind: KindBreakerOpen, Reason: reason, Err: err, notSent: true}})
+			} else {
+				c.finish(c.last) // the breaker opened during our retries: report what we saw
+			}
+			return
+		}
+		c.bdone = done
+	}
+	c.mu.Lock()
+	c.state = stateQueued
+	c.mu.Unlock()
+	ok, err := e.limiter.acquire(c)
+	switch {
+	case err != nil:
+		c.breakerDone(errExcluded)
+		c.finish(Response{Err: err})
+	case ok && inline:
+		c.send()
+	case ok:
+		go c.send()
+	case c.ctx.Err() != nil && e.limiter.remove(c):
+		// Cancelled between setting stateQueued and queueing, when onCancel could not
+		// find it in the queue yet.
+		c.breakerDone(errExcluded)
+		c.finish(Response{Err: c.cancelError()})
+	}
+	// else: queued; the limiter starts c.send or calls c.attemptFailed.
+}
+
+func (c *call) breakerDone(err error) {
+	if c.bdone != nil {
+		c.bdone(err)
+		c.bdone = nil
+	}
+}
+
+// send runs c's attempt and then, while the limiter hands over queued calls, theirs: one
+// goroutine serves a chain of attempts instead of one goroutine each.
+func (c *call) send() {
+	for c != nil {
+		c = c.sendOne()
+	}
+}
+
+func (c *call) sendOne() (next *call) {
+	e := c.e
+	c.mu.Lock()
+	c.state = stateSending
+	c.mu.Unlock()
+	c.attempts++
+	e.m.attempts.Add(1)
+	if c.attempts > 1 {
+		e.m.retries.Add(1)
+	}
+
+	t0 := time.Now()
+	actx, cancel := context.WithTimeout(c.ctx, e.timeout)
+	var wrote atomic.Bool
+	if !c.idempotent && !e.retryUnsafe {
+		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+			WroteHeaderField: func(string, []string) { wrote.Store(true) },
+			WroteHeaders:     func() { wrote.Store(true) },
+		})
+	}
+	hreq := c.newRequest(actx)
+	resp, err := e.client.Do(hreq)
+	var r Response
+	if err == nil {
+		r.Status = resp.StatusCode
+		r.Body, err = e.readBody(resp, c.method)
+		resp.Body.Close()
+	}
+	rtt := time.Since(t0)
+	if err != nil {
+		r = Response{Err: c.classify(err, actx, wrote.Load())}
+	}
+	cancel()
+
+	kind := Kind(r.Err)
+	next = e.limiter.release(sample{
+		rtt:      rtt,
+		valid:    r.Err == nil || kind == KindTimeout || kind == KindUnavailable,
+		noRTT:    kind == KindUnavailable, // a refused connection is fast and says nothing of latency
+		overload: kind != KindNone && kind != KindTooLarge || r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable,
+		epoch:    c.epoch,
+	})
+
+	switch {
+	case kind == KindTimeout || kind == KindUnavailable || (r.Err == nil && e.breakerStatus.has(r.Status)):
+		c.breakerDone(errBreakerFailure)
+	case r.Err == nil:
+		c.breakerDone(nil)
+	default:
+		c.breakerDone(errExcluded)
+	}
+	var retryAfter time.Duration
+	if r.Err == nil && e.retryStatus.has(r.Status) {
+		retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"))
+	}
+	c.attemptDone(r, retryAfter)
+	return next
+}
+
+func (c *call) newRequest(ctx context.Context) *http.Request {
+	r := (&http.Request{
+		Method:     c.method,
+		URL:        &c.url,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     c.header,
+		Host:       c.url.Host,
+	}).WithContext(ctx)
+	if len(c.body) > 0 {
+		body := c.body
+		r.ContentLength = int64(len(body))
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	return r
+}
+
+// readBody reads the whole body, failing as soon as it exceeds the endpoint's limit.
+func (e *Endpoint) readBody(resp *http.Response, method string) ([]byte, error) {
+	if method == http.MethodHead || resp.Body == http.NoBody {
+		return nil, nil
+	}
+	tooLarge := &Error{Kind: KindTooLarge, Reason: "response exceeds max_response_bytes (" + strconv.FormatInt(e.maxBody, 10) + ")"}
+	if resp.ContentLength > e.maxBody {
+		return nil, tooLarge
+	}
+	if resp.ContentLength >= 0 {
+		b := make([]byte, resp.ContentLength)
+		if _, err := io.ReadFull(resp.Body, b); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	var buf bytes.Buffer
+	n, err := buf.ReadFrom(io.LimitReader(resp.Body, e.maxBody+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > e.maxBody {
+		return nil, tooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+// classify turns a transport error into an *Error.
+func (c *call) classify(err error, actx context.Context, wrote bool) *Error {
+	var le *Error
+	if errors.As(err, &le) {
+		if le.Kind == KindUnavailable && errors.Is(actx.Err(), context.DeadlineExceeded) {
+			return &Error{Kind: KindTimeout, Reason: "connect exceeded timeout", Err: err, notSent: le.notSent}
+		}
+		return le
+	}
+	if c.ctx.Err() != nil {
+		return c.cancelError()
+	}
+	if errors.Is(actx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Kind: KindTimeout, Reason: "attempt exceeded timeout (" + c.e.timeout.String() + ")", Err: err, notSent: !wrote && !c.idempotent && !c.e.retryUnsafe}
+	}
+	return &Error{Kind: KindUnavailable, Err: err, notSent: !wrote && !c.idempotent && !c.e.retryUnsafe}
+}
+
+// attemptFailed ends an attempt that never got a slot (queue expiry, Close).
+func (c *call) attemptFailed(err *Error, _ bool) {
+	c.breakerDone(errExcluded)
+	c.finish(Response{Err: err})
+}
+
+// attemptDone retries r after a backoff if the policy allows, else finishes with it.
+func (c *call) attemptDone(r Response, retryAfter time.Duration) {
+	e := c.e
+	if c.ctx.Err() != nil {
+		c.finish(Response{Err: c.cancelError()})
+		return
+	}
+	if !e.shouldRetry(c, r) {
+		c.finish(r)
+		return
+	}
+	d := e.backoff(c.attempts)
+	if retryAfter > 0 {
+		if retryAfter > e.backoffMax {
+			c.finish(r) // the upstream asks for longer than we may wait
+			return
+		}
+		d = max(d, retryAfter)
+	}
+	c.last = r
+	c.mu.Lock()
+	c.state = stateBackoff
+	// The timer, not a sleeping goroutine, carries the call until the retry.
+	c.timer = time.AfterFunc(d, func() { c.next(true) })
+	c.mu.Unlock()
+}
+
+func (e *Endpoint) shouldRetry(c *call, r Response) bool {
+	if c.attempts >= e.attempts {
+		return false
+	}
+	if r.Err == nil {
+		return e.retryStatus.has(r.Status) && (c.idempotent || e.retryUnsafe)
+	}
+	var le *Error
+	if !errors.As(r.Err, &le) {
+		return false
+	}
+	switch le.Kind {
+	case KindTimeout:
+		if !e.retryTimeout {
+			return false
+		}
+	case KindUnavailable:
+		if !e.retryUnavail {
+			return false
+		}
+	default:
+		return false
+	}
+	return c.idempotent || e.retryUnsafe || le.notSent
+}
+
+// backoff returns the wait before attempt n+1: exponential, capped, with jitter.
+func (e *Endpoint) backoff(n int) time.Duration {
+	d := float64(e.backoff0)
+	for i := 1; i < n && d < float64(e.backoffMax); i++ {
+		d *= e.multiplier
+	}
+	d = min(d, float64(e.backoffMax))
+	return time.Duration(d * (1 - e.jitter*rand.Float64()))
+}
+
+func parseRetryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
+}
+
+// finish delivers r to every waiter, once.
+func (c *call) finish(r Response) {
+	c.mu.Lock()
+	if c.state == stateDone {
+		c.mu.Unlock()
+		return
+	}
+	c.state = stateDone
+	c.mu.Unlock()
+	c.forget()
+	if r.Err != nil {
+		r.Err = c.e.named(r.Err)
+	} else if c.cacheable {
+		c.e.cache.put(c.key, r)
+	}
+	c.mu.Lock()
+	ws := c.waiters
+	c.waiters = nil
+	c.mu.Unlock()
+	c.stopCancel()
+	c.cancel()
+	for _, w := range ws {
+		if w.stop != nil {
+			w.stop()
+		}
+		c.e.deliver(w, r)
+	}
+	c.e.live.Done()
+}
+
+// named returns err with the endpoint's name filled in.
+func (e *Endpoint) named(err error) error {
+	var le *Error
+	if errors.As(err, &le) && le.Endpoint == "" {
+		cp := *le
+		cp.Endpoint = e.name
+		return &cp
+	}
+	return err
+}
+
+func (e *Endpoint) deliver(w *waiter, r Response) {
+	e.account(w.start, r)
+	w.done(r)
+}
+
+// deliverAsync reports an outcome decided inside Do on a new goroutine, keeping the promise
+// that done never runs before Do returns.
+func (e *Endpoint) deliverAsync(done func(Response), start time.Time, r Response) {
+	if r.Err != nil {
+		r.Err = e.named(r.Err)
+	}
+	e.account(start, r)
+	go done(r)
+}
+
+func (e *Endpoint) account(start time.Time, r Response) {
+	e.m.latency.record(time.Since(start))
+	if r.Err != nil {
+		e.m.errors[Kind(r.Err)].Add(1)
+	} else if cl := r.Status / 100; cl >= 1 && cl <= 5 {
+		e.m.statuses[cl].Add(1)
+	}
+}
+
+func ctxError(err error) *Error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return &Error{Kind: KindTimeout, Reason: "caller's deadline passed", Err: err, notSent: true}
+	}
+	return &Error{Kind: KindCancelled, Err: err, notSent: true}
+}
+
+// checkRedirect refuses redirects that leave the endpoint's origin or prefix, and stops after
+// MaxRedirects same-origin ones (the 3xx is then the response).
+func (e *Endpoint) checkRedirect(req *http.Request, via []*http.Request) error {
+	u := req.URL
+	if u.Scheme != e.base.Scheme || u.Host != e.base.Host {
+		return refused("redirect to another origin (" + u.Scheme + "://" + u.Host + ")")
+	}
+	if len(via) > e.cfg.MaxRedirects {
+		return http.ErrUseLastResponse
+	}
+	p := u.EscapedPath()
+	if !isCleanPath(p) || !strings.HasPrefix(p, e.root) || !underPrefix(p[len(e.root):], e.prefix) {
+		return refused("redirect outside the endpoint's prefix")
+	}
+	return nil
+}
+
+// Metrics returns a snapshot of the endpoint's metrics.
+func (e *Endpoint) Metrics() Metrics {
+	var m Metrics
+	m.Requests = e.m.requests.Load()
+	m.Attempts = e.m.attempts.Load()
+	m.Retries = e.m.retries.Load()
+	for i := range m.Errors {
+		m.Errors[i] = e.m.errors[i].Load()
+	}
+	for i := range m.Statuses {
+		m.Statuses[i] = e.m.statuses[i].Load()
+	}
+	m.CacheHits = e.m.cacheHits.Load()
+	m.CacheMisses = e.m.cacheMisses.Load()
+	m.SharedCalls = e.m.shared.Load()
+	m.Latency = e.m.latency.snapshot()
+	if b := e.breaker; b != nil {
+		m.Breaker = b.cb.State()
+		m.Transitions = BreakerTransitions{ToOpen: b.stats.toOpen.Load(), ToHalfOpen: b.stats.toHalfOpen.Load(), ToClosed: b.stats.toClosed.Load()}
+	}
+	ls := e.limiter.stats()
+	m.Limit, m.InFlight, m.Queued = ls.limit, ls.inflight, ls.queued
+	m.BaselineRTT, m.Setpoint, m.LimitChanges = ls.baseline, ls.setpoint, ls.changes
+	return m
+}
