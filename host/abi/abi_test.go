@@ -256,24 +256,24 @@ func TestImportStateConformance(t *testing.T) {
 		buf2 = 3072
 	)
 	res := runProbe(t, in, h, []byte("k"),
-		op(0, 0, ent, 5, buf, 64),            // 0 get absent -> NOT_FOUND
-		op(1, 0, ent, 5, val, 16),            // 1 put
-		op(0, 0, ent, 5, buf, 64),            // 2 get -> 16, copied
-		op(0, 0, ent, 5, buf2, 4),            // 3 get into small buffer -> 16, pending
-		op(3, buf2, 8),                       // 4 take_result too small -> BUFFER_TOO_SMALL
-		op(3, buf2, 16),                      // 5 take_result -> 16
-		op(3, buf2, 16),                      // 6 take_result again -> NO_RESULT
-		op(0, 7, ent, 5, buf, 64),            // 7 get unknown state -> INVALID_ARGUMENT
-		op(0, 0, memSize-2, 5, buf, 64),      // 8 get key out of bounds -> OUT_OF_BOUNDS
-		op(0, 0, ent, 5, memSize-8, 64),      // 9 get buffer out of bounds -> OUT_OF_BOUNDS
-		op(0, 0, ent, 17, buf, 64),           // 10 key over limit -> TOO_LARGE
-		op(1, 0, ent, 5, val, 65),            // 11 put value over limit -> TOO_LARGE
-		op(1, 1, 0, 0, 0, 0),                 // 12 put empty entry, empty value in state 1
-		op(0, 1, 0, 0, buf, 0),               // 13 get it: found, 0 bytes
-		op(2, 0, ent, 5),                     // 14 delete
-		op(0, 0, ent, 5, buf, 64),            // 15 get -> NOT_FOUND
-		op(2, 0, ent, 5),                     // 16 delete absent -> OK
-		op(2, 0, memSize, 1),                 // 17 delete OOB -> OUT_OF_BOUNDS
+		op(0, 0, ent, 5, buf, 64),              // 0 get absent -> NOT_FOUND
+		op(1, 0, ent, 5, val, 16),              // 1 put
+		op(0, 0, ent, 5, buf, 64),              // 2 get -> 16, copied
+		op(0, 0, ent, 5, buf2, 4),              // 3 get into small buffer -> 16, pending
+		op(3, buf2, 8),                         // 4 take_result too small -> BUFFER_TOO_SMALL
+		op(3, buf2, 16),                        // 5 take_result -> 16
+		op(3, buf2, 16),                        // 6 take_result again -> NO_RESULT
+		op(0, 7, ent, 5, buf, 64),              // 7 get unknown state -> INVALID_ARGUMENT
+		op(0, 0, memSize-2, 5, buf, 64),        // 8 get key out of bounds -> OUT_OF_BOUNDS
+		op(0, 0, ent, 5, memSize-8, 64),        // 9 get buffer out of bounds -> OUT_OF_BOUNDS
+		op(0, 0, ent, 17, buf, 64),             // 10 key over limit -> TOO_LARGE
+		op(1, 0, ent, 5, val, 65),              // 11 put value over limit -> TOO_LARGE
+		op(1, 1, 0, 0, 0, 0),                   // 12 put empty entry, empty value in state 1
+		op(0, 1, 0, 0, buf, 0),                 // 13 get it: found, 0 bytes
+		op(2, 0, ent, 5),                       // 14 delete
+		op(0, 0, ent, 5, buf, 64),              // 15 get -> NOT_FOUND
+		op(2, 0, ent, 5),                       // 16 delete absent -> OK
+		op(2, 0, memSize, 1),                   // 17 delete OOB -> OUT_OF_BOUNDS
 		op(0, 0, 0xFFFFFFFF, 0, 0xFFFFFFFF, 0), // 18 zero-length at any pointer is valid -> NOT_FOUND
 		op(1, 0, 0xFFFFFFFF, 0, 0x7FFFFFFF, 0), // 19 -> OK
 	)
@@ -368,15 +368,15 @@ func TestImportLookupConformance(t *testing.T) {
 	in.poke(t, probeData, []byte(req+"GET /big"+"GET /timeout"+"GET /missing"))
 	const buf = 4096
 	res := runProbe(t, in, h, []byte("k"),
-		op(10, 0, probeData, int64(len(req)), buf, 64),       // 0 ok -> 200<<32 | 11
-		op(10, 0, probeData+22, 8, buf, 64),                  // 1 big -> pending
-		op(3, buf+100, 100),                                  // 2 take_result 100
-		op(10, 0, probeData+30, 12, buf, 64),                 // 3 timeout
-		op(10, 0, probeData+42, 12, buf, 64),                 // 4 404
-		op(10, 1, probeData, 4, buf, 64),                     // 5 unknown endpoint
-		op(10, 0, probeData, 65, buf, 64),                    // 6 request too large
-		op(10, 0, 1<<20, 4, buf, 64),                         // 7 request OOB
-		op(10, 0, probeData, int64(len(req)), 1<<20, 64),     // 8 buffer OOB
+		op(10, 0, probeData, int64(len(req)), buf, 64),   // 0 ok -> 200<<32 | 11
+		op(10, 0, probeData+22, 8, buf, 64),              // 1 big -> pending
+		op(3, buf+100, 100),                              // 2 take_result 100
+		op(10, 0, probeData+30, 12, buf, 64),             // 3 timeout
+		op(10, 0, probeData+42, 12, buf, 64),             // 4 404
+		op(10, 1, probeData, 4, buf, 64),                 // 5 unknown endpoint
+		op(10, 0, probeData, 65, buf, 64),                // 6 request too large
+		op(10, 0, 1<<20, 4, buf, 64),                     // 7 request OOB
+		op(10, 0, probeData, int64(len(req)), 1<<20, 64), // 8 buffer OOB
 	)
 	want := []int64{200<<32 | 11, 200<<32 | 100, 100, -16, 404<<32 | 4, -2, -4, -3, -3}
 	if fmt.Sprint(res) != fmt.Sprint(want) {
@@ -461,9 +461,6 @@ func TestFaults(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.fixture, func(t *testing.T) {
-			if !instrumented && (tc.fixture == "loop" || tc.fixture == "fib") {
-				t.Skip("needs internal/wasmbin")
-			}
 			e := newEngine(t, tc.limits)
 			m := load(t, e, tc.fixture)
 			h := newRec()
@@ -516,9 +513,6 @@ func TestHostErrorAbortsCall(t *testing.T) {
 }
 
 func TestCancellationStopsRunningCall(t *testing.T) {
-	if !instrumented {
-		t.Skip("needs internal/wasmbin")
-	}
 	e := newEngine(t, Limits{CallTime: time.Hour})
 	m := load(t, e, "loop")
 	ctx, cancel := context.WithCancelCause(context.Background())

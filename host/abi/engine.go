@@ -8,8 +8,9 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 
+	"github.com/clink-wasm/clink-wasm/internal/wasmbin"
+	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 )
 
 // Engine compiles and instantiates operator modules. It owns one wazero runtime with the host

@@ -13,6 +13,7 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 
+	"github.com/clink-wasm/clink-wasm/internal/wasmbin"
 )
 
 // Export names from docs/abi.md.
