@@ -2,6 +2,7 @@ package lookup
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -160,3 +161,7 @@ func hijackClose(w http.ResponseWriter) {
 func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
