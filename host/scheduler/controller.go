@@ -1,0 +1,883 @@
+// Package scheduler runs one operator subtask: it feeds records to pooled Wasm instances through
+// a per-key async execution controller, the Go rendering of the seed engine's
+// AsyncExecutionController.
+//
+// A record's guest call runs until it completes or reaches an async import that cannot answer at
+// once (a cold state read, an HTTP lookup). There the call suspends, its instance stays with it,
+// and the runner goes on with other records on other instances. When the value arrives the call
+// resumes on the runner. Around that, the controller keeps the guarantees of docs/abi.md:
+//
+//   - Per-key gate: at most one in-flight task per key; later records of a busy key park FIFO
+//     and are promoted when the key frees, so same-key reads always see same-key writes.
+//   - In-flight cap: admitted tasks (running, suspended or parked) never exceed MaxInFlight; at
+//     the cap the runner stops pulling input, so backpressure reaches the source.
+//   - Epochs: records are tagged with the epoch they arrived in; a watermark closes the epoch.
+//     Its release (fire due timers, then forward the watermark) runs only after every task of
+//     that epoch and of every earlier epoch has finished, in epoch order. Timers fire as tasks
+//     through the same gate, so a timer callback that reads cold state suspends like a record.
+//   - Barrier drain: a checkpoint barrier stops admission until every admitted task has finished
+//     and every closed epoch has been released, then captures state: a consistent cut.
+//   - Read coalescing: when the runner is stuck (every in-flight task suspended, nothing ready,
+//     no input it may take), pending cold reads go to the backend as one batched Fetch. The gate
+//     guarantees they are for distinct record keys.
+//   - Faults: the first failed task is recorded; its key is released and its epoch still
+//     advances; then the controller stops admitting, aborts suspended calls and returns an
+//     *OperatorError naming the operator, the record and the key.
+//
+// See carrier.go for how the runner role moves between goroutines.
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
+	"github.com/clink-wasm/clink-wasm/host/state"
+)
+
+// DefaultMaxInFlight is the in-flight cap when neither the configuration nor the guest's memory
+// footprint decides otherwise (the seed's kDefaultMaxInFlight).
+const DefaultMaxInFlight = 6000
+
+// DefaultInstanceMemoryBudget bounds the memory the instance pool may use when deriving the
+// in-flight cap from an instance's size: 1 GiB, i.e. ~270 Go guests or thousands of
+// AssemblyScript guests.
+const DefaultInstanceMemoryBudget = 1 << 30
+
+// ResumeOrder decides the order in which ready calls resume.
+type ResumeOrder uint8
+
+const (
+	// ResumeFIFO resumes calls in the order their values arrived.
+	ResumeFIFO ResumeOrder = iota
+	// ResumePriority resumes ready calls by their order key (lower first), ties in arrival order.
+	ResumePriority
+)
+
+// LookupFunc sends an ABI-framed lookup request through an endpoint and calls done exactly once,
+// from any goroutine (or synchronously, for a cached response). A guest-visible failure is an
+// abi.Code error; any other error fails the pipeline.
+type LookupFunc func(ctx context.Context, endpoint uint32, request []byte, done func(status int, body []byte, err error))
+
+// LogFunc receives guest log lines. src is nil outside a record or timer call.
+type LogFunc func(operator string, level abi.LogLevel, msg []byte, src *Source)
+
+// Config configures a Controller.
+type Config struct {
+	Module  *abi.Module
+	Backend state.Backend
+	Sink    Sink
+	Lookup  LookupFunc // nil: lookups fail with LOOKUP_UNAVAILABLE
+	Log     LogFunc
+
+	// MaxInFlight caps admitted tasks (and so instances). 0 derives it from the memory one
+	// instance uses: InstanceMemoryBudget / instance size, at most DefaultMaxInFlight.
+	MaxInFlight          int
+	InstanceMemoryBudget int64
+
+	// Coalesce batches cold reads into one Fetch when the runner is stuck (default on; set
+	// NoCoalesce to issue each read at once). MaxReadBatch bounds a batch (default 4096).
+	NoCoalesce   bool
+	MaxReadBatch int
+
+	// Synchronous makes every cold read and lookup block the runner: the baseline the async
+	// path is measured against. It implies MaxInFlight 1.
+	Synchronous bool
+
+	ResumeOrder ResumeOrder
+
+	// TimerLimit bounds timers per key (default 65536).
+	TimerLimit int
+
+	// OnBarrier runs on the runner once a barrier has drained, after timers are saved to the
+	// backend's operator state: capture state there.
+	OnBarrier func(id uint64) error
+
+	// Describe names a record position in errors, e.g. "input line 42". Default "record #N".
+	Describe func(pos int64) string
+}
+
+// ElementKind distinguishes the elements of the input stream.
+type ElementKind uint8
+
+const (
+	ElementRecord ElementKind = iota
+	ElementWatermark
+	ElementBarrier
+)
+
+// Element is one input: a record, a watermark or a checkpoint barrier.
+type Element struct {
+	Kind      ElementKind
+	Key       []byte
+	Value     []byte
+	TS        int64 // record timestamp, or the watermark
+	Pos       int64 // source position of a record
+	CheckID   uint64
+	KeyByWasm bool // key the record with the guest's clink_key
+}
+
+// OperatorError is the failure of an operator on one record or timer.
+type OperatorError struct {
+	Operator string
+	Where    string // "input line 42", "timer at 1700000000000"
+	Key      []byte
+	TS       int64
+	Err      error
+}
+
+func (e *OperatorError) Error() string {
+	var f *abi.Fault
+	detail := e.Err.Error()
+	if errors.As(e.Err, &f) {
+		detail = f.Detail()
+	}
+	return fmt.Sprintf("operator %q failed at %s (key %q, timestamp %d): %s", e.Operator, e.Where, e.Key, e.TS, detail)
+}
+
+func (e *OperatorError) Unwrap() error { return e.Err }
+
+// ErrAborted is what a suspended call sees when the controller aborts it.
+var ErrAborted = errors.New("scheduler: call aborted because the pipeline is stopping")
+
+// Controller is the async execution controller of one operator subtask.
+type Controller struct {
+	cfg   Config
+	name  string
+	ctx   context.Context
+	input <-chan []Element
+
+	// Everything below is owned by the runner role (see carrier.go) unless noted.
+	cur      *carrier
+	idle     []*carrier
+	carriers int
+	carrierW sync.WaitGroup
+	stopped  bool
+
+	inbuf     []Element
+	inputDone bool
+
+	maxInFlight int
+	admitted    int // tasks admitted and not complete: running, suspended, parked, runnable
+	running     int // tasks holding an instance
+	parked      int
+	seq         uint64
+
+	gate     map[string]*gateEntry
+	gatePool []*gateEntry
+	runnable []*task // promoted from the gate, in order
+
+	pool      []*slot
+	instances int
+
+	epochs    []*epoch // oldest unreleased first; the last is open
+	watermark int64    // last watermark forwarded
+	lastWM    int64    // last watermark received
+	barrier   *uint64
+	timers    *timerService
+
+	pendingReads []*task
+	maxBatch     int
+	ready        []*task
+	suspended    map[*task]struct{}
+
+	comp completions // the only cross-goroutine surface
+
+	out     *outBuffer
+	err     error
+	abortCh bool
+
+	taskPool []*task
+
+	metrics Metrics
+	hot     hotCounts
+}
+
+type gateEntry struct{ queue []*task }
+
+type epoch struct {
+	pending int   // admitted tasks of this epoch not yet complete
+	startWM int64 // watermark its records see
+	closeWM int64
+	closed  bool
+	firing  bool
+	due     []timerEntry
+}
+
+// completions is the hand-back from IO goroutines to the runner.
+type completions struct {
+	mu   sync.Mutex
+	q    []completion
+	wake chan struct{} // cap 1
+}
+
+type completion struct {
+	batch *readBatch
+	task  *task // a finished lookup
+	at    time.Time
+}
+
+type readBatch struct {
+	tasks   []*task
+	results []state.Fetched
+	err     error
+}
+
+func (q *completions) post(c completion) {
+	q.mu.Lock()
+	q.q = append(q.q, c)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *completions) take(dst []completion) []completion {
+	q.mu.Lock()
+	dst = append(dst, q.q...)
+	clear(q.q)
+	q.q = q.q[:0]
+	q.mu.Unlock()
+	return dst
+}
+
+// New returns a controller for cfg. Instances are created lazily, the first one at once so that
+// its memory footprint can size the pool.
+func New(cfg Config) (*Controller, error) {
+	if cfg.Module == nil || cfg.Backend == nil || cfg.Sink == nil {
+		return nil, errors.New("scheduler: Module, Backend and Sink are required")
+	}
+	if cfg.TimerLimit <= 0 {
+		cfg.TimerLimit = 65536
+	}
+	if cfg.MaxReadBatch <= 0 {
+		cfg.MaxReadBatch = 4096
+	}
+	if cfg.InstanceMemoryBudget <= 0 {
+		cfg.InstanceMemoryBudget = DefaultInstanceMemoryBudget
+	}
+	if cfg.Describe == nil {
+		cfg.Describe = func(pos int64) string { return fmt.Sprintf("record #%d", pos) }
+	}
+	c := &Controller{
+		cfg:       cfg,
+		name:      cfg.Module.Name(),
+		gate:      make(map[string]*gateEntry),
+		suspended: make(map[*task]struct{}),
+		timers:    newTimerService(cfg.TimerLimit),
+		maxBatch:  cfg.MaxReadBatch,
+		watermark: math.MinInt64,
+		lastWM:    math.MinInt64,
+		out:       newOutBuffer(cfg.Sink),
+	}
+	c.comp.wake = make(chan struct{}, 1)
+	c.epochs = []*epoch{{startWM: math.MinInt64}}
+	if err := c.timers.unmarshal(cfg.Backend.OperatorState(timersStateName)); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Metrics returns the controller's live metrics.
+func (c *Controller) Metrics() *Metrics { return &c.metrics }
+
+// Run processes input until it is closed and every task has completed, or until the first
+// failure or ctx's cancellation. The last watermark a bounded source sends should be
+// math.MaxInt64 so that every timer fires. Run may be called once.
+func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
+	c.ctx = ctx
+	c.input = input
+	if err := c.sizePool(); err != nil {
+		return err
+	}
+	self := newCarrier()
+	c.cur = self
+	c.loop(self)
+	c.carrierW.Wait()
+	return c.err
+}
+
+func (c *Controller) sizePool() error {
+	if c.cfg.Synchronous {
+		c.maxInFlight = 1
+		return nil
+	}
+	if c.cfg.MaxInFlight > 0 {
+		c.maxInFlight = c.cfg.MaxInFlight
+		return nil
+	}
+	s, err := c.newSlot()
+	if err != nil {
+		return err
+	}
+	c.pool = append(c.pool, s)
+	per := max(int64(s.inst.MemoryBytes()), 64<<10)
+	c.maxInFlight = int(min(int64(DefaultMaxInFlight), max(1, c.cfg.InstanceMemoryBudget/per)))
+	return nil
+}
+
+// MaxInFlight returns the in-flight cap in force (after Run has started).
+func (c *Controller) MaxInFlight() int { return c.maxInFlight }
+
+// loop is the runner loop. It runs on whichever carrier holds the runner role; every piece of
+// state it keeps between iterations lives in c, so a carrier can pick it up at any hand-off.
+func (c *Controller) loop(self *carrier) {
+	var comps []completion
+	for !c.stopped {
+		comps = c.comp.take(comps[:0])
+		for _, cp := range comps {
+			c.complete(cp)
+		}
+		if c.err == nil {
+			if err := c.ctx.Err(); err != nil {
+				c.fail(fmt.Errorf("pipeline cancelled: %w", context.Cause(c.ctx)))
+			} else if c.out.err != nil {
+				c.fail(c.out.err)
+			}
+		}
+		if c.err != nil {
+			if t := c.anySuspended(); t != nil {
+				t.aborted = ErrAborted
+				c.resumeTask(self, t)
+				continue
+			}
+			c.shutdown(self)
+			return
+		}
+		if t := c.nextReady(); t != nil {
+			c.resumeTask(self, t)
+			continue
+		}
+		if len(c.runnable) > 0 {
+			t := c.runnable[0]
+			c.runnable[0] = nil
+			c.runnable = c.runnable[1:]
+			c.execute(t)
+			continue
+		}
+		if c.releaseStep() {
+			continue
+		}
+		if c.barrier != nil {
+			if c.admitted == 0 && len(c.epochs) == 1 {
+				c.completeBarrier()
+				continue
+			}
+		} else if c.admitted < c.maxInFlight {
+			if el, ok := c.nextInput(); ok {
+				c.handle(el)
+				continue
+			}
+		}
+		if len(c.pendingReads) > 0 {
+			c.flushReads()
+			continue
+		}
+		if c.inputDone && c.admitted == 0 && len(c.epochs) == 1 && c.barrier == nil {
+			c.shutdown(self)
+			return
+		}
+		c.wait()
+	}
+}
+
+// nextInput takes the next input element without blocking.
+func (c *Controller) nextInput() (Element, bool) {
+	for len(c.inbuf) == 0 {
+		if c.inputDone {
+			return Element{}, false
+		}
+		select {
+		case b, ok := <-c.input:
+			if !ok {
+				c.inputDone = true
+				return Element{}, false
+			}
+			c.inbuf = b
+		default:
+			return Element{}, false
+		}
+	}
+	el := c.inbuf[0]
+	c.inbuf = c.inbuf[1:]
+	return el, true
+}
+
+// wait blocks until a completion arrives, input can be taken, or ctx is done.
+func (c *Controller) wait() {
+	c.publish()
+	if err := c.out.flush(); err != nil {
+		return
+	}
+	var in <-chan []Element
+	if !c.inputDone && c.barrier == nil && c.admitted < c.maxInFlight && len(c.inbuf) == 0 {
+		in = c.input
+	}
+	select {
+	case <-c.comp.wake:
+	case b, ok := <-in:
+		if !ok {
+			c.inputDone = true
+		} else {
+			c.inbuf = b
+		}
+	case <-c.ctx.Done():
+	}
+}
+
+func (c *Controller) handle(el Element) {
+	switch el.Kind {
+	case ElementRecord:
+		t := c.newTask()
+		t.kind = kindRecord
+		t.key, t.value, t.ts, t.pos = el.Key, el.Value, el.TS, el.Pos
+		if el.KeyByWasm {
+			k, err := c.keyOf(el.Value)
+			if err != nil {
+				c.fail(&OperatorError{Operator: c.name, Where: c.cfg.Describe(el.Pos), TS: el.TS, Err: err})
+				c.freeTask(t)
+				return
+			}
+			t.key = k
+		}
+		e := c.epochs[len(c.epochs)-1]
+		t.ep, t.wm = e, e.startWM
+		e.pending++
+		c.admitted++
+		c.submit(t, false)
+	case ElementWatermark:
+		if el.TS <= c.lastWM {
+			return // watermarks never move backwards
+		}
+		c.lastWM = el.TS
+		e := c.epochs[len(c.epochs)-1]
+		e.closed, e.closeWM = true, el.TS
+		c.epochs = append(c.epochs, &epoch{startWM: el.TS})
+	case ElementBarrier:
+		id := el.CheckID
+		c.barrier = &id
+	}
+}
+
+// keyOf runs the guest key function on a pooled instance.
+func (c *Controller) keyOf(value []byte) ([]byte, error) {
+	s, err := c.acquireSlot()
+	if err != nil {
+		return nil, err
+	}
+	k, err := s.inst.Key(value)
+	if err == nil {
+		k = bytes.Clone(k)
+	}
+	c.releaseSlot(s)
+	return k, err
+}
+
+// submit runs t now if its key is free, or parks it behind the key's in-flight task. A fired
+// timer goes to the front of the queue: it belongs to an earlier epoch than any parked record.
+func (c *Controller) submit(t *task, front bool) {
+	if g, ok := c.gate[string(t.key)]; ok {
+		if front {
+			g.queue = slices.Insert(g.queue, 0, t)
+		} else {
+			g.queue = append(g.queue, t)
+		}
+		c.parked++
+		t.waitFrom = time.Now()
+		return
+	}
+	c.execute(t)
+}
+
+// markKeyBusy enters t's key into the gate. A task that completes without suspending never
+// needs an entry: nothing else runs while it does.
+func (c *Controller) markKeyBusy(t *task) {
+	if t.inGate {
+		return
+	}
+	t.inGate = true
+	var g *gateEntry
+	if n := len(c.gatePool); n > 0 {
+		g = c.gatePool[n-1]
+		c.gatePool = c.gatePool[:n-1]
+	} else {
+		g = &gateEntry{}
+	}
+	c.gate[string(t.key)] = g
+}
+
+// keyDone releases t's key: the next parked task of the key becomes runnable, keeping the key.
+func (c *Controller) keyDone(t *task) {
+	if !t.inGate {
+		return
+	}
+	t.inGate = false
+	g := c.gate[string(t.key)]
+	if len(g.queue) > 0 {
+		next := g.queue[0]
+		g.queue[0] = nil
+		g.queue = g.queue[1:]
+		next.inGate = true
+		c.parked--
+		c.metrics.GateWaits.Add(1)
+		c.metrics.GateWaitNanos.Add(int64(time.Since(next.waitFrom)))
+		c.runnable = append(c.runnable, next)
+		return
+	}
+	delete(c.gate, string(t.key))
+	g.queue = g.queue[:0]
+	c.gatePool = append(c.gatePool, g)
+}
+
+// execute runs t's guest call on the current carrier. If the call suspends, this carrier parks
+// inside it and returns here, holding the runner role again, once the call has completed.
+func (c *Controller) execute(t *task) {
+	if c.err != nil {
+		c.finish(t, nil)
+		return
+	}
+	s, err := c.acquireSlot()
+	if err != nil {
+		c.finish(t, err)
+		return
+	}
+	s.t, t.slot = t, s
+	c.running++
+	switch t.kind {
+	case kindRecord:
+		err = s.inst.Process(t.key, t.value, t.ts)
+		c.hot.records++
+	case kindTimer:
+		err = s.inst.OnTimer(t.key, t.ts)
+		c.hot.timers++
+	}
+	c.running--
+	s.t, t.slot = nil, nil
+	c.releaseSlot(s)
+	c.finish(t, err)
+}
+
+// finish accounts a completed task: the key frees, the epoch advances, the first error sticks.
+func (c *Controller) finish(t *task, err error) {
+	if err != nil && c.err == nil {
+		where := c.cfg.Describe(t.pos)
+		if t.kind == kindTimer {
+			where = fmt.Sprintf("timer at %d", t.ts)
+		}
+		c.err = &OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err}
+	}
+	c.keyDone(t)
+	t.ep.pending--
+	c.admitted--
+	c.freeTask(t)
+}
+
+func (c *Controller) fail(err error) {
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// releaseStep advances the oldest closed epoch: once its tasks are done it fires its due timers
+// (as tasks of that epoch, as capacity allows), and once those are done too it forwards the
+// watermark. It reports whether it did anything.
+func (c *Controller) releaseStep() bool {
+	if len(c.epochs) < 2 {
+		return false
+	}
+	e := c.epochs[0]
+	if !e.closed || (e.pending > 0 && !e.firing) {
+		return false
+	}
+	if !e.firing {
+		e.firing = true
+		e.due = c.timers.popDue(e.closeWM)
+	}
+	if len(e.due) > 0 {
+		if c.admitted >= c.maxInFlight {
+			return false
+		}
+		te := e.due[0]
+		e.due = e.due[1:]
+		t := c.newTask()
+		t.kind = kindTimer
+		t.key, t.ts, t.pos = []byte(te.key), te.ts, -1
+		t.ep, t.wm = e, e.closeWM
+		e.pending++
+		c.admitted++
+		c.submit(t, true)
+		return true
+	}
+	if e.pending > 0 {
+		return false
+	}
+	// Timers registered during this release for times at or before the watermark fire at the
+	// next one (docs/abi.md). At end of input there is no next one: fire them now, bounded.
+	if e.closeWM == math.MaxInt64 && c.timers.hasDue(e.closeWM) {
+		e.due = c.timers.popDue(e.closeWM)
+		return true
+	}
+	c.epochs[0] = nil
+	c.epochs = c.epochs[1:]
+	c.watermark = e.closeWM
+	c.metrics.Watermarks.Add(1)
+	if err := c.out.mark(OutputWatermark, e.closeWM); err != nil {
+		c.fail(err)
+	}
+	return true
+}
+
+func (c *Controller) completeBarrier() {
+	id := *c.barrier
+	c.barrier = nil
+	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())
+	if c.cfg.OnBarrier != nil {
+		if err := c.cfg.OnBarrier(id); err != nil {
+			c.fail(fmt.Errorf("checkpoint %d: %w", id, err))
+			return
+		}
+	}
+	c.metrics.Barriers.Add(1)
+	if err := c.out.mark(OutputBarrier, int64(id)); err != nil {
+		c.fail(err)
+	}
+}
+
+// SaveTimers stores the timer queue in the backend's operator state; used before a final
+// savepoint when no barrier passed.
+func (c *Controller) SaveTimers() {
+	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())
+}
+
+// PendingTimers returns the number of registered timers.
+func (c *Controller) PendingTimers() int { return c.timers.len() }
+
+// --- async imports ---
+
+// readCold suspends t until k has been loaded. It runs on the holder, inside t's guest call.
+func (c *Controller) readCold(t *task, k state.Key) ([]byte, bool, error) {
+	t.readKey = state.Key{State: k.State, Record: t.key, Entry: bytes.Clone(k.Entry)}
+	if c.cfg.Synchronous {
+		ch := make(chan readBatch, 1)
+		c.cfg.Backend.Fetch([]state.Key{t.readKey}, func(res []state.Fetched, err error) {
+			ch <- readBatch{results: res, err: err}
+		})
+		b := <-ch
+		if b.err != nil {
+			return nil, false, fmt.Errorf("state read: %w", b.err)
+		}
+		c.cfg.Backend.Fill(b.results)
+		return b.results[0].Value, b.results[0].Found, nil
+	}
+	c.pendingReads = append(c.pendingReads, t)
+	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch {
+		c.flushReads()
+	}
+	c.suspendCurrent(t)
+	if t.aborted != nil {
+		return nil, false, t.aborted
+	}
+	v, found := t.fetched.Value, t.fetched.Found
+	t.fetched = state.Fetched{}
+	return v, found, nil
+}
+
+// flushReads issues every pending cold read as one batched Fetch.
+func (c *Controller) flushReads() {
+	tasks := c.pendingReads
+	c.pendingReads = nil
+	keys := make([]state.Key, len(tasks))
+	for i, t := range tasks {
+		keys[i] = t.readKey
+	}
+	n := int64(len(tasks))
+	c.metrics.ReadBatches.Add(1)
+	c.metrics.ReadBatchKeys.Add(n)
+	if n > c.metrics.MaxReadBatch.Load() {
+		c.metrics.MaxReadBatch.Store(n)
+	}
+	b := &readBatch{tasks: tasks}
+	c.cfg.Backend.Fetch(keys, func(res []state.Fetched, err error) {
+		if err == nil && len(res) != len(tasks) {
+			err = fmt.Errorf("state backend returned %d results for %d keys", len(res), len(tasks))
+		}
+		b.results, b.err = res, err
+		c.comp.post(completion{batch: b, at: time.Now()})
+	})
+}
+
+// complete installs a completion on the runner and queues its tasks for resumption.
+func (c *Controller) complete(cp completion) {
+	if b := cp.batch; b != nil {
+		if b.err != nil {
+			c.fail(fmt.Errorf("state backend: %w", b.err))
+			return // the tasks are aborted with everything else
+		}
+		c.cfg.Backend.Fill(b.results)
+		for i, t := range b.tasks {
+			t.fetched = b.results[i]
+			t.waitFrom = cp.at
+			c.ready = append(c.ready, t)
+		}
+		return
+	}
+	cp.task.waitFrom = cp.at
+	c.ready = append(c.ready, cp.task)
+}
+
+func (c *Controller) nextReady() *task {
+	if len(c.ready) == 0 {
+		return nil
+	}
+	if c.cfg.ResumeOrder == ResumePriority && len(c.ready) > 1 {
+		slices.SortStableFunc(c.ready, func(a, b *task) int {
+			switch {
+			case a.order < b.order:
+				return -1
+			case a.order > b.order:
+				return 1
+			}
+			return 0
+		})
+	}
+	t := c.ready[0]
+	c.ready[0] = nil
+	c.ready = c.ready[1:]
+	return t
+}
+
+func (c *Controller) anySuspended() *task {
+	for t := range c.suspended {
+		return t
+	}
+	return nil
+}
+
+// resumeTask hands the runner role to suspended task t.
+func (c *Controller) resumeTask(self *carrier, t *task) {
+	if !t.suspended {
+		return
+	}
+	c.metrics.Resumes.Add(1)
+	if !t.waitFrom.IsZero() {
+		c.metrics.ResumeLatencyNanos.Add(int64(time.Since(t.waitFrom)))
+	}
+	c.resume(self, t)
+}
+
+// lookupAsync sends a lookup and suspends t until it answers (or returns at once for a response
+// the lookup layer answers synchronously, e.g. from its cache).
+func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []byte, error) {
+	c.metrics.Lookups.Add(1)
+	if c.cfg.Synchronous {
+		return c.lookupBlocking(endpoint, req)
+	}
+	t.done.Store(0)
+	c.cfg.Lookup(c.ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
+		t.lookup = lookupResult{status: status, body: body, err: err}
+		if t.done.CompareAndSwap(0, 2) {
+			return // answered before the caller suspended: it reads t.lookup directly
+		}
+		c.comp.post(completion{task: t, at: time.Now()})
+	})
+	if t.done.CompareAndSwap(0, 1) {
+		c.suspendCurrent(t)
+		if t.aborted != nil {
+			return 0, nil, t.aborted
+		}
+	}
+	r := t.lookup
+	t.lookup = lookupResult{}
+	return r.status, r.body, r.err
+}
+
+func (c *Controller) lookupBlocking(endpoint uint32, req []byte) (int, []byte, error) {
+	ch := make(chan lookupResult, 1)
+	c.cfg.Lookup(c.ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
+		ch <- lookupResult{status, body, err}
+	})
+	r := <-ch
+	return r.status, r.body, r.err
+}
+
+// --- instances ---
+
+func (c *Controller) newSlot() (*slot, error) {
+	s := &slot{c: c}
+	inst, err := c.cfg.Module.Instantiate(c.ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	s.inst = inst
+	c.instances++
+	return s, nil
+}
+
+func (c *Controller) acquireSlot() (*slot, error) {
+	if n := len(c.pool); n > 0 {
+		s := c.pool[n-1]
+		c.pool = c.pool[:n-1]
+		return s, nil
+	}
+	return c.newSlot()
+}
+
+// releaseSlot returns an instance to the pool, or discards it after a fault.
+func (c *Controller) releaseSlot(s *slot) {
+	if s.inst.Broken() {
+		_ = s.inst.Close(c.ctx)
+		c.instances--
+		return
+	}
+	c.pool = append(c.pool, s)
+}
+
+// shutdown retires every instance (clink_close on a clean finish), flushes output and wakes the
+// idle carriers so they exit.
+func (c *Controller) shutdown(self *carrier) {
+	ctx := context.WithoutCancel(c.ctx)
+	for _, s := range c.pool {
+		if c.err == nil {
+			if err := s.inst.Close(ctx); err != nil {
+				c.fail(&OperatorError{Operator: c.name, Where: "clink_close", Err: err})
+			}
+		} else {
+			_ = s.inst.Close(ctx)
+		}
+		c.instances--
+	}
+	c.pool = nil
+	if err := c.out.flush(); err != nil {
+		c.fail(err)
+	}
+	c.publish()
+	c.stopped = true
+	for _, idle := range c.idle {
+		idle.wake <- struct{}{}
+	}
+	c.idle = nil
+	_ = self
+}
+
+func (c *Controller) newTask() *task {
+	c.seq++
+	if n := len(c.taskPool); n > 0 {
+		t := c.taskPool[n-1]
+		c.taskPool = c.taskPool[:n-1]
+		t.seq = c.seq
+		return t
+	}
+	return &task{seq: c.seq}
+}
+
+func (c *Controller) freeTask(t *task) {
+	t.reset()
+	c.taskPool = append(c.taskPool, t)
+}

@@ -1,0 +1,436 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
+	"github.com/clink-wasm/clink-wasm/host/state"
+)
+
+var (
+	engineOnce sync.Once
+	testEngine *abi.Engine
+)
+
+func engine(t testing.TB) *abi.Engine {
+	engineOnce.Do(func() {
+		e, err := abi.NewEngine(context.Background())
+		if err != nil {
+			panic(err)
+		}
+		testEngine = e
+	})
+	return testEngine
+}
+
+func loadModule(t testing.TB, path string) *abi.Module {
+	t.Helper()
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := engine(t).Load(context.Background(), bin, abi.LoadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// out is a copied output element.
+type out struct {
+	kind  OutputKind
+	key   string
+	value []byte
+	ts    int64
+}
+
+type collectSink struct {
+	mu   sync.Mutex
+	outs []out
+}
+
+func (s *collectSink) Write(b *Batch) error {
+	s.mu.Lock()
+	for _, o := range b.Outputs {
+		s.outs = append(s.outs, out{o.Kind, string(o.Key), bytes.Clone(o.Value), o.TS})
+	}
+	s.mu.Unlock()
+	b.Release()
+	return nil
+}
+
+func rec(key string, i uint64, ts int64, pos int64) Element {
+	v := make([]byte, 8)
+	binary.LittleEndian.PutUint64(v, i)
+	return Element{Kind: ElementRecord, Key: []byte(key), Value: v, TS: ts, Pos: pos}
+}
+
+// workload is a random input stream with its model.
+type workload struct {
+	elems    []Element
+	perKey   map[string]uint64
+	barriers map[uint64]map[string]uint64 // per barrier: records per key before it
+}
+
+func genWorkload(rng *rand.Rand, n, keys int) workload {
+	w := workload{perKey: map[string]uint64{}, barriers: map[uint64]map[string]uint64{}}
+	ts := int64(1000)
+	wm := int64(math.MinInt64)
+	var ckpt uint64
+	for pos := int64(1); pos <= int64(n); pos++ {
+		k := fmt.Sprintf("k%03d", rng.IntN(keys))
+		// timestamps wander up with some disorder
+		ts += rng.Int64N(20) - 5
+		w.elems = append(w.elems, rec(k, w.perKey[k], ts, pos))
+		w.perKey[k]++
+		switch r := rng.IntN(100); {
+		case r < 4:
+			if nw := ts - 50; nw > wm {
+				wm = nw
+				w.elems = append(w.elems, Element{Kind: ElementWatermark, TS: wm})
+			}
+		case r == 4:
+			ckpt++
+			snap := map[string]uint64{}
+			for k, c := range w.perKey {
+				snap[k] = c
+			}
+			w.barriers[ckpt] = snap
+			w.elems = append(w.elems, Element{Kind: ElementBarrier, CheckID: ckpt})
+		}
+	}
+	w.elems = append(w.elems, Element{Kind: ElementWatermark, TS: math.MaxInt64})
+	return w
+}
+
+func feed(elems []Element, batch int) <-chan []Element {
+	ch := make(chan []Element, 4)
+	go func() {
+		for len(elems) > 0 {
+			n := min(batch, len(elems))
+			ch <- elems[:n]
+			elems = elems[n:]
+		}
+		close(ch)
+	}()
+	return ch
+}
+
+// TestPropertiesRandomLatency is the randomized property test of issue 3: random workloads,
+// random in-flight caps, coalescing on and off, fetch latencies in random order, random
+// evictions. It checks per-key order and read-your-writes, no lost or duplicated records,
+// watermarks never overtaking earlier records, timers firing after the records before them,
+// and barriers seeing a consistent cut.
+func TestPropertiesRandomLatency(t *testing.T) {
+	m := loadModule(t, "testdata/accum.wasm")
+	for seed := uint64(1); seed <= 12; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 7))
+				w := genWorkload(rng, 1500, 1+rng.IntN(300))
+				tier := newFakeTier(seed, 0, time.Duration(1+rng.IntN(3))*time.Millisecond, rng.Float64()*0.9)
+				sink := &collectSink{}
+				var barrierErr error
+				cfg := Config{
+					Module:      m,
+					Backend:     tier,
+					Sink:        sink,
+					MaxInFlight: 1 + rng.IntN(64),
+					NoCoalesce:  seed%3 == 0,
+					ResumeOrder: ResumeOrder(seed % 2),
+				}
+				cfg.OnBarrier = func(id uint64) error {
+					// Consistent cut: state must count exactly the records before the barrier.
+					for k, want := range w.barriers[id] {
+						v, ok := tier.view(state.Key{Record: []byte(k)})
+						var got uint64
+						if ok {
+							got = binary.LittleEndian.Uint64(v)
+						}
+						if got != want && barrierErr == nil {
+							barrierErr = fmt.Errorf("barrier %d: key %s has count %d, want %d", id, k, got, want)
+						}
+					}
+					_, err := tier.Capture(id)
+					return err
+				}
+				c, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Run(context.Background(), feed(w.elems, 1+rng.IntN(100))); err != nil {
+					t.Fatal(err)
+				}
+				tier.pending.Wait()
+				if barrierErr != nil {
+					t.Fatal(barrierErr)
+				}
+				checkOutputs(t, w, sink.outs)
+				s := c.Metrics().Snapshot()
+				if s.Instances != 0 || s.InFlight != 0 || s.Parked != 0 {
+					t.Errorf("leftovers after Run: %+v", s)
+				}
+				if s.Suspensions == 0 || s.Records != int64(len(w.perKey)) && s.Records == 0 {
+					t.Errorf("nothing suspended: %+v", s)
+				}
+				if !cfg.NoCoalesce && cfg.MaxInFlight > 8 && s.MeanReadBatch < 1.5 {
+					t.Errorf("coalescing did not batch: mean %.2f keys per read", s.MeanReadBatch)
+				}
+				t.Logf("cap %d coalesce %v: %d suspensions, %d gate waits, %d read batches (mean %.1f keys), %d timers",
+					cfg.MaxInFlight, !cfg.NoCoalesce, s.Suspensions, s.GateWaits, s.ReadBatches, s.MeanReadBatch, s.Timers)
+			})
+		})
+	}
+}
+
+func checkOutputs(t *testing.T, w workload, outs []out) {
+	t.Helper()
+	// Position of each record in the input, and of each watermark.
+	type rk struct {
+		key string
+		i   uint64
+	}
+	inputIdx := map[rk]int{}
+	wmIdx := map[int64]int{}
+	for i, e := range w.elems {
+		switch e.Kind {
+		case ElementRecord:
+			inputIdx[rk{string(e.Key), binary.LittleEndian.Uint64(e.Value)}] = i
+		case ElementWatermark:
+			wmIdx[e.TS] = i
+		}
+	}
+	seen := map[rk]int{} // output index
+	nextI := map[string]uint64{}
+	lastWM := int64(math.MinInt64)
+	timersSeen := 0
+	for oi, o := range outs {
+		switch o.kind {
+		case OutputWatermark:
+			if o.ts <= lastWM {
+				t.Fatalf("watermark %d after %d", o.ts, lastWM)
+			}
+			lastWM = o.ts
+			// Every record that arrived before this watermark must already be out.
+			for r, idx := range inputIdx {
+				if idx < wmIdx[o.ts] {
+					if _, ok := seen[r]; !ok {
+						t.Fatalf("watermark %d overtook record %v (input %d)", o.ts, r, idx)
+					}
+				}
+			}
+		case OutputData:
+			i := int64(binary.LittleEndian.Uint64(o.value))
+			if i == -1 {
+				timersSeen++
+				ts := int64(binary.LittleEndian.Uint64(o.value[8:]))
+				if ts > lastWM && lastWM != math.MinInt64 {
+					// A timer fires only once a watermark at or past it is being released:
+					// the watermark itself is forwarded after its timers.
+				}
+				continue
+			}
+			n := binary.LittleEndian.Uint64(o.value[8:])
+			r := rk{o.key, uint64(i)}
+			if _, dup := seen[r]; dup {
+				t.Fatalf("record %v emitted twice", r)
+			}
+			seen[r] = oi
+			if uint64(i) != nextI[o.key] {
+				t.Fatalf("key %s: record %d out of order (expected %d)", o.key, i, nextI[o.key])
+			}
+			nextI[o.key]++
+			if n != uint64(i) {
+				t.Fatalf("key %s record %d read count %d: read-your-writes broken", o.key, i, n)
+			}
+		}
+	}
+	for k, c := range w.perKey {
+		if nextI[k] != c {
+			t.Fatalf("key %s: %d records out, %d in (lost records)", k, nextI[k], c)
+		}
+	}
+	if timersSeen == 0 {
+		t.Fatal("no timer fired")
+	}
+	checkTimers(t, w, outs)
+}
+
+// checkTimers: a timer (key, ts) fires after every record of that key whose timestamp is <= ts
+// and which arrived before the watermark that released the timer, and its count reflects them.
+func checkTimers(t *testing.T, w workload, outs []out) {
+	t.Helper()
+	emittedAt := map[string]int{} // key/i -> output index
+	for oi, o := range outs {
+		if o.kind == OutputData {
+			if i := int64(binary.LittleEndian.Uint64(o.value)); i >= 0 {
+				emittedAt[fmt.Sprint(o.key, "/", i)] = oi
+			}
+		}
+	}
+	// For each watermark, the records before it in input.
+	var wmPos []int
+	var wms []int64
+	for i, e := range w.elems {
+		if e.Kind == ElementWatermark {
+			wmPos = append(wmPos, i)
+			wms = append(wms, e.TS)
+		}
+	}
+	for oi, o := range outs {
+		if o.kind != OutputData || int64(binary.LittleEndian.Uint64(o.value)) != -1 {
+			continue
+		}
+		ts := int64(binary.LittleEndian.Uint64(o.value[8:]))
+		// The releasing watermark is the first with TS >= ts.
+		var rel int = -1
+		for j, wm := range wms {
+			if wm >= ts {
+				rel = wmPos[j]
+				break
+			}
+		}
+		if rel < 0 {
+			t.Fatalf("timer %s@%d fired with no watermark at or past it", o.key, ts)
+		}
+		idx := 0
+		for i, e := range w.elems[:rel] {
+			_ = i
+			if e.Kind == ElementRecord && string(e.Key) == o.key {
+				at, ok := emittedAt[fmt.Sprint(o.key, "/", idx)]
+				if !ok || at > oi {
+					t.Fatalf("timer %s@%d fired before record %d of its key", o.key, ts, idx)
+				}
+				idx++
+			}
+		}
+		if n := binary.LittleEndian.Uint64(o.value[16:]); n < uint64(idx) {
+			t.Fatalf("timer %s@%d saw count %d, want >= %d", o.key, ts, n, idx)
+		}
+	}
+}
+
+// TestCancellationLeaksNothing cancels a run with many calls suspended on slow reads. synctest
+// fails the test if any goroutine (carrier, timer) outlives it.
+func TestCancellationLeaksNothing(t *testing.T) {
+	m := loadModule(t, "testdata/accum.wasm")
+	synctest.Test(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(3, 3))
+		w := genWorkload(rng, 3000, 500)
+		tier := newFakeTier(3, 50*time.Millisecond, 100*time.Millisecond, 0)
+		ctx, cancel := context.WithCancel(context.Background())
+		c, err := New(Config{Module: m, Backend: tier, Sink: &collectSink{}, MaxInFlight: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(120*time.Millisecond, cancel)
+		in := feed(w.elems, 64)
+		err = c.Run(ctx, in)
+		for range in { // the source stops once drained
+		}
+		if err == nil || !strings.Contains(err.Error(), "cancelled") {
+			t.Fatalf("Run: %v", err)
+		}
+		tier.pending.Wait()
+		s := c.Metrics().Snapshot()
+		if s.Instances != 0 {
+			t.Errorf("%d instances leaked", s.Instances)
+		}
+		if s.Suspensions == 0 {
+			t.Error("nothing was suspended when cancelled: the test did not test anything")
+		}
+	})
+}
+
+// TestFaultReleasesKeyAndFails checks a trapping record: the run fails with an OperatorError
+// naming the operator, position and key, and stops without leaking.
+func TestFaultNamesRecord(t *testing.T) {
+	m := loadModule(t, "../abi/testdata/trap.wasm")
+	synctest.Test(t, func(t *testing.T) {
+		c, err := New(Config{Module: m, Backend: state.NewMemory(), Sink: &collectSink{},
+			Describe: func(pos int64) string { return fmt.Sprintf("input line %d", pos) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = c.Run(context.Background(), feed([]Element{rec("user-7", 0, 5, 42)}, 1))
+		var oe *OperatorError
+		if !errors.As(err, &oe) {
+			t.Fatalf("want OperatorError, got %v", err)
+		}
+		for _, w := range []string{`operator "trapper"`, "input line 42", `key "user-7"`, "unreachable", `guest said: "negative amount"`} {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%q does not mention %q", err, w)
+			}
+		}
+	})
+}
+
+// TestFetchErrorFailsPipeline: a failed remote read fails the run; suspended calls are aborted.
+func TestFetchErrorFailsPipeline(t *testing.T) {
+	m := loadModule(t, "testdata/accum.wasm")
+	synctest.Test(t, func(t *testing.T) {
+		tier := newFakeTier(1, time.Millisecond, 2*time.Millisecond, 0)
+		tier.fetchErr = errors.New("s3: connection refused")
+		c, err := New(Config{Module: m, Backend: tier, Sink: &collectSink{}, MaxInFlight: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := genWorkload(rand.New(rand.NewPCG(1, 1)), 100, 20)
+		in := feed(w.elems, 10)
+		err = c.Run(context.Background(), in)
+		for range in {
+		}
+		if err == nil || !strings.Contains(err.Error(), "s3: connection refused") {
+			t.Fatalf("Run: %v", err)
+		}
+		tier.pending.Wait()
+	})
+}
+
+// TestBackpressure: at the cap the runner stops pulling input.
+func TestBackpressure(t *testing.T) {
+	m := loadModule(t, "testdata/accum.wasm")
+	synctest.Test(t, func(t *testing.T) {
+		tier := newFakeTier(1, 10*time.Millisecond, 10*time.Millisecond, 0)
+		c, err := New(Config{Module: m, Backend: tier, Sink: &collectSink{}, MaxInFlight: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make(chan []Element) // unbuffered: every receive is visible
+		var sent int
+		done := make(chan error)
+		go func() { done <- c.Run(context.Background(), in) }()
+		for i := range 20 {
+			select {
+			case in <- []Element{rec(fmt.Sprint("key", i), 0, 1, int64(i))}:
+				sent++
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		// All reads are cold and take 10 ms; within 100 ms the runner could admit at most
+		// 4 per 10 ms round if it respects the cap.
+		if sent > 4*11 {
+			t.Errorf("admitted %d records with a cap of 4", sent)
+		}
+		if got := c.Metrics().InFlight.Load(); got > 4 {
+			t.Errorf("in flight %d > cap", got)
+		}
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		tier.pending.Wait()
+	})
+}

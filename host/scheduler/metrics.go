@@ -1,0 +1,98 @@
+package scheduler
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Metrics are the controller's counters and gauges. Fields are atomics so any goroutine may
+// read them while the controller runs; the runner updates cold-path counters directly and
+// publishes hot-path counts (records, hits) in bulk, so the all-hits path pays no atomic per
+// record.
+type Metrics struct {
+	Records   atomic.Int64 // records completed
+	Timers    atomic.Int64 // timers fired and completed
+	InFlight  atomic.Int64 // tasks holding an instance (running or suspended), gauge
+	Parked    atomic.Int64 // tasks waiting behind a busy key, gauge
+	Suspended atomic.Int64 // tasks suspended in an async import, gauge
+	Instances atomic.Int64 // live instances, gauge
+
+	Suspensions atomic.Int64 // total suspensions
+	StateHits   atomic.Int64
+	StateMisses atomic.Int64
+	Lookups     atomic.Int64
+
+	GateWaits     atomic.Int64 // records that parked behind a busy key
+	GateWaitNanos atomic.Int64 // total time parked
+
+	Resumes            atomic.Int64
+	ResumeLatencyNanos atomic.Int64 // total time from completion posted to call resumed
+
+	ReadBatches   atomic.Int64 // batched remote reads issued
+	ReadBatchKeys atomic.Int64 // keys in them
+	MaxReadBatch  atomic.Int64
+
+	Watermarks atomic.Int64 // watermarks forwarded
+	Barriers   atomic.Int64 // barriers completed
+}
+
+// Snapshot is a plain copy of Metrics.
+type Snapshot struct {
+	Records, Timers                          int64
+	InFlight, Parked, Suspended, Instances   int64
+	Suspensions, StateHits, StateMisses      int64
+	Lookups                                  int64
+	GateWaits                                int64
+	GateWait                                 time.Duration // mean
+	Resumes                                  int64
+	ResumeLatency                            time.Duration // mean
+	ReadBatches, ReadBatchKeys, MaxReadBatch int64
+	MeanReadBatch                            float64
+	Watermarks, Barriers                     int64
+}
+
+// Snapshot copies the metrics.
+func (m *Metrics) Snapshot() Snapshot {
+	s := Snapshot{
+		Records: m.Records.Load(), Timers: m.Timers.Load(),
+		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), Suspended: m.Suspended.Load(),
+		Instances: m.Instances.Load(), Suspensions: m.Suspensions.Load(),
+		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(),
+		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
+		ReadBatches: m.ReadBatches.Load(), ReadBatchKeys: m.ReadBatchKeys.Load(), MaxReadBatch: m.MaxReadBatch.Load(),
+		Watermarks: m.Watermarks.Load(), Barriers: m.Barriers.Load(),
+	}
+	if s.GateWaits > 0 {
+		s.GateWait = time.Duration(m.GateWaitNanos.Load() / s.GateWaits)
+	}
+	if s.Resumes > 0 {
+		s.ResumeLatency = time.Duration(m.ResumeLatencyNanos.Load() / s.Resumes)
+	}
+	if s.ReadBatches > 0 {
+		s.MeanReadBatch = float64(s.ReadBatchKeys) / float64(s.ReadBatches)
+	}
+	return s
+}
+
+// hotCounts are runner-private counters published to Metrics in bulk.
+type hotCounts struct {
+	records, timers, hits int64
+}
+
+func (c *Controller) publish() {
+	h := &c.hot
+	if h.records != 0 {
+		c.metrics.Records.Add(h.records)
+	}
+	if h.timers != 0 {
+		c.metrics.Timers.Add(h.timers)
+	}
+	if h.hits != 0 {
+		c.metrics.StateHits.Add(h.hits)
+	}
+	*h = hotCounts{}
+	c.metrics.InFlight.Store(int64(c.running))
+	c.metrics.Parked.Store(int64(c.parked))
+	c.metrics.Suspended.Store(int64(len(c.suspended)))
+	c.metrics.Instances.Store(int64(c.instances))
+}

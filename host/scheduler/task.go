@@ -1,0 +1,165 @@
+package scheduler
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
+	"github.com/clink-wasm/clink-wasm/host/state"
+)
+
+type taskKind uint8
+
+const (
+	kindRecord taskKind = iota
+	kindTimer
+)
+
+// task is one record or fired timer on its way through the controller.
+type task struct {
+	kind  taskKind
+	key   []byte // owned
+	value []byte // owned (records)
+	ts    int64
+	pos   int64 // source position (records), for error reports
+	seq   uint64
+	ep    *epoch
+	wm    int64 // the watermark this task sees
+
+	slot      *slot    // instance running the task, while in flight
+	carrier   *carrier // carrier parked in the task's guest call, while suspended
+	suspended bool
+	inGate    bool // the task's key has an entry in the gate
+
+	// Result of the async operation the task is suspended on. Written by the holder (state
+	// reads are installed on the runner) or, for lookups, by an IO goroutine before the
+	// completion is posted; read by the task's carrier after it resumes.
+	fetched  state.Fetched
+	readKey  state.Key
+	lookup   lookupResult
+	aborted  error
+	order    int64 // resume priority, lower first (ResumePriority)
+	waitFrom time.Time
+	done     atomic.Int32 // lookup completion state, see Lookup
+}
+
+// reset clears t for reuse. (A plain `*t = task{}` would copy the atomic.)
+func (t *task) reset() {
+	t.kind, t.key, t.value, t.ts, t.pos, t.seq, t.ep, t.wm = 0, nil, nil, 0, 0, 0, nil, 0
+	t.slot, t.carrier, t.suspended, t.inGate = nil, nil, false, false
+	t.fetched, t.readKey, t.lookup, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, 0, time.Time{}
+	t.done.Store(0)
+}
+
+type lookupResult struct {
+	status int
+	body   []byte
+	err    error
+}
+
+// slot is a pooled instance and the abi.Handler that serves its imports for the task it runs.
+type slot struct {
+	c    *Controller
+	inst *abi.Instance
+	t    *task
+}
+
+var _ abi.Handler = (*slot)(nil)
+
+func (s *slot) key(stateID uint32, entry []byte) state.Key {
+	return state.Key{State: state.StateID(stateID), Record: s.t.key, Entry: entry}
+}
+
+// Get implements abi.Handler: a hot hit answers at once; a miss suspends the call.
+func (s *slot) Get(stateID uint32, entry []byte) ([]byte, bool, error) {
+	if s.t == nil {
+		return nil, false, abi.NotAllowed
+	}
+	k := s.key(stateID, entry)
+	v, found, hot := s.c.cfg.Backend.Get(k)
+	if hot {
+		s.c.hot.hits++
+		return v, found, nil
+	}
+	s.c.metrics.StateMisses.Add(1)
+	return s.c.readCold(s.t, k)
+}
+
+// Put implements abi.Handler.
+func (s *slot) Put(stateID uint32, entry, value []byte) error {
+	if s.t == nil {
+		return abi.NotAllowed
+	}
+	s.c.cfg.Backend.Put(s.key(stateID, entry), value)
+	return nil
+}
+
+// Delete implements abi.Handler.
+func (s *slot) Delete(stateID uint32, entry []byte) error {
+	if s.t == nil {
+		return abi.NotAllowed
+	}
+	s.c.cfg.Backend.Delete(s.key(stateID, entry))
+	return nil
+}
+
+// Emit implements abi.Handler.
+func (s *slot) Emit(key, value []byte) error {
+	var src Source
+	ts := int64(0)
+	if t := s.t; t != nil {
+		src = Source{Pos: t.pos, Key: t.key, Timer: t.kind == kindTimer, TS: t.ts}
+		ts = t.ts
+	}
+	return s.c.out.emit(key, value, ts, src)
+}
+
+// RegisterTimer implements abi.Handler.
+func (s *slot) RegisterTimer(ts int64) error {
+	if s.t == nil {
+		return abi.NotAllowed
+	}
+	return s.c.timers.register(s.t.key, ts)
+}
+
+// DeleteTimer implements abi.Handler.
+func (s *slot) DeleteTimer(ts int64) error {
+	if s.t == nil {
+		return abi.NotAllowed
+	}
+	s.c.timers.remove(s.t.key, ts)
+	return nil
+}
+
+// Watermark implements abi.Handler.
+func (s *slot) Watermark() int64 {
+	if s.t == nil {
+		return s.c.watermark
+	}
+	return s.t.wm
+}
+
+// Lookup implements abi.Handler: it suspends the call until the endpoint answers.
+func (s *slot) Lookup(endpoint uint32, req []byte) (int, []byte, error) {
+	if s.c.cfg.Lookup == nil {
+		return 0, nil, abi.LookupUnavailable
+	}
+	t := s.t
+	if t == nil {
+		// clink_open / clink_close: no task to suspend; block this carrier (rare, and the
+		// runner has nothing else it could safely do while an instance is being set up).
+		return s.c.lookupBlocking(endpoint, req)
+	}
+	return s.c.lookupAsync(t, endpoint, req)
+}
+
+// Log implements abi.Handler.
+func (s *slot) Log(level abi.LogLevel, msg []byte) {
+	if s.c.cfg.Log != nil {
+		var src *Source
+		if t := s.t; t != nil {
+			src = &Source{Pos: t.pos, Key: t.key, Timer: t.kind == kindTimer, TS: t.ts}
+		}
+		s.c.cfg.Log(s.c.name, level, msg, src)
+	}
+}
