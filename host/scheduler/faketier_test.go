@@ -122,7 +122,7 @@ func (f *fakeTier) Fill(res []state.Fetched) {
 }
 
 func (f *fakeTier) SetOperatorState(name string, data []byte) { f.opState[name] = bytes.Clone(data) }
-func (f *fakeTier) OperatorState(name string) []byte         { return f.opState[name] }
+func (f *fakeTier) OperatorState(name string) []byte          { return f.opState[name] }
 
 // Capture commits the dirty entries (synchronously: the fake has no persist phase).
 func (f *fakeTier) Capture(uint64) (state.Snapshot, error) {
