@@ -40,6 +40,15 @@ type capEntry struct {
 	tomb  bool
 }
 
+func (s *snapshot) finished() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Bytes implements Snapshot: the delta's size (an estimate until Persist has encoded it).
 func (s *snapshot) Bytes() int64 { return s.bytes.Load() }
 

@@ -43,27 +43,27 @@ func openS3Store(ctx context.Context, bucket, prefix string, cfg *config) (*s3St
 	if bucket == "" {
 		return nil, fmt.Errorf("state: s3 URL needs a bucket: s3://bucket/prefix")
 	}
-	hc := cfg.s3HTTPClient
-	var httpClient aws.HTTPClient
-	if hc != nil {
+	// A caller's client is installed on the S3 client directly (below), not through the config
+	// loader, which would try to graft AWS_CA_BUNDLE onto its transport.
+	var custom *http.Client
+	if hc := cfg.s3HTTPClient; hc != nil {
 		c := *hc
 		if c.Timeout == 0 {
 			c.Timeout = cfg.s3Timeout
 		}
-		httpClient = &c
-	} else {
-		n := cfg.s3MaxConns
-		httpClient = awshttp.NewBuildableClient().
-			WithTimeout(cfg.s3Timeout).
-			WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(cfg.s3Timeout, 10*time.Second) }).
-			WithTransportOptions(func(t *http.Transport) {
-				t.MaxConnsPerHost = n
-				t.MaxIdleConns = n
-				t.MaxIdleConnsPerHost = n
-				t.IdleConnTimeout = 90 * time.Second
-				t.ResponseHeaderTimeout = cfg.s3Timeout
-			})
+		custom = &c
 	}
+	n := cfg.s3MaxConns
+	var httpClient aws.HTTPClient = awshttp.NewBuildableClient().
+		WithTimeout(cfg.s3Timeout).
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = min(cfg.s3Timeout, 10*time.Second) }).
+		WithTransportOptions(func(t *http.Transport) {
+			t.MaxConnsPerHost = n
+			t.MaxIdleConns = n
+			t.MaxIdleConnsPerHost = n
+			t.IdleConnTimeout = 90 * time.Second
+			t.ResponseHeaderTimeout = cfg.s3Timeout
+		})
 	opts := []func(*awsconfig.LoadOptions) error{
 		awsconfig.WithHTTPClient(httpClient),
 		awsconfig.WithRetryer(func() aws.Retryer {
@@ -93,6 +93,13 @@ func openS3Store(ctx context.Context, bucket, prefix string, cfg *config) (*s3St
 			o.BaseEndpoint = aws.String(cfg.s3Endpoint)
 		}
 		o.UsePathStyle = cfg.s3PathStyle
+		if custom != nil {
+			o.HTTPClient = custom
+		}
+		// Our own checksums cover every byte we read; the SDK's response validation would only
+		// log that ranged GETs carry no checksum.
+		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		o.DisableLogOutputChecksumValidationSkipped = true
 	})
 	if prefix != "" {
 		prefix += "/"

@@ -61,9 +61,9 @@ func durableKeyGroup(k []byte) int { return int(binary.BigEndian.Uint16(k)) }
 
 // segEntry is one entry written to a segment.
 type segEntry struct {
-	key       []byte // durable key
-	value     []byte
-	tomb      bool
+	key   []byte // durable key
+	value []byte
+	tomb  bool
 }
 
 // blockHandle locates one block in a segment.

@@ -235,10 +235,8 @@ func (b *Tiered) poll() {
 	b.run.seenEvents = ev
 	for len(b.run.pending) > 0 {
 		s := b.run.pending[0]
-		select {
-		case <-s.done:
-		default:
-			return
+		if !s.finished() {
+			break
 		}
 		b.run.pending[0] = nil
 		b.run.pending = b.run.pending[1:]
@@ -496,7 +494,9 @@ func (b *Tiered) NumKeyGroups() int { return b.numKG }
 
 // Capture implements Backend: it detaches the delta since the last capture, pins its keys
 // and returns a Snapshot whose Persist commits it. O(dirty keys), no copying of values.
-func (b *Tiered) Capture(checkpointID uint64) (Snapshot, error) { return b.capture(checkpointID, false) }
+func (b *Tiered) Capture(checkpointID uint64) (Snapshot, error) {
+	return b.capture(checkpointID, false)
+}
 
 // CaptureSavepoint is Capture for a savepoint: the checkpoint is never garbage-collected.
 func (b *Tiered) CaptureSavepoint(checkpointID uint64) (Snapshot, error) {
