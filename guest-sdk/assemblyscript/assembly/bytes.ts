@@ -1,0 +1,240 @@
+// Byte views and buffers that live outside the garbage-collected heap, so that the hot path
+// (read a record, read state, build and emit a result) allocates nothing.
+
+/**
+ * A view of `length` bytes at `ptr` in linear memory. The SDK hands out views of the input
+ * buffer (record key and value) and of its result buffer (state values, lookup bodies); they
+ * are only valid for as long as the documentation of the call that returned them says.
+ */
+export class Bytes {
+  ptr: usize;
+  length: i32;
+
+  constructor(ptr: usize = 0, length: i32 = 0) {
+    this.ptr = ptr;
+    this.length = length;
+  }
+
+  /** Points the view at other bytes; returns this. */
+  set(ptr: usize, length: i32): this {
+    this.ptr = ptr;
+    this.length = length;
+    return this;
+  }
+
+  /** The byte at index i (bounds-checked). */
+  // @ts-ignore: decorator
+  @operator("[]")
+  at(i: i32): u8 {
+    if (<u32>i >= <u32>this.length) throw new RangeError("Bytes index out of range");
+    return load<u8>(this.ptr + <usize>i);
+  }
+
+  get isEmpty(): bool {
+    return this.length == 0;
+  }
+
+  /** Whether the bytes equal the UTF-8 encoding of s (no allocation). */
+  equalsString(s: string): bool {
+    let n = String.UTF8.byteLength(s);
+    if (n != this.length) return false;
+    let len = s.length;
+    let p = this.ptr;
+    for (let i = 0; i < len; i++) {
+      let c = <u32>s.charCodeAt(i);
+      if (c < 0x80) {
+        if (load<u8>(p++) != <u8>c) return false;
+      } else {
+        // Rare: compare through an encoded copy.
+        let buf = String.UTF8.encode(s);
+        return memory.compare(this.ptr, changetype<usize>(buf), <usize>n) == 0;
+      }
+    }
+    return true;
+  }
+
+  /** Whether both views hold the same bytes. */
+  equals(other: Bytes): bool {
+    return this.length == other.length && memory.compare(this.ptr, other.ptr, <usize>this.length) == 0;
+  }
+
+  /** Decodes the bytes as UTF-8 (allocates a string; invalid sequences become U+FFFD). */
+  toString(): string {
+    return String.UTF8.decodeUnsafe(this.ptr, <usize>this.length);
+  }
+
+  /** Copies the bytes into a new Uint8Array (allocates). */
+  toUint8Array(): Uint8Array {
+    let a = new Uint8Array(this.length);
+    memory.copy(a.dataStart, this.ptr, <usize>this.length);
+    return a;
+  }
+}
+
+/**
+ * A growable byte buffer in unmanaged memory: clear and refill it for every record to build
+ * output without allocating. It is a Bytes, so it can be passed to emit and state.put; growing
+ * it moves `ptr`, so take views of it only after the last append.
+ */
+export class Buffer extends Bytes {
+  capacity: i32 = 0;
+
+  constructor(capacity: i32 = 0) {
+    super(0, 0);
+    if (capacity > 0) this.reserve(capacity);
+  }
+
+  /** Empties the buffer, keeping its memory; returns this. */
+  clear(): this {
+    this.length = 0;
+    return this;
+  }
+
+  /** Makes room for n more bytes. */
+  reserve(n: i32): void {
+    let need = this.length + n;
+    if (need <= this.capacity) return;
+    let c = this.capacity < 64 ? 64 : this.capacity;
+    while (c < need) c <<= 1;
+    // heap.realloc does not accept a null pointer, unlike C's realloc.
+    this.ptr = this.ptr == 0 ? heap.alloc(<usize>c) : heap.realloc(this.ptr, <usize>c);
+    this.capacity = c;
+  }
+
+  /** Releases the memory (the buffer stays usable and grows again on the next append). */
+  release(): void {
+    if (this.ptr != 0) heap.free(this.ptr);
+    this.ptr = 0;
+    this.length = 0;
+    this.capacity = 0;
+  }
+
+  appendByte(c: u8): this {
+    this.reserve(1);
+    store<u8>(this.ptr + <usize>this.length, c);
+    this.length++;
+    return this;
+  }
+
+  /** Appends raw bytes from linear memory. */
+  appendRaw(ptr: usize, n: i32): this {
+    if (n <= 0) return this;
+    this.reserve(n);
+    memory.copy(this.ptr + <usize>this.length, ptr, <usize>n);
+    this.length += n;
+    return this;
+  }
+
+  /** Appends a string as UTF-8, a Bytes, an ArrayBuffer, a Uint8Array or a StaticArray<u8>. */
+  append<T>(v: T): this {
+    if (isString<T>()) {
+      let s = changetype<string>(v);
+      if (isNullable<T>()) {
+        if (changetype<usize>(v) == 0) return this;
+      }
+      this.reserve(String.UTF8.byteLength(s));
+      this.length += <i32>String.UTF8.encodeUnsafe(changetype<usize>(s), s.length, this.ptr + <usize>this.length);
+      return this;
+    } else {
+      view<T>(v, argView);
+      return this.appendRaw(argView.ptr, argView.length);
+    }
+  }
+
+  /** Appends v in decimal. */
+  appendInt(v: i64): this {
+    this.reserve(20);
+    let u: u64 = v < 0 ? <u64>0 - <u64>v : <u64>v;
+    let digits = 1;
+    for (let t = u; t >= 10; t /= 10) digits++;
+    if (v < 0) {
+      store<u8>(this.ptr + <usize>this.length, 0x2D);
+      this.length++;
+    }
+    let end = this.ptr + <usize>this.length + <usize>digits;
+    do {
+      end--;
+      store<u8>(end, <u8>(0x30 + <u32>(u % 10)));
+      u /= 10;
+    } while (u != 0);
+    this.length += digits;
+    return this;
+  }
+
+  /**
+   * Appends v as a JSON string, quotes included. Escapes '"', '\\' and the control characters
+   * below U+0020 (\b \t \n \f \r, otherwise \u00XX in lowercase hex) and copies every other
+   * byte as is: the same output as the Go SDK's jsonx.AppendString.
+   */
+  appendJsonString<T>(v: T): this {
+    let p: usize, n: i32;
+    if (isString<T>()) {
+      let tmp = stringScratch.clear().append<T>(v);
+      p = tmp.ptr;
+      n = tmp.length;
+    } else {
+      view<T>(v, argView);
+      p = argView.ptr;
+      n = argView.length;
+    }
+    this.reserve(n + 2);
+    this.appendByte(0x22);
+    let start = 0;
+    for (let i = 0; i < n; i++) {
+      let c = load<u8>(p + <usize>i);
+      if (c >= 0x20 && c != 0x22 && c != 0x5C) continue;
+      this.appendRaw(p + <usize>start, i - start);
+      this.appendByte(0x5C);
+      if (c == 0x22 || c == 0x5C) this.appendByte(c);
+      else if (c == 0x08) this.appendByte(0x62); // b
+      else if (c == 0x09) this.appendByte(0x74); // t
+      else if (c == 0x0A) this.appendByte(0x6E); // n
+      else if (c == 0x0C) this.appendByte(0x66); // f
+      else if (c == 0x0D) this.appendByte(0x72); // r
+      else {
+        this.appendByte(0x75).appendByte(0x30).appendByte(0x30);
+        this.appendByte(hexDigit(c >> 4)).appendByte(hexDigit(c & 0xF));
+      }
+      start = i + 1;
+    }
+    this.appendRaw(p + <usize>start, n - start);
+    return this.appendByte(0x22);
+  }
+}
+
+// @ts-ignore: decorator
+@inline
+function hexDigit(d: u8): u8 {
+  return d < 10 ? 0x30 + d : 0x57 + d; // 'a' - 10 = 0x57
+}
+
+/** Scratch buffer for encoding string arguments (one per argument position). */
+export const stringScratch = new Buffer();
+export const keyScratch = new Buffer();
+export const valueScratch = new Buffer();
+const argView = new Bytes();
+
+/**
+ * Points out at the bytes of v: a Bytes (or Buffer), an ArrayBuffer, a Uint8Array, a
+ * StaticArray<u8>, or a string, which is encoded to UTF-8 into scratch. null is empty.
+ */
+export function view<T>(v: T, out: Bytes, scratch: Buffer = stringScratch): Bytes {
+  if (isNullable<T>()) {
+    if (changetype<usize>(v) == 0) return out.set(0, 0);
+  }
+  if (isString<T>()) {
+    scratch.clear().append<T>(v);
+    return out.set(scratch.ptr, scratch.length);
+  } else if (v instanceof Bytes) {
+    return out.set(v.ptr, v.length);
+  } else if (v instanceof ArrayBuffer) {
+    return out.set(changetype<usize>(v), v.byteLength);
+  } else if (v instanceof Uint8Array) {
+    return out.set(v.dataStart, v.length);
+  } else if (v instanceof StaticArray<u8>) {
+    return out.set(changetype<usize>(v), v.length);
+  } else {
+    ERROR("expected a string, Bytes, ArrayBuffer, Uint8Array or StaticArray<u8>");
+  }
+  return out;
+}

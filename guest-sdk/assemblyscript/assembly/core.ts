@@ -1,0 +1,47 @@
+// Emitting, timers and time (docs/abi.md, "emit", "timer_register", "watermark").
+
+import * as abi from "./abi";
+import { Bytes, view, keyScratch, valueScratch } from "./bytes";
+
+const keyView = new Bytes();
+const valueView = new Bytes();
+
+/**
+ * Emits an output record with the given key (may be empty) and value, stamped with the
+ * timestamp of the record or timer being processed. The host copies both. For JSON Lines
+ * output the value must be one JSON value without a newline, or the host fails the pipeline.
+ * Allowed in process, onTimer and close. Returns 0 or a negative Code.
+ */
+export function emit<K, V>(key: K, value: V): i32 {
+  let k = view<K>(key, keyView, keyScratch);
+  let v = view<V>(value, valueView, valueScratch);
+  return abi.emit(k.ptr, <u32>k.length, v.ptr, <u32>v.length);
+}
+
+/**
+ * Registers an event-time timer for the current key at timestamp (ms); it fires once, through
+ * Operator.onTimer, when the watermark reaches it. Returns 0 or a negative Code.
+ */
+export function registerTimer(timestamp: i64): i32 {
+  return abi.timer_register(timestamp);
+}
+
+/** Deletes the current key's timer at timestamp. Returns 0 or a negative Code. */
+export function deleteTimer(timestamp: i64): i32 {
+  return abi.timer_delete(timestamp);
+}
+
+/** The watermark before the first one. */
+export const WATERMARK_NONE: i64 = i64.MIN_VALUE;
+/** The watermark at end of input. */
+export const WATERMARK_END: i64 = i64.MAX_VALUE;
+
+/** The current event-time watermark (ms). */
+export function watermark(): i64 {
+  return abi.watermark();
+}
+
+/** Wall-clock time, ms since the Unix epoch. */
+export function processingTime(): i64 {
+  return abi.processing_time();
+}

@@ -1,0 +1,235 @@
+package clink
+
+import (
+	"errors"
+	"runtime"
+	"strconv"
+
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
+)
+
+// ABIVersion is the guest ABI version this SDK targets.
+const ABIVersion = abi.Version
+
+// Record is one input record. Key and Value point into the host's input buffer: they are valid
+// until the call returns and must be copied to be kept. The SDK reuses one Record for every
+// call, so do not keep the pointer either.
+type Record struct {
+	Key       []byte
+	Value     []byte
+	Timestamp int64 // event time, ms since the Unix epoch
+}
+
+// Operator processes records. A returned error fails the record: the SDK logs it at error
+// level and the host fails the pipeline with it (docs/abi.md, "Faults").
+//
+// An Operator may also implement TimerHandler, Opener and Closer.
+type Operator interface {
+	Process(r *Record) error
+}
+
+// TimerHandler is implemented by operators that register event-time timers. OnTimer runs in the
+// context of the timer's key, like Process for a record of that key; key is valid until it
+// returns.
+type TimerHandler interface {
+	OnTimer(key []byte, timestamp int64) error
+}
+
+// Opener is implemented by operators with per-instance setup. Open runs once per instance of
+// the module, which is not once per pipeline: the host creates instances as load requires.
+// State and timers are not available in Open.
+type Opener interface {
+	Open() error
+}
+
+// Closer is implemented by operators with per-instance teardown. Close may Emit (to flush a
+// buffer); state and timers are not available.
+type Closer interface {
+	Close() error
+}
+
+// ProcessFunc adapts a function to the Operator interface.
+type ProcessFunc func(r *Record) error
+
+// Process calls f(r).
+func (f ProcessFunc) Process(r *Record) error { return f(r) }
+
+var (
+	opName string
+	op     Operator
+	sealed bool // set when the manifest has been produced; declarations are closed
+
+	stateNames    []string
+	endpointNames []string
+
+	manifest []byte
+	rec      Record
+)
+
+// Register sets the module's operator and its name, which the host uses in logs, errors and
+// metrics (1-64 characters of [A-Za-z0-9_.-]). Call it exactly once, from an init function.
+func Register(name string, o Operator) {
+	if sealed {
+		panic("clink: Register called after initialisation")
+	}
+	if op != nil {
+		panic("clink: Register called twice (first for " + strconv.Quote(opName) + ")")
+	}
+	if o == nil {
+		panic("clink: Register with a nil Operator")
+	}
+	if !validName(name, 64) {
+		panic("clink: invalid operator name " + strconv.Quote(name) + ": want 1-64 characters of [A-Za-z0-9_.-]")
+	}
+	opName, op = name, o
+}
+
+// Name returns the registered operator name.
+func Name() string { return opName }
+
+func validName(s string, max int) bool {
+	if len(s) < 1 || len(s) > max {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func declare(kind string, list *[]string, name string, max int) int {
+	if sealed {
+		panic("clink: New" + kind + "(" + strconv.Quote(name) + ") after initialisation: declare it as a package-level variable")
+	}
+	if !validName(name, 128) {
+		panic("clink: invalid " + kind + " name " + strconv.Quote(name) + ": want 1-128 characters of [A-Za-z0-9_.-]")
+	}
+	for _, n := range *list {
+		if n == name {
+			panic("clink: " + kind + " " + strconv.Quote(name) + " declared twice")
+		}
+	}
+	if len(*list) == max {
+		panic("clink: more than " + strconv.Itoa(max) + " " + kind + "s")
+	}
+	*list = append(*list, name)
+	return len(*list) - 1
+}
+
+// buildManifest renders the manifest JSON (docs/abi.md, "Declaring the module") and closes
+// declarations. Names are validated at declaration, so they need no escaping.
+func buildManifest() []byte {
+	if manifest != nil {
+		return manifest
+	}
+	if op == nil {
+		panic("clink: no operator registered: call clink.Register in an init function of package main")
+	}
+	sealed = true
+	b := []byte(`{"abi":` + strconv.Itoa(ABIVersion) + `,"name":"` + opName + `","states":[`)
+	b = appendNames(b, stateNames)
+	b = append(b, `],"endpoints":[`...)
+	b = appendNames(b, endpointNames)
+	manifest = append(b, "]}"...)
+	return manifest
+}
+
+func appendNames(b []byte, names []string) []byte {
+	for i, n := range names {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, n...)
+		b = append(b, '"')
+	}
+	return b
+}
+
+func init() {
+	abi.Exports = abi.Hooks{
+		Process:  process,
+		OnTimer:  onTimer,
+		Open:     open,
+		Close:    closeOp,
+		Manifest: buildManifest,
+	}
+}
+
+// The dispatchers below are what the exports run. Each recovers a panic, logs it at error
+// level and returns 1: a panic escaping a //go:wasmexport function would abort the instance
+// with only a runtime trace on stderr.
+
+func process(keyLen, valueLen uint32, timestamp int64) (rc int32) {
+	defer guard(&rc)
+	sealed = true
+	in := abi.Input
+	end := keyLen + valueLen
+	rec.Key = in[:keyLen:keyLen]
+	rec.Value = in[keyLen:end:end]
+	rec.Timestamp = timestamp
+	return fail(op.Process(&rec))
+}
+
+func onTimer(keyLen uint32, timestamp int64) (rc int32) {
+	defer guard(&rc)
+	sealed = true
+	th, ok := op.(TimerHandler)
+	if !ok {
+		return fail(errors.New("clink: a timer fired but operator " + strconv.Quote(opName) + " does not implement clink.TimerHandler"))
+	}
+	return fail(th.OnTimer(abi.Input[:keyLen:keyLen], timestamp))
+}
+
+func open() (rc int32) {
+	defer guard(&rc)
+	sealed = true
+	if o, ok := op.(Opener); ok {
+		return fail(o.Open())
+	}
+	return 0
+}
+
+func closeOp() (rc int32) {
+	defer guard(&rc)
+	if c, ok := op.(Closer); ok {
+		return fail(c.Close())
+	}
+	return 0
+}
+
+func fail(err error) int32 {
+	if err == nil {
+		return 0
+	}
+	Log(LevelError, err.Error())
+	return 1
+}
+
+func guard(rc *int32) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	var msg string
+	switch v := r.(type) {
+	case error:
+		msg = v.Error()
+	case string:
+		msg = v
+	case interface{ String() string }:
+		msg = v.String()
+	default:
+		msg = "(a value that is neither an error nor a string)"
+	}
+	// The stack goes first so that the message, the last error-level line, is what the
+	// host attaches to its fault report.
+	stack := make([]byte, 8<<10)
+	stack = stack[:runtime.Stack(stack, false)]
+	Log(LevelError, "panic stack:\n"+string(stack))
+	Log(LevelError, "panic: "+msg)
+	*rc = 1
+}

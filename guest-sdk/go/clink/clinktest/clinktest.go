@@ -1,0 +1,255 @@
+//go:build !wasip1
+
+// Package clinktest runs a clink operator natively, in the test binary, against an in-memory
+// host that follows docs/abi.md: keyed state, emits, event-time timers, the watermark,
+// lookups answered by a function, and logs.
+//
+// The operator is whatever the package under test registered with clink.Register in its init
+// functions, so a test in the operator's own package main is enough:
+//
+//	func TestCounter(t *testing.T) {
+//		h, err := clinktest.New()
+//		...
+//		out, err := h.Process([]byte("alice"), []byte(`{"user":"alice"}`), 0)
+//	}
+//
+// It is a unit-test aid, not the production host: it has no limits, no suspension, no
+// sandbox, and it runs every record on the same instance.
+package clinktest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink"
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
+)
+
+// Output is an emitted record.
+type Output struct {
+	Key, Value []byte
+	Timestamp  int64
+}
+
+// LogLine is a line the operator logged; Level is 0 debug, 1 info, 2 warn, 3 error.
+type LogLine struct {
+	Level int
+	Msg   string
+}
+
+// Manifest is the operator's declared manifest.
+type Manifest struct {
+	ABI       int      `json:"abi"`
+	Name      string   `json:"name"`
+	States    []string `json:"states"`
+	Endpoints []string `json:"endpoints"`
+}
+
+// LookupFunc answers the operator's lookups. request is the raw request text
+// (docs/abi.md, "Lookup request format"). Return a status > 0 and a body, or an error
+// matching one of the clink.ErrLookup* sentinels (another error is reported as
+// LOOKUP_UNAVAILABLE).
+type LookupFunc func(endpoint string, request []byte) (status int, body []byte, err error)
+
+// Harness is one instance of the operator with its own in-memory host.
+type Harness struct {
+	host     *abi.NativeHost
+	manifest Manifest
+	lookup   LookupFunc
+	logs     int // logs already seen by lastError
+}
+
+// FaultError is a non-zero return (a returned error or a recovered panic) from the operator.
+type FaultError struct {
+	Export  string // "clink_process", "clink_on_timer", ...
+	Code    int32
+	Message string // the last error-level log line of the call
+}
+
+func (e *FaultError) Error() string {
+	return fmt.Sprintf("%s returned %d: %s", e.Export, e.Code, e.Message)
+}
+
+// New resets the in-memory host, reads the operator's manifest and runs its Open.
+func New() (*Harness, error) {
+	if abi.Exports.Manifest == nil {
+		return nil, errors.New("clinktest: the clink package is not initialised")
+	}
+	h := &Harness{host: abi.NewNativeHost()}
+	abi.Host = h.host
+	abi.NativeProcessingTime = 0
+
+	var m []byte
+	if err := h.call(abi.CallManifest, "clink_manifest", func() int32 { m = abi.Exports.Manifest(); return 0 }); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(m, &h.manifest); err != nil {
+		return nil, fmt.Errorf("clinktest: malformed manifest %q: %w", m, err)
+	}
+	if h.manifest.ABI != abi.Version {
+		return nil, fmt.Errorf("clinktest: manifest declares ABI %d, want %d", h.manifest.ABI, abi.Version)
+	}
+	h.host.NumStates, h.host.NumEndpoints = len(h.manifest.States), len(h.manifest.Endpoints)
+	h.host.Lookups = h.serveLookup
+	if err := h.call(abi.CallOpen, "clink_open", abi.Exports.Open); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// Manifest returns the operator's manifest.
+func (h *Harness) Manifest() Manifest { return h.manifest }
+
+// SetLookup installs the function that answers lookups. Without one, every lookup fails with
+// LOOKUP_UNAVAILABLE.
+func (h *Harness) SetLookup(f LookupFunc) { h.lookup = f }
+
+// SetProcessingTime sets what clink.ProcessingTime returns.
+func (h *Harness) SetProcessingTime(ms int64) { abi.NativeProcessingTime = ms }
+
+// Watermark returns the current watermark.
+func (h *Harness) Watermark() int64 { return h.host.WatermarkValue }
+
+// Logs returns every line logged so far.
+func (h *Harness) Logs() []LogLine {
+	out := make([]LogLine, len(h.host.Logs))
+	for i, l := range h.host.Logs {
+		out[i] = LogLine{Level: int(l.Level), Msg: l.Msg}
+	}
+	return out
+}
+
+// State returns the value of entry in state for record key, as the host stores it.
+func (h *Harness) State(key []byte, state string, entry []byte) (value []byte, found bool) {
+	i := slices.Index(h.manifest.States, state)
+	s := h.host.State[string(key)]
+	if i < 0 || s == nil || s[i] == nil {
+		return nil, false
+	}
+	v, found := s[i][string(entry)]
+	return v, found
+}
+
+// Process runs one record through the operator and returns what it emitted.
+func (h *Harness) Process(key, value []byte, timestamp int64) ([]Output, error) {
+	abi.GrowInput(uint32(len(key) + len(value)))
+	copy(abi.Input, key)
+	copy(abi.Input[len(key):], value)
+	h.host.Key, h.host.Timestamp = string(key), timestamp
+	return h.collect(abi.CallProcess, "clink_process", func() int32 {
+		return abi.Exports.Process(uint32(len(key)), uint32(len(value)), timestamp)
+	})
+}
+
+// AdvanceWatermark moves the watermark to wm (it never moves backwards) and fires every timer
+// at or before it, in timestamp order (then key order), returning what they emitted.
+func (h *Harness) AdvanceWatermark(wm int64) ([]Output, error) {
+	if wm > h.host.WatermarkValue {
+		h.host.WatermarkValue = wm
+	}
+	type due struct {
+		key string
+		ts  int64
+	}
+	var fire []due
+	for k, ts := range h.host.Timers {
+		for t := range ts {
+			if t <= h.host.WatermarkValue {
+				fire = append(fire, due{k, t})
+			}
+		}
+	}
+	slices.SortFunc(fire, func(a, b due) int {
+		if a.ts != b.ts {
+			return cmpInt(a.ts, b.ts)
+		}
+		return bytes.Compare([]byte(a.key), []byte(b.key))
+	})
+	var out []Output
+	for _, d := range fire {
+		delete(h.host.Timers[d.key], d.ts)
+		abi.GrowInput(uint32(len(d.key)))
+		copy(abi.Input, d.key)
+		h.host.Key, h.host.Timestamp = d.key, d.ts
+		o, err := h.collect(abi.CallTimer, "clink_on_timer", func() int32 {
+			return abi.Exports.OnTimer(uint32(len(d.key)), d.ts)
+		})
+		out = append(out, o...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// Close fires every remaining timer (the watermark goes to its end-of-input value) and runs
+// the operator's Close, returning what they emitted.
+func (h *Harness) Close() ([]Output, error) {
+	out, err := h.AdvanceWatermark(math.MaxInt64)
+	if err != nil {
+		return out, err
+	}
+	h.host.Key, h.host.Timestamp = "", 0
+	o, err := h.collect(abi.CallClose, "clink_close", abi.Exports.Close)
+	return append(out, o...), err
+}
+
+func (h *Harness) collect(c abi.Call, export string, f func() int32) ([]Output, error) {
+	h.host.Outputs = nil
+	err := h.call(c, export, f)
+	out := make([]Output, len(h.host.Outputs))
+	for i, o := range h.host.Outputs {
+		out[i] = Output{Key: o.Key, Value: o.Value, Timestamp: o.Timestamp}
+	}
+	h.host.Outputs = nil
+	return out, err
+}
+
+func (h *Harness) call(c abi.Call, export string, f func() int32) error {
+	h.host.Call = c
+	first := len(h.host.Logs)
+	rc := f()
+	h.host.Call = abi.CallNone
+	if rc == 0 {
+		return nil
+	}
+	e := &FaultError{Export: export, Code: rc}
+	for _, l := range h.host.Logs[first:] {
+		if l.Level >= 3 {
+			e.Message = l.Msg
+		}
+	}
+	return e
+}
+
+func (h *Harness) serveLookup(endpoint int, req []byte) (int, []byte, int32) {
+	if h.lookup == nil {
+		return 0, nil, abi.LookupUnavailable
+	}
+	status, body, err := h.lookup(h.manifest.Endpoints[endpoint], req)
+	if err != nil {
+		var ce *clink.Error
+		if errors.As(err, &ce) && ce.Code < 0 {
+			return 0, nil, int32(ce.Code)
+		}
+		return 0, nil, abi.LookupUnavailable
+	}
+	if status <= 0 {
+		return 0, nil, abi.LookupUnavailable
+	}
+	return status, body, 0
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

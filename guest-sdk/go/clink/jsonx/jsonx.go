@@ -1,0 +1,212 @@
+// Package jsonx is a small allocation-free JSON toolkit for operators: read one field of a
+// JSON object, parse integers, and append JSON strings and numbers to a buffer.
+//
+// It behaves exactly like the AssemblyScript SDK's json module, so that operators written
+// in both languages produce byte-identical output:
+//
+//   - Field scans the top-level object only, takes the first field whose name matches, and
+//     compares names with their raw JSON text (a name written with escapes is not matched).
+//   - ParseInt accepts only JSON integers: -?(0|[1-9][0-9]*), within int64. No fraction, no
+//     exponent, no leading '+' or zeros.
+//   - AppendString escapes '"', '\\' and the control characters below U+0020 (as \b \t \n \f
+//     \r, otherwise \u00XX in lowercase hex) and copies every other byte as is, so UTF-8 text
+//     stays UTF-8 and nothing else (not '/', '<', '>', '&', U+2028) is escaped.
+//
+// Use encoding/json when you need a full decoder; it allocates and is much larger.
+package jsonx
+
+import "strconv"
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && isSpace(b[i]) {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index just past the string starting at b[i] == '"', or -1.
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// skipValue returns the index just past the value starting at b[i], or -1 if it is malformed.
+// Scalars are delimited, not validated; objects and arrays are matched bracket by bracket.
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return -1
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				if i < 0 {
+					return -1
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return -1
+	case ',', ':', '}', ']':
+		return -1
+	}
+	start := i
+	for i < len(b) && !isSpace(b[i]) && b[i] != ',' && b[i] != '}' && b[i] != ']' {
+		i++
+	}
+	if i == start {
+		return -1
+	}
+	return i
+}
+
+// Field returns the raw JSON text of the value of the first field called name in the object
+// obj (for a string, including its quotes). ok is false if obj is not an object, is malformed
+// before the field, or has no such field. raw points into obj.
+func Field(obj []byte, name string) (raw []byte, ok bool) {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return nil, false
+	}
+	i++
+	for {
+		i = skipSpace(obj, i)
+		if i >= len(obj) {
+			return nil, false
+		}
+		if obj[i] == '}' {
+			return nil, false
+		}
+		if obj[i] != '"' {
+			return nil, false
+		}
+		end := skipString(obj, i)
+		if end < 0 {
+			return nil, false
+		}
+		match := string(obj[i+1:end-1]) == name
+		i = skipSpace(obj, end)
+		if i >= len(obj) || obj[i] != ':' {
+			return nil, false
+		}
+		i = skipSpace(obj, i+1)
+		vend := skipValue(obj, i)
+		if vend < 0 {
+			return nil, false
+		}
+		if match {
+			return obj[i:vend], true
+		}
+		i = skipSpace(obj, vend)
+		if i >= len(obj) {
+			return nil, false
+		}
+		if obj[i] == ',' {
+			i++
+			continue
+		}
+		return nil, false
+	}
+}
+
+// ParseInt parses a JSON integer: -?(0|[1-9][0-9]*) within int64. Anything else (a fraction,
+// an exponent, a string, an out-of-range value) returns ok=false.
+func ParseInt(raw []byte) (v int64, ok bool) {
+	i, neg := 0, false
+	if len(raw) > 0 && raw[0] == '-' {
+		neg, i = true, 1
+	}
+	if i >= len(raw) || (raw[i] == '0' && len(raw) > i+1) {
+		return 0, false
+	}
+	// Accumulate as a negative number: its range includes math.MinInt64.
+	const min = -1 << 63
+	var n int64
+	for ; i < len(raw); i++ {
+		c := raw[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := int64(c - '0')
+		if n < (min+d)/10 {
+			return 0, false
+		}
+		n = n*10 - d
+	}
+	if !neg {
+		if n == min {
+			return 0, false
+		}
+		n = -n
+	}
+	return n, true
+}
+
+// FieldInt is Field followed by ParseInt.
+func FieldInt(obj []byte, name string) (v int64, ok bool) {
+	raw, ok := Field(obj, name)
+	if !ok {
+		return 0, false
+	}
+	return ParseInt(raw)
+}
+
+const hex = "0123456789abcdef"
+
+// AppendString appends s as a JSON string, quotes included (escaping rules in the package
+// documentation).
+func AppendString(dst []byte, s []byte) []byte {
+	dst = append(dst, '"')
+	start := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' {
+			continue
+		}
+		dst = append(dst, s[start:i]...)
+		switch c {
+		case '"', '\\':
+			dst = append(dst, '\\', c)
+		case '\b':
+			dst = append(dst, '\\', 'b')
+		case '\t':
+			dst = append(dst, '\\', 't')
+		case '\n':
+			dst = append(dst, '\\', 'n')
+		case '\f':
+			dst = append(dst, '\\', 'f')
+		case '\r':
+			dst = append(dst, '\\', 'r')
+		default:
+			dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		}
+		start = i + 1
+	}
+	dst = append(dst, s[start:]...)
+	return append(dst, '"')
+}
+
+// AppendInt appends v in decimal, the only number format both SDKs produce identically.
+func AppendInt(dst []byte, v int64) []byte { return strconv.AppendInt(dst, v, 10) }

@@ -1,0 +1,78 @@
+package jsonx
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"testing"
+)
+
+func TestField(t *testing.T) {
+	obj := []byte(` { "a" : 1, "b":"x\"y", "c":{"d":[1,{"e":"}"}]}, "n":-12 ,"a":2, "s":"é"}`)
+	for _, tc := range []struct {
+		name, want string
+		ok         bool
+	}{
+		{"a", "1", true},
+		{"b", `"x\"y"`, true},
+		{"c", `{"d":[1,{"e":"}"}]}`, true},
+		{"n", "-12", true},
+		{"s", `"é"`, true},
+		{"e", "", false},
+		{"d", "", false},
+	} {
+		got, ok := Field(obj, tc.name)
+		if ok != tc.ok || string(got) != tc.want {
+			t.Errorf("Field(%q) = %q, %v; want %q, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+	for _, bad := range []string{``, `[]`, `{`, `{"a"}`, `{"a":}`, `{"a":1 "b":2}`, `{"a":"x`, `{"a":[1}`, `"a"`} {
+		if _, ok := Field([]byte(bad), "b"); ok {
+			t.Errorf("Field(%q, b) = ok", bad)
+		}
+	}
+}
+
+func TestParseInt(t *testing.T) {
+	for _, s := range []string{"0", "-0", "7", "-7", "123456789", "9223372036854775807", "-9223372036854775808"} {
+		want, _ := strconv.ParseInt(s, 10, 64)
+		got, ok := ParseInt([]byte(s))
+		if !ok || got != want {
+			t.Errorf("ParseInt(%q) = %d, %v", s, got, ok)
+		}
+	}
+	for _, s := range []string{"", "-", "+1", "01", "-01", "1.0", "1e3", "9223372036854775808", "-9223372036854775809", `"1"`, "1a", "true", "99999999999999999999"} {
+		if v, ok := ParseInt([]byte(s)); ok {
+			t.Errorf("ParseInt(%q) = %d, ok", s, v)
+		}
+	}
+}
+
+func TestAppendString(t *testing.T) {
+	for _, s := range []string{"", "plain", `q"uote`, `back\slash`, "tab\tnl\ncr\rbs\bff\f", "\x00\x01\x1f\x7f", "ünïcødé 日本 🎉", "</script>&"} {
+		got := AppendString(nil, []byte(s))
+		var back string
+		if err := json.Unmarshal(got, &back); err != nil || back != s {
+			t.Errorf("AppendString(%q) = %s: round trip %q, %v", s, got, back, err)
+		}
+	}
+	if got := string(AppendString(nil, []byte("a\x01\"<"))); got != `"a\u0001\"<"` {
+		t.Errorf("got %s", got)
+	}
+	if got := string(AppendInt(nil, math.MinInt64)); got != "-9223372036854775808" {
+		t.Errorf("got %s", got)
+	}
+}
+
+func FuzzField(f *testing.F) {
+	f.Add([]byte(`{"a":1,"b":[{"c":"\""}]}`), "b")
+	f.Fuzz(func(t *testing.T, obj []byte, name string) {
+		raw, ok := Field(obj, name)
+		if ok && len(raw) == 0 {
+			t.Fatalf("ok with an empty value")
+		}
+		if ok && json.Valid(obj) && !json.Valid(raw) {
+			t.Fatalf("valid object %q gave invalid value %q", obj, raw)
+		}
+	})
+}
