@@ -2,6 +2,7 @@ package uring
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -45,7 +46,11 @@ type ringEngine struct {
 	flushIdle  *sync.Cond    // broadcast (on mu) when flushing goes false
 	dispatched chan struct{} // closed when the dispatch goroutine has returned
 
-	maxInflight atomic.Int64 // high-water mark of mu.inflight, for tests
+	// Counters for tests and benchmarks; updated once per system call or batch, not per
+	// operation. submitted/enters is the batching the group commit achieves.
+	maxInflight       atomic.Int64 // high-water mark of mu.inflight
+	enters, submitted atomic.Int64 // io_uring_enter calls that submitted, and SQEs offered to them
+	reaps, reaped     atomic.Int64 // non-empty CQ reaps, and CQEs they returned
 }
 
 // User data of the SQEs the engine issues for itself (cancellations, wake-up NOPs). Their
@@ -215,6 +220,8 @@ func (e *ringEngine) flush() {
 			return
 		}
 		e.mu.Unlock()
+		e.enters.Add(1)
+		e.submitted.Add(int64(n))
 		if _, err := e.r.submit(n); err != nil {
 			e.retryOrDie(err)
 		}
@@ -243,6 +250,7 @@ func (e *ringEngine) dispatch() {
 	defer close(e.dispatched)
 	var cqes []ioCQE
 	var ready []completion
+	yielded := false
 	for {
 		cqes = e.r.reap(cqes[:0])
 		if len(cqes) == 0 {
@@ -255,17 +263,34 @@ func (e *ringEngine) dispatch() {
 			if e.exiting() {
 				return
 			}
+			if !yielded {
+				// The callbacks just run have likely readied goroutines (a Do waiter, say)
+				// onto this P. Blocking in io_uring_enter now would keep that P in a system
+				// call, and them off a CPU, until sysmon retakes it some 20µs later. Let
+				// them run first; they may submit work that completes before we look again.
+				yielded = true
+				runtime.Gosched()
+				continue
+			}
+			yielded = false
 			if err := e.r.wait(); err != nil && err != unix.EINTR && err != unix.EAGAIN && err != unix.EBUSY {
 				panic(fmt.Sprintf("uring: io_uring_enter wait: %v", err))
 			}
 			continue
 		}
-		ready = e.complete(cqes, ready)
+		yielded = false
+		e.reaps.Add(1)
+		e.reaped.Add(int64(len(cqes)))
+		var lead bool
+		ready, lead = e.complete(cqes, ready)
 		for i := range ready {
 			ready[i].o.done(ready[i].res)
 			ready[i] = completion{}
 		}
 		ready = ready[:0]
+		if lead {
+			e.flush()
+		}
 	}
 }
 
@@ -282,7 +307,12 @@ func (e *ringEngine) exiting() bool {
 
 // complete retires the operations behind cqes, refills the ring from the queue, and returns the
 // callbacks to run (outside the lock).
-func (e *ringEngine) complete(cqes []ioCQE, ready []completion) []completion {
+//
+// It also takes the flusher role, when free, for the duration of those callbacks: operations
+// they submit (the next read of a chain, typically) then only fill SQEs, and the dispatcher
+// submits them all with one io_uring_enter afterwards, when lead is true. Without this every
+// callback's Submit would make its own system call.
+func (e *ringEngine) complete(cqes []ioCQE, ready []completion) (_ []completion, lead bool) {
 	e.mu.Lock()
 	for _, c := range cqes {
 		if c.userData&internalUserData != 0 {
@@ -310,12 +340,12 @@ func (e *ringEngine) complete(cqes []ioCQE, ready []completion) []completion {
 	for !e.mu.closed && e.mu.inflight < e.capacity && e.mu.queue.len() > 0 {
 		e.startLocked(e.mu.queue.pop())
 	}
-	lead := e.leadLocked()
-	e.mu.Unlock()
-	if lead {
-		e.flush()
+	if !e.mu.flushing {
+		e.mu.flushing = true
+		lead = true
 	}
-	return ready
+	e.mu.Unlock()
+	return ready, lead
 }
 
 // resultLocked turns a CQE res into a Result.
