@@ -34,6 +34,7 @@ type fileStore struct {
 // blockReader reads n bytes at off of an open file.
 type blockReader interface {
 	readAt(f *os.File, off, n int64) ([]byte, error)
+	close() error
 }
 
 func openFileStore(root string, fsync bool, maxOpenFiles int) (*fileStore, error) {
@@ -296,7 +297,15 @@ func (s *fileStore) del(ctx context.Context, name string) error {
 	return nil
 }
 
-func (s *fileStore) close() error { return s.files.closeAll() }
+func (s *fileStore) close() error {
+	err := s.files.closeAll()
+	if s.reader != nil {
+		if rerr := s.reader.close(); err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
 
 // fileCache keeps up to max immutable files open, LRU, reference counted so an eviction never
 // closes a file under a concurrent read.

@@ -252,6 +252,9 @@ func decodeSegFooter(object string, b []byte, size int64) (metaOff, metaLen int6
 	if v := binary.LittleEndian.Uint32(b[16:]); v != segFormatVersion {
 		return 0, 0, corruptf(object, size-segFooterLen, "unknown segment version %d", v)
 	}
+	if binary.LittleEndian.Uint32(b[20:]) != 0 {
+		return 0, 0, corruptf(object, size-segFooterLen, "reserved footer bytes set")
+	}
 	metaOff = int64(binary.LittleEndian.Uint64(b[0:]))
 	metaLen = int64(binary.LittleEndian.Uint64(b[8:]))
 	if metaOff < 0 || metaLen < 4 || metaOff > size || metaLen > size-segFooterLen-metaOff {
