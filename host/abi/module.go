@@ -350,6 +350,9 @@ func (m *Module) parseManifest(b []byte, rep *Report) {
 	if man.ABI != 0 && rep.ABIVersion == 0 {
 		rep.ABIVersion = man.ABI
 	}
+	if err != nil && man.ABI != Version && man.ABI == rep.ABIVersion && len(rep.Problems) > 0 {
+		return // the imports already told that the module targets another ABI version
+	}
 	if err != nil {
 		rep.problem("%v", err)
 		return

@@ -1,0 +1,62 @@
+# clink-wasm: targets a newcomer can guess.
+#   make build   build bin/clink-wasm
+#   make test    the test suite CI runs (starts the S3 test server itself)
+#   make race    the concurrent packages under the race detector
+#   make bench   benchmarks that print the issue figures (ratios side by side)
+#   make lint    gofmt + go vet
+#   make wasm    rebuild every committed .wasm fixture from source
+#   make wasm-check  fail if a committed fixture differs from its source build
+#   make fuzz    run each fuzz target for FUZZTIME (default 30s)
+#   make s3-up / s3-down   start/stop the loopback S3 server (versitygw) for manual runs
+
+GO        ?= go
+FUZZTIME  ?= 30s
+BENCHTIME ?= 1x
+# Packages whose tests exercise concurrency; `make race` runs them with -race.
+RACE_PKGS := ./host/... ./internal/... ./cmd/... ./tests/...
+
+.PHONY: all build test test-short race bench lint wasm wasm-check fuzz s3-up s3-down clean
+
+all: build
+
+build:
+	$(GO) build -o bin/clink-wasm ./cmd/clink-wasm
+
+# The README's test command. It needs the loopback S3 server for the state tier's S3 tests:
+# scripts/with-s3.sh starts versitygw, runs the command, and stops it.
+test:
+	scripts/with-s3.sh $(GO) test -count=1 ./...
+
+test-short:
+	$(GO) test -short -count=1 ./...
+
+race:
+	scripts/with-s3.sh $(GO) test -race -count=1 $(RACE_PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./host/... ./examples/... | tee bench.out
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+wasm:
+	$(MAKE) -C host/abi/testdata
+	$(MAKE) -C host/scheduler/testdata
+	scripts/build-wasm.sh
+
+wasm-check:
+	scripts/check-wasm.sh
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzImports -fuzztime $(FUZZTIME) ./host/abi/
+
+s3-up:
+	@scripts/s3-up.sh
+
+s3-down:
+	@scripts/s3-down.sh
+
+clean:
+	rm -rf bin bench.out

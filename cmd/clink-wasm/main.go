@@ -1,0 +1,105 @@
+// Command clink-wasm runs WebAssembly stream operators.
+//
+//	clink-wasm run --module OP.wasm --input FILE [--key FIELD] [flags]
+//	clink-wasm inspect OP.wasm
+//	clink-wasm manifest embed --manifest M.json IN.wasm [-o OUT.wasm]
+//
+// Exit status: 0 on success, 1 when a pipeline or module fails, 2 on a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+const usage = `clink-wasm runs user-defined stream operators compiled to WebAssembly.
+
+Usage:
+  clink-wasm run --module OP.wasm --input FILE [--key FIELD] [flags]
+        run a bounded local pipeline over a file of JSON Lines or CSV records
+  clink-wasm inspect OP.wasm
+        print a module's ABI version, capabilities, imports, exports and problems
+  clink-wasm manifest embed --manifest MANIFEST.json IN.wasm [-o OUT.wasm]
+        put a manifest in a module's clink.manifest custom section
+  clink-wasm version
+
+Run "clink-wasm COMMAND --help" for a command's flags.
+`
+
+// errUsage marks errors that are the caller's mistake in invoking a command (exit status 2).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is main without the process: it returns the exit status.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (code int) {
+	defer func() {
+		// A bug in clink-wasm must not show users a Go panic trace: say what happened and
+		// where to report it. (Guest faults never get here; they are ordinary errors.)
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "clink-wasm: internal error: %v\nplease report this with the command you ran\n", r)
+			if os.Getenv("CLINK_DEBUG") != "" {
+				stderr.Write(debug.Stack())
+			}
+			code = 3
+		}
+	}()
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "run":
+		err = cmdRun(ctx, args[1:], stdin, stdout, stderr)
+	case "inspect":
+		err = cmdInspect(ctx, args[1:], stdout, stderr)
+	case "manifest":
+		err = cmdManifest(args[1:], stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "clink-wasm", version())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		err = usagef("unknown command %q\n\n%s", args[0], usage)
+	}
+	var ue *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintln(stderr, "clink-wasm:", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "clink-wasm:", err)
+		return 1
+	}
+}
+
+var errHelp = errors.New("help requested")
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/term"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
+	"github.com/clink-wasm/clink-wasm/host/pipeline"
+)
+
+func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: clink-wasm %s\n\nFlags:\n", synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+func parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return &usageError{err.Error()}
+	}
+	return nil
+}
+
+func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlags("run", "run --module OP.wasm --input FILE [--key FIELD] [flags]", stderr)
+	var (
+		modPath    = fs.String("module", "", "operator module (.wasm)")
+		input      = fs.String("input", "", "input file of JSON Lines or CSV records (- for stdin)")
+		format     = fs.String("format", "", "input format: jsonl or csv (default: from the file extension, else jsonl)")
+		output     = fs.String("output", "", "write output JSON Lines here instead of stdout")
+		key        = fs.String("key", "", "key records by this top-level field (default: the module's clink_key, else one key)")
+		timeField  = fs.String("time-field", "", "take event time from this field (epoch ms or RFC 3339); default ingestion time")
+		wmDelay    = fs.Duration("watermark-delay", 0, "bounded out-of-orderness: watermark = max event time seen - delay")
+		onBad      = fs.String("on-malformed", "fail", "malformed input line: fail (stop with its line number) or skip")
+		deadLetter = fs.String("dead-letter", "", "with --on-malformed=skip, write skipped lines here as JSON Lines")
+		inFlight   = fs.Int("max-in-flight", 0, "records in flight (default: derived from the module's memory)")
+		callTime   = fs.Duration("call-timeout", abi.DefaultCallTime, "time limit per guest call (suspension excluded)")
+		memPages   = fs.Uint("max-memory-pages", abi.DefaultMemoryPages, "linear memory limit per instance, in 64 KiB pages")
+		quiet      = fs.Bool("quiet", false, "no progress bar and no summary")
+		noCache    = fs.Bool("no-cache", false, "do not use the on-disk compilation cache")
+	)
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("run: unexpected argument %q", fs.Arg(0))
+	}
+	if *modPath == "" || *input == "" {
+		return usagef("run: --module and --input are required (see clink-wasm run --help)")
+	}
+	policy := pipeline.MalformedPolicy(*onBad)
+	if policy != pipeline.MalformedFail && policy != pipeline.MalformedSkip {
+		return usagef("run: --on-malformed must be fail or skip, not %q", *onBad)
+	}
+	if *deadLetter != "" && policy != pipeline.MalformedSkip {
+		return usagef("run: --dead-letter needs --on-malformed=skip")
+	}
+	bin, err := os.ReadFile(*modPath)
+	if err != nil {
+		return fmt.Errorf("reading module: %w", err)
+	}
+	opts := pipeline.Options{
+		Module: bin, KeyField: *key, TimeField: *timeField, WatermarkDelay: *wmDelay,
+		OnMalformed: policy, MaxInFlight: *inFlight, Log: stderr,
+		Limits: abi.Limits{CallTime: *callTime, MemoryPages: uint32(*memPages)},
+	}
+	if !*noCache {
+		if dir, err := os.UserCacheDir(); err == nil {
+			opts.CacheDir = filepath.Join(dir, "clink-wasm", "wazero")
+		}
+	}
+	opts.Format = pipeline.Format(strings.ToLower(*format))
+	if *input == "-" {
+		opts.Input = stdin
+	} else {
+		f, err := os.Open(*input)
+		if err != nil {
+			return fmt.Errorf("opening input: %w", err)
+		}
+		defer f.Close()
+		opts.Input = f
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			opts.InputSize = st.Size()
+		}
+		if opts.Format == "" && strings.EqualFold(filepath.Ext(*input), ".csv") {
+			opts.Format = pipeline.FormatCSV
+		}
+	}
+	opts.Output = stdout
+	if *output != "" {
+		f, err := os.Create(*output)
+		if err != nil {
+			return fmt.Errorf("creating output: %w", err)
+		}
+		defer f.Close()
+		opts.Output = f
+	}
+	if *deadLetter != "" {
+		f, err := os.Create(*deadLetter)
+		if err != nil {
+			return fmt.Errorf("creating dead-letter file: %w", err)
+		}
+		defer f.Close()
+		opts.DeadLetter = f
+	}
+	var bar *progressBar
+	if !*quiet && opts.InputSize > 0 && isTerminal(stderr) {
+		bar = &progressBar{w: stderr}
+		opts.Progress = bar.update
+	}
+	sum, err := pipeline.Run(ctx, opts)
+	if bar != nil {
+		bar.clear()
+	}
+	if !*quiet && sum != nil && sum.Operator != "" {
+		printSummary(stderr, sum, err)
+	}
+	return err
+}
+
+func printSummary(w io.Writer, s *pipeline.Summary, err error) {
+	status := "done"
+	if err != nil {
+		status = "failed"
+	}
+	fmt.Fprintf(w, "%s %s: %d records in, %d out", s.Operator, status, s.RecordsIn, s.RecordsOut)
+	if s.Skipped > 0 {
+		fmt.Fprintf(w, ", %d malformed skipped", s.Skipped)
+	}
+	fmt.Fprintf(w, " in %v (%s records/s)\n", s.Duration.Round(time.Millisecond), humanRate(s.RecordsPerSecond()))
+}
+
+func humanRate(r float64) string {
+	switch {
+	case r >= 1e6:
+		return fmt.Sprintf("%.2fM", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.1fk", r/1e3)
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// progressBar draws a one-line progress bar on a terminal.
+type progressBar struct {
+	w     io.Writer
+	drawn bool
+}
+
+func (b *progressBar) update(p pipeline.Progress) {
+	frac := 0.0
+	if p.InputSize > 0 {
+		frac = min(1, float64(p.BytesRead)/float64(p.InputSize))
+	}
+	const width = 30
+	n := int(frac * width)
+	rate := 0.0
+	if p.Elapsed > 0 {
+		rate = float64(p.RecordsIn) / p.Elapsed.Seconds()
+	}
+	fmt.Fprintf(b.w, "\r[%s%s] %3.0f%%  %d records  %s/s  ", strings.Repeat("=", n), strings.Repeat(" ", width-n),
+		frac*100, p.RecordsIn, humanRate(rate))
+	b.drawn = true
+}
+
+func (b *progressBar) clear() {
+	if b.drawn {
+		fmt.Fprintf(b.w, "\r%s\r", strings.Repeat(" ", 79))
+	}
+}

@@ -1,0 +1,211 @@
+// Package pipeline runs a bounded local pipeline: an input file of records, one Wasm operator
+// driven by the async execution controller, and a JSON Lines output. It is what
+// `clink-wasm run` does, and the building block hosted pipelines reuse.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
+	"github.com/clink-wasm/clink-wasm/host/scheduler"
+	"github.com/clink-wasm/clink-wasm/host/state"
+)
+
+// Options configures a run. Zero values mean defaults.
+type Options struct {
+	// Module is the operator's .wasm bytes.
+	Module []byte
+
+	Input     io.Reader
+	InputSize int64 // for progress; 0 if unknown
+	Format    Format
+
+	// KeyField keys records by a top-level field of the JSON value (or CSV column). When empty
+	// and the module exports clink_key, the guest keys records; otherwise every record has the
+	// empty key.
+	KeyField string
+	// TimeField takes event time from a field (epoch ms or RFC 3339); otherwise records carry
+	// ingestion time and the only watermark is the final one.
+	TimeField      string
+	WatermarkDelay time.Duration // bounded out-of-orderness
+	WatermarkEvery int           // records between watermarks (default 1000)
+
+	OnMalformed MalformedPolicy
+	DeadLetter  io.Writer
+
+	Output io.Writer
+	Log    io.Writer // guest logs; nil discards
+
+	Limits      abi.Limits
+	MaxInFlight int
+	CacheDir    string // wazero compilation cache; "" keeps it in memory
+
+	// Backend holds keyed state; nil uses process memory.
+	Backend state.Backend
+	// Lookup serves the lookup import; nil makes lookups fail with LOOKUP_UNAVAILABLE.
+	Lookup    scheduler.LookupFunc
+	Endpoints []string // endpoint names the pipeline defines
+
+	// Progress, if set, is called about five times a second while the run lasts.
+	Progress func(Progress)
+}
+
+// Progress is a snapshot of a running pipeline.
+type Progress struct {
+	BytesRead, InputSize int64
+	RecordsIn, Outputs   int64
+	Elapsed              time.Duration
+}
+
+// Summary reports a finished run.
+type Summary struct {
+	Operator    string
+	RecordsIn   int64
+	RecordsOut  int64
+	Skipped     int64
+	Duration    time.Duration
+	Scheduler   scheduler.Snapshot
+	MaxInFlight int
+}
+
+// RecordsPerSecond is the input throughput of the run.
+func (s *Summary) RecordsPerSecond() float64 {
+	if s.Duration <= 0 {
+		return 0
+	}
+	return float64(s.RecordsIn) / s.Duration.Seconds()
+}
+
+// Run executes the pipeline to the end of its input. On failure the returned Summary still
+// describes what was done.
+func Run(ctx context.Context, opts Options) (*Summary, error) {
+	start := time.Now()
+	sum := &Summary{}
+	if opts.Output == nil || opts.Input == nil {
+		return sum, errors.New("pipeline: Input and Output are required")
+	}
+	if opts.Format == "" {
+		opts.Format = FormatJSONL
+	}
+	if opts.Format != FormatJSONL && opts.Format != FormatCSV {
+		return sum, fmt.Errorf("unknown input format %q (use jsonl or csv)", opts.Format)
+	}
+	if opts.OnMalformed == "" {
+		opts.OnMalformed = MalformedFail
+	}
+	engOpts := []abi.EngineOption{abi.WithLimits(opts.Limits)}
+	if opts.CacheDir != "" {
+		engOpts = append(engOpts, abi.WithCompilationCacheDir(opts.CacheDir))
+	}
+	eng, err := abi.NewEngine(ctx, engOpts...)
+	if err != nil {
+		return sum, err
+	}
+	defer eng.Close(context.WithoutCancel(ctx))
+	endpoints := opts.Endpoints
+	if endpoints == nil {
+		endpoints = []string{}
+	}
+	mod, err := eng.Load(ctx, opts.Module, abi.LoadOptions{Endpoints: endpoints})
+	if err != nil {
+		return sum, err
+	}
+	sum.Operator = mod.Name()
+	backend := opts.Backend
+	if backend == nil {
+		backend = state.NewMemory()
+	}
+	if err := backend.Open(mod.Manifest.States); err != nil {
+		return sum, fmt.Errorf("state: %w", err)
+	}
+	describe := func(pos int64) string { return fmt.Sprintf("input line %d", pos) }
+	sink := newJSONLSink(opts.Output, mod.Name(), describe)
+	lim := eng.Limits()
+	src := newSource(sourceConfig{
+		format: opts.Format, keyField: opts.KeyField, keyByModule: opts.KeyField == "" && mod.HasKey(),
+		timeField: opts.TimeField, watermarkDelay: opts.WatermarkDelay, watermarkEvery: opts.WatermarkEvery,
+		policy: opts.OnMalformed, deadLetter: opts.DeadLetter,
+		maxKey: lim.MaxRecordKey, maxValue: lim.MaxRecordValue,
+	}, opts.Input)
+
+	ctrl, err := scheduler.New(scheduler.Config{
+		Module: mod, Backend: backend, Sink: sink, Lookup: opts.Lookup,
+		Log: logTo(opts.Log, describe), MaxInFlight: opts.MaxInFlight, Describe: describe,
+	})
+	if err != nil {
+		sink.close()
+		return sum, err
+	}
+
+	elems := make(chan []scheduler.Element, 8)
+	stop := make(chan struct{})
+	srcErr := make(chan error, 1)
+	go func() { srcErr <- src.run(elems, stop) }()
+
+	progressDone := make(chan struct{})
+	if opts.Progress != nil {
+		go func() {
+			t := time.NewTicker(200 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-progressDone:
+					return
+				case <-t.C:
+					opts.Progress(Progress{BytesRead: src.r.n.Load(), InputSize: opts.InputSize,
+						RecordsIn: src.recs.Load(), Outputs: sink.records.Load(), Elapsed: time.Since(start)})
+				}
+			}
+		}()
+	}
+
+	runErr := ctrl.Run(ctx, elems)
+	close(stop)
+	for range elems { // let the source finish if the controller stopped early
+	}
+	sErr := <-srcErr
+	close(progressDone)
+	sinkErr := sink.close()
+
+	sum.RecordsIn = src.recs.Load()
+	sum.Skipped = src.skipped.Load()
+	sum.RecordsOut = sink.records.Load()
+	sum.Duration = time.Since(start)
+	sum.Scheduler = ctrl.Metrics().Snapshot()
+	sum.MaxInFlight = ctrl.MaxInFlight()
+	// The first failure in pipeline order: a bad output is found after the controller moved on,
+	// so it explains a controller error that merely reports the sink refusing more.
+	var oe *OutputError
+	switch {
+	case errors.As(sinkErr, &oe):
+		return sum, sinkErr
+	case runErr != nil:
+		return sum, runErr
+	case sErr != nil:
+		return sum, sErr
+	case sinkErr != nil:
+		return sum, sinkErr
+	}
+	return sum, nil
+}
+
+func logTo(w io.Writer, describe func(int64) string) scheduler.LogFunc {
+	if w == nil {
+		return nil
+	}
+	return func(op string, level abi.LogLevel, msg []byte, src *scheduler.Source) {
+		where := ""
+		if src != nil {
+			if src.Timer {
+				where = fmt.Sprintf(" (timer at %d)", src.TS)
+			} else {
+				where = " (" + describe(src.Pos) + ")"
+			}
+		}
+		fmt.Fprintf(w, "[%s] %s: %s%s\n", op, level, msg, where)
+	}
+}
