@@ -91,9 +91,6 @@ func (s *snapshot) run(ctx context.Context) {
 		s.err = err
 		b.mu.Lock()
 		s.prev = nil
-		if b.mu.tail == s {
-			b.mu.tail = nil
-		}
 		b.mu.Unlock()
 		s.entries = nil
 		close(s.done)

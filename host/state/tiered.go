@@ -85,7 +85,6 @@ type Tiered struct {
 		scratch    []byte
 		dkey       []byte
 		guard      fillGuard
-		closed     bool
 	}
 
 	mu struct {
@@ -93,7 +92,6 @@ type Tiered struct {
 		base       *manifest // last committed (or restored) manifest of this lineage
 		headETag   string
 		epoch      uint64
-		tail       *snapshot // newest snapshot; chain of unfinished ones via prev
 		live       map[string]*liveSeg
 		compaction *compactResult // merged segments waiting for the next commit
 		closed     bool
@@ -411,7 +409,7 @@ func (b *Tiered) account(e *entry) {
 // goroutine against the committed version current at the call.
 func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 	b.poll()
-	if b.run.closed {
+	if b.ctx.Err() != nil {
 		go done(nil, ErrClosed)
 		return
 	}
@@ -513,7 +511,7 @@ var _ Savepointer = (*Tiered)(nil)
 
 func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 	b.poll()
-	if b.run.closed {
+	if b.ctx.Err() != nil {
 		return nil, ErrClosed
 	}
 	if id == 0 || id == RestoreLatest {
@@ -538,9 +536,14 @@ func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 	}
 	sort.Slice(s.opState, func(i, j int) bool { return s.opState[i].name < s.opState[j].name })
 	s.bytes.Store(s.estimate)
+	// The new snapshot builds on the newest one whose outcome the runner has not observed yet:
+	// if that one fails, this one must fail too (its keys were not re-dirtied in time). Once
+	// the runner has observed every outcome, failed keys are dirty again and committed ones
+	// are in the base manifest, so the snapshot stands alone.
 	b.mu.Lock()
-	s.prev = b.mu.tail
-	b.mu.tail = s
+	if n := len(b.run.pending); n > 0 {
+		s.prev = b.run.pending[n-1]
+	}
 	b.mu.Unlock()
 	b.run.pending = append(b.run.pending, s)
 	return s, nil
@@ -551,7 +554,6 @@ func (b *Tiered) Metrics() Metrics { return b.cnt.snapshot() }
 
 // Close implements Backend. Snapshots still persisting fail with ErrClosed.
 func (b *Tiered) Close() error {
-	b.run.closed = true
 	b.mu.Lock()
 	if b.mu.closed {
 		b.mu.Unlock()
