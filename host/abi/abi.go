@@ -173,4 +173,6 @@ type Handler interface {
 	// and body, or a Lookup* Code as err.
 	Lookup(endpoint uint32, request []byte) (status int, body []byte, err error)
 	Log(level LogLevel, msg []byte)
+	// SetResumeOrder sets the priority of the call's next async waits (lower resumes first).
+	SetResumeOrder(order int64)
 }

@@ -25,6 +25,7 @@ type recHandler struct {
 	lookup  func(ep uint32, req []byte) (int, []byte, error)
 	emitErr error
 	getErr  error
+	order   int64
 }
 
 func newRec() *recHandler {
@@ -64,6 +65,7 @@ func (h *recHandler) Lookup(ep uint32, req []byte) (int, []byte, error) {
 	}
 	return h.lookup(ep, req)
 }
+func (h *recHandler) SetResumeOrder(o int64) { h.order = o }
 func (h *recHandler) Log(level LogLevel, msg []byte) {
 	h.logs = append(h.logs, level.String()+": "+string(msg))
 }

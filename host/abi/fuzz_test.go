@@ -14,12 +14,12 @@ import (
 // guest named (docs/abi.md, "Memory ownership").
 func FuzzImports(f *testing.F) {
 	f.Add(bytes.Join([][]byte{op(1, 0, 1024, 5, 1030, 16), op(0, 0, 1024, 5, 2048, 4), op(3, 2048, 64)}, nil))
-	f.Add(bytes.Join([][]byte{op(10, 0, 1024, 22, 4096, 8), op(3, 4096, 1 << 16)}, nil))
+	f.Add(bytes.Join([][]byte{op(10, 0, 1024, 22, 4096, 8), op(3, 4096, 1<<16)}, nil))
 	f.Add(op(0, 1, 0xFFFFFFF0, 0x20, 0, 0))
 	f.Add(op(4, 0xFFFFFFFF, 1, 0, 0xFFFFFFFF))
 	f.Add(op(9, -1, 131070, 100))
 	f.Add(op(11, 1))
-	f.Add(bytes.Join([][]byte{op(5, -1), op(6, 1 << 62), op(7), op(8)}, nil))
+	f.Add(bytes.Join([][]byte{op(5, -1), op(6, 1<<62), op(7), op(8)}, nil))
 
 	e := newEngine(f, Limits{MaxStateKey: 256, MaxStateValue: 1 << 16, MaxEmitsPerCall: 64, MemoryPages: 8})
 	m := load(f, e, "probe", "ep")

@@ -37,6 +37,7 @@ var clinkImports = []importDef{
 	{"log", []api.ValueType{i32, i32, i32}, nil, []string{"level", "msg_ptr", "msg_len"}, hostLog},
 	{"lookup", []api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i64},
 		[]string{"endpoint", "req_ptr", "req_len", "buf_ptr", "buf_cap"}, hostLookup},
+	{"set_resume_order", []api.ValueType{i64}, nil, []string{"order"}, hostSetResumeOrder},
 }
 
 var importByName = func() map[string]*importDef {
@@ -338,4 +339,11 @@ func (in *Instance) lookup(ep, rp, rl, bp, bc uint32) uint64 {
 		in.setPending(body)
 	}
 	return uint64(status)<<32 | uint64(n)
+}
+
+func hostSetResumeOrder(ctx context.Context, _ api.Module, stack []uint64) {
+	in := instance(ctx)
+	if in.allowed(capKeyed) {
+		in.h.SetResumeOrder(int64(stack[0]))
+	}
 }

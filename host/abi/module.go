@@ -421,3 +421,4 @@ func (discardHandler) Lookup(uint32, []byte) (int, []byte, error) {
 	return 0, nil, NotAllowed
 }
 func (discardHandler) Log(LogLevel, []byte) {}
+func (discardHandler) SetResumeOrder(int64) {}

@@ -82,6 +82,7 @@ func (h *plainHandler) Lookup(uint32, []byte) (int, []byte, error) {
 	return 0, nil, abi.LookupUnavailable
 }
 func (h *plainHandler) Log(abi.LogLevel, []byte) {}
+func (h *plainHandler) SetResumeOrder(int64)     {}
 
 // runPlain processes records on one instance in a plain loop and returns the time taken.
 func runPlain(b *testing.B, m *abi.Module, els []Element) time.Duration {

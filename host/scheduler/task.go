@@ -163,3 +163,10 @@ func (s *slot) Log(level abi.LogLevel, msg []byte) {
 		s.c.cfg.Log(s.c.name, level, msg, src)
 	}
 }
+
+// SetResumeOrder implements abi.Handler.
+func (s *slot) SetResumeOrder(order int64) {
+	if s.t != nil {
+		s.t.order = order
+	}
+}
