@@ -2,6 +2,11 @@
 // front of a durable remote tier (a local directory by default, S3 in production), incremental
 // checkpoints and lazy restore.
 //
+// A process opens one [Store] over a pool URL (mem://, file:///path or s3://bucket/prefix) and
+// gets one [Backend] per operator subtask from [Store.Operator]: a [*Tiered]. [Memory] is the
+// volatile reference backend. The durable format, the checkpoint protocol and the options are
+// documented in docs/state-format.md.
+//
 // # Threading
 //
 // A [Backend] belongs to one operator subtask. Its runner-side methods (Get, Put, Delete, Fill,
@@ -36,7 +41,10 @@ type Fetched struct {
 	Value []byte // owned; nil when !Found
 	Found bool
 
-	gen uint64 // set by Fetch: lets Fill detect a result that a later write made stale
+	// gen is set by a Tiered Fetch: it lets Fill detect a result that a later write may have
+	// made stale. Results built by hand (gen 0) are installed only while no written key has
+	// been evicted yet; pass Fill the results Fetch produced.
+	gen uint64
 }
 
 // Backend is the keyed state of one operator subtask.

@@ -318,9 +318,51 @@ func (b *Tiered) claimHead(ctx context.Context) error {
 		b.mu.Lock()
 		b.mu.headETag, b.mu.epoch = etag, epoch
 		b.mu.Unlock()
-		return nil
+		return b.retireOverlapping(ctx)
 	}
 	return &Error{Op: "claim", Object: name, Err: ErrFenced}
+}
+
+// retireOverlapping fences writers of other key-group ranges that overlap this backend's (the
+// subtasks of an earlier parallelism, after a rescale): it rewrites their heads, so their next
+// commit fails its If-Match. Heads that are already retired are left alone.
+func (b *Tiered) retireOverlapping(ctx context.Context) error {
+	objs, err := b.s.os.list(ctx, b.root+"heads/")
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		var r KeyGroupRange
+		if _, err := fmt.Sscanf(strings.TrimPrefix(o.name, b.root+"heads/"), "%05d-%05d", &r.Lo, &r.Hi); err != nil {
+			continue
+		}
+		if r == b.rng || !r.Overlaps(b.rng) {
+			continue
+		}
+		for attempt := 0; attempt < 4; attempt++ {
+			info, err := b.s.os.head(ctx, o.name)
+			if errors.Is(err, ErrNotFound) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			data, err := b.s.os.get(ctx, o.name, 0, -1)
+			if err != nil {
+				return err
+			}
+			if bytes.HasPrefix(data, []byte("clink-head v1 retired")) {
+				break
+			}
+			retired := fmt.Appendf(nil, "clink-head v1 retired epoch=%d by=%s range=%v\n", parseHeadEpoch(data)+1, b.token, b.rng)
+			if _, err := b.s.os.put(ctx, o.name, retired, putCond{ifMatch: info.etag}); err == nil {
+				break
+			} else if !errors.Is(err, errPrecondition) {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // casHead replaces the lineage head if it still has etag. A failed condition means a newer
@@ -398,6 +440,13 @@ func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[strin
 		}
 		ms = append(ms, m)
 		rs = append(rs, m.rng)
+	}
+	for i := range rs {
+		for j := i + 1; j < len(rs); j++ {
+			if rs[i].Overlaps(rs[j]) {
+				return nil, nil, fmt.Errorf("state: checkpoint %d of %s has overlapping manifests %v and %v (two writers used the same checkpoint id)", ckpt, b.name, rs[i], rs[j])
+			}
+		}
 	}
 	if !covers(rs, b.rng) {
 		return nil, nil, &Error{Op: "restore", Object: prefix, Err: fmt.Errorf("checkpoint %d does not cover key groups %v: %w", ckpt, b.rng, ErrNotFound)}

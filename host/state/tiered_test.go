@@ -255,6 +255,11 @@ func TestRescaleRestore(t *testing.T) {
 			t.Fatalf("%s: %q %v", rec, got, ok)
 		}
 	}
+	// The old subtasks are fenced by the new ones' claims.
+	snap, _ := olds[0].Capture(8)
+	if err := snap.Persist(context.Background()); !errors.Is(err, ErrFenced) {
+		t.Fatalf("old-parallelism writer not fenced: %v", err)
+	}
 	// The new lineages checkpoint incrementally on top of the foreign segments.
 	for _, b := range news {
 		checkpoint(t, b, 8)
