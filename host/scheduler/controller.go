@@ -60,6 +60,23 @@ const (
 	ResumePriority
 )
 
+// Order is the output order guarantee of a pipeline.
+type Order uint8
+
+const (
+	// OrderPerKey runs records through the per-key gate: each key's records are processed, and
+	// their outputs leave, in arrival order; different keys interleave. Keyed state and timers
+	// are available. The default.
+	OrderPerKey Order = iota
+	// OrderInput is for unkeyed enrichment: every record may be in flight at once, whatever its
+	// key, and outputs leave in input order (Flink's orderedWait). Keyed state and timers are
+	// not available (NOT_ALLOWED): nothing orders two records of a key.
+	OrderInput
+	// OrderNone is OrderInput without the reordering: outputs leave as records complete
+	// (Flink's unorderedWait). Watermarks still never overtake earlier records.
+	OrderNone
+)
+
 // LookupFunc sends an ABI-framed lookup request through an endpoint and calls done exactly once,
 // from any goroutine (or synchronously, for a cached response). A guest-visible failure is an
 // abi.Code error; any other error fails the pipeline.
@@ -91,6 +108,9 @@ type Config struct {
 	Synchronous bool
 
 	ResumeOrder ResumeOrder
+
+	// Order is the output order guarantee (default OrderPerKey).
+	Order Order
 
 	// TimerLimit bounds timers per key (default 65536).
 	TimerLimit int
@@ -190,6 +210,7 @@ type Controller struct {
 	comp completions // the only cross-goroutine surface
 
 	out     *outBuffer
+	reorder []*heldOutput // OrderInput: records in input order with their held outputs
 	err     error
 	abortCh bool
 
@@ -483,6 +504,14 @@ func (c *Controller) keyOf(value []byte) ([]byte, error) {
 // submit runs t now if its key is free, or parks it behind the key's in-flight task. A fired
 // timer goes to the front of the queue: it belongs to an earlier epoch than any parked record.
 func (c *Controller) submit(t *task, front bool) {
+	if c.cfg.Order != OrderPerKey {
+		if c.cfg.Order == OrderInput && t.kind == kindRecord {
+			t.held = &heldOutput{}
+			c.reorder = append(c.reorder, t.held)
+		}
+		c.execute(t)
+		return
+	}
 	if g, ok := c.gate[string(t.key)]; ok {
 		if front {
 			g.queue = slices.Insert(g.queue, 0, t)
@@ -499,7 +528,7 @@ func (c *Controller) submit(t *task, front bool) {
 // markKeyBusy enters t's key into the gate. A task that completes without suspending never
 // needs an entry: nothing else runs while it does.
 func (c *Controller) markKeyBusy(t *task) {
-	if t.inGate {
+	if t.inGate || c.cfg.Order != OrderPerKey {
 		return
 	}
 	t.inGate = true
@@ -574,9 +603,40 @@ func (c *Controller) finish(t *task, err error) {
 		c.err = &OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err}
 	}
 	c.keyDone(t)
+	if t.held != nil {
+		t.held.done = true
+		c.releaseHeld()
+	}
 	t.ep.pending--
 	c.admitted--
 	c.freeTask(t)
+}
+
+// heldOutput holds a record's outputs in OrderInput mode until every earlier record is done.
+type heldOutput struct {
+	done bool
+	outs []Output // owned copies
+}
+
+func (h *heldOutput) add(key, value []byte, ts int64, src Source) {
+	kv := make([]byte, 0, len(key)+len(value)+len(src.Key))
+	kv = append(append(append(kv, key...), value...), src.Key...)
+	src.Key = kv[len(key)+len(value):]
+	h.outs = append(h.outs, Output{Kind: OutputData, Key: kv[:len(key):len(key)], Value: kv[len(key) : len(key)+len(value)], TS: ts, Src: src})
+}
+
+// releaseHeld passes on the outputs of the longest prefix of completed records.
+func (c *Controller) releaseHeld() {
+	n := 0
+	for ; n < len(c.reorder) && c.reorder[n].done; n++ {
+		for _, o := range c.reorder[n].outs {
+			if err := c.out.emit(o.Key, o.Value, o.TS, o.Src); err != nil {
+				c.fail(err)
+			}
+		}
+		c.reorder[n] = nil
+	}
+	c.reorder = c.reorder[n:]
 }
 
 func (c *Controller) fail(err error) {

@@ -29,7 +29,8 @@ type task struct {
 	slot      *slot    // instance running the task, while in flight
 	carrier   *carrier // carrier parked in the task's guest call, while suspended
 	suspended bool
-	inGate    bool // the task's key has an entry in the gate
+	inGate    bool        // the task's key has an entry in the gate
+	held      *heldOutput // OrderInput: where the task's outputs wait for earlier records
 
 	// Result of the async operation the task is suspended on. Written by the holder (state
 	// reads are installed on the runner) or, for lookups, by an IO goroutine before the
@@ -46,7 +47,7 @@ type task struct {
 // reset clears t for reuse. (A plain `*t = task{}` would copy the atomic.)
 func (t *task) reset() {
 	t.kind, t.key, t.value, t.ts, t.pos, t.seq, t.ep, t.wm = 0, nil, nil, 0, 0, 0, nil, 0
-	t.slot, t.carrier, t.suspended, t.inGate = nil, nil, false, false
+	t.slot, t.carrier, t.suspended, t.inGate, t.held = nil, nil, false, false, nil
 	t.fetched, t.readKey, t.lookup, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, 0, time.Time{}
 	t.done.Store(0)
 }
@@ -72,7 +73,7 @@ func (s *slot) key(stateID uint32, entry []byte) state.Key {
 
 // Get implements abi.Handler: a hot hit answers at once; a miss suspends the call.
 func (s *slot) Get(stateID uint32, entry []byte) ([]byte, bool, error) {
-	if s.t == nil {
+	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return nil, false, abi.NotAllowed
 	}
 	k := s.key(stateID, entry)
@@ -87,7 +88,7 @@ func (s *slot) Get(stateID uint32, entry []byte) ([]byte, bool, error) {
 
 // Put implements abi.Handler.
 func (s *slot) Put(stateID uint32, entry, value []byte) error {
-	if s.t == nil {
+	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return abi.NotAllowed
 	}
 	s.c.cfg.Backend.Put(s.key(stateID, entry), value)
@@ -96,7 +97,7 @@ func (s *slot) Put(stateID uint32, entry, value []byte) error {
 
 // Delete implements abi.Handler.
 func (s *slot) Delete(stateID uint32, entry []byte) error {
-	if s.t == nil {
+	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return abi.NotAllowed
 	}
 	s.c.cfg.Backend.Delete(s.key(stateID, entry))
@@ -110,13 +111,17 @@ func (s *slot) Emit(key, value []byte) error {
 	if t := s.t; t != nil {
 		src = Source{Pos: t.pos, Key: t.key, Timer: t.kind == kindTimer, TS: t.ts}
 		ts = t.ts
+		if t.held != nil {
+			t.held.add(key, value, ts, src)
+			return nil
+		}
 	}
 	return s.c.out.emit(key, value, ts, src)
 }
 
 // RegisterTimer implements abi.Handler.
 func (s *slot) RegisterTimer(ts int64) error {
-	if s.t == nil {
+	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return abi.NotAllowed
 	}
 	return s.c.timers.register(s.t.key, ts)
@@ -124,7 +129,7 @@ func (s *slot) RegisterTimer(ts int64) error {
 
 // DeleteTimer implements abi.Handler.
 func (s *slot) DeleteTimer(ts int64) error {
-	if s.t == nil {
+	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return abi.NotAllowed
 	}
 	s.c.timers.remove(s.t.key, ts)
