@@ -470,7 +470,7 @@ func (c *call) cancelError() *Error {
 // may carry the attempt (a timer goroutine may; the caller of Do may not).
 func (c *call) next(inline bool) {
 	if c.ctx.Err() != nil {
-		c.finish(Response{Err: c.cancelError()})
+		c.finishFrom(Response{Err: c.cancelError()}, !inline)
 		return
 	}
 	e := c.e
@@ -482,9 +482,9 @@ func (c *call) next(inline bool) {
 				if errors.Is(err, gobreaker.ErrTooManyRequests) {
 					reason = "half-open, probe in flight"
 				}
-				c.finish(Response{Err: &Error{Kind: KindBreakerOpen, Reason: reason, Err: err, notSent: true}})
+				c.finishFrom(Response{Err: &Error{Kind: KindBreakerOpen, Reason: reason, Err: err, notSent: true}}, !inline)
 			} else {
-				c.finish(c.last) // the breaker opened during our retries: report what we saw
+				c.finishFrom(c.last, !inline) // the breaker opened during our retries: report what we saw
 			}
 			return
 		}
@@ -497,7 +497,7 @@ func (c *call) next(inline bool) {
 	switch {
 	case err != nil:
 		c.breakerDone(errExcluded)
-		c.finish(Response{Err: err})
+		c.finishFrom(Response{Err: err}, !inline)
 	case ok && inline:
 		c.send()
 	case ok:
@@ -506,7 +506,7 @@ func (c *call) next(inline bool) {
 		// Cancelled between setting stateQueued and queueing, when onCancel could not
 		// find it in the queue yet.
 		c.breakerDone(errExcluded)
-		c.finish(Response{Err: c.cancelError()})
+		c.finishFrom(Response{Err: c.cancelError()}, !inline)
 	}
 	// else: queued; the limiter starts c.send or calls c.attemptFailed.
 }
@@ -732,7 +732,11 @@ func parseRetryAfter(v string) time.Duration {
 }
 
 // finish delivers r to every waiter, once.
-func (c *call) finish(r Response) {
+func (c *call) finish(r Response) { c.finishFrom(r, false) }
+
+// finishFrom is finish; async delivers on a new goroutine, for outcomes decided on the
+// goroutine of Do, which must not call done.
+func (c *call) finishFrom(r Response, async bool) {
 	c.mu.Lock()
 	if c.state == stateDone {
 		c.mu.Unlock()
@@ -752,13 +756,20 @@ func (c *call) finish(r Response) {
 	c.mu.Unlock()
 	c.stopCancel()
 	c.cancel()
-	for _, w := range ws {
-		if w.stop != nil {
-			w.stop()
+	deliverAll := func() {
+		for _, w := range ws {
+			if w.stop != nil {
+				w.stop()
+			}
+			c.e.deliver(w, r)
 		}
-		c.e.deliver(w, r)
+		c.e.live.Done()
 	}
-	c.e.live.Done()
+	if async {
+		go deliverAll()
+	} else {
+		deliverAll()
+	}
 }
 
 // named returns err with the endpoint's name filled in.
