@@ -331,7 +331,7 @@ func TestCorruptionDetected(t *testing.T) {
 func TestCompactionAndGC(t *testing.T) {
 	s := openTest(t, "mem://compact", WithMaxSegments(3), WithRetention(0), withIntervals(time.Nanosecond, time.Second), WithRetainCheckpoints(2))
 	b := operator(t, s, OperatorOptions{Name: "g"})
-	model := map[string]string{}
+	model, at10 := map[string]string{}, map[string]string{}
 	for c := 1; c <= 30; c++ {
 		for i := range 50 {
 			k := fmt.Sprint("k", (c*31+i*7)%200)
@@ -345,6 +345,9 @@ func TestCompactionAndGC(t *testing.T) {
 			}
 		}
 		if c == 10 {
+			for k, v := range model {
+				at10[k] = v
+			}
 			snap, _ := b.CaptureSavepoint(uint64(c))
 			if err := snap.Persist(context.Background()); err != nil {
 				t.Fatal(err)
@@ -366,18 +369,38 @@ func TestCompactionAndGC(t *testing.T) {
 	if len(complete) > 4 {
 		t.Fatalf("retained %v", complete)
 	}
-	for _, id := range []uint64{30, 10} {
+	// Unreferenced segments are gone (retention 0): every stored segment is live somewhere.
+	ms := openMemStore("compact")
+	segs, _ := ms.list(context.Background(), "operators/g/segments/")
+	mans, _ := ms.list(context.Background(), "operators/g/manifests/")
+	live := map[string]bool{}
+	for _, o := range mans {
+		data, _ := ms.get(context.Background(), o.name, 0, -1)
+		m, err := decodeManifest(o.name, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sg := range m.segs {
+			live["operators/g/"+sg.name] = true
+		}
+	}
+	garbage := 0
+	for _, o := range segs {
+		if !live[o.name] {
+			garbage++
+		}
+	}
+	if garbage > 3 { // a compaction output or delta written after the last collection
+		t.Fatalf("%d of %d segments unreferenced after GC", garbage, len(segs))
+	}
+	for id, want := range map[uint64]map[string]string{30: model, 10: at10} {
 		r := operator(t, s, OperatorOptions{Name: "g", RestoreFrom: id})
-		if id == 30 {
-			for i := range 200 {
-				k := fmt.Sprint("k", i)
-				v, ok := read(t, r, key(0, k, ""))
-				if want, wantOK := model[k]; ok != wantOK || string(v) != want {
-					t.Fatalf("%s: got %q,%v want %q,%v", k, v, ok, want, wantOK)
-				}
+		for i := range 200 {
+			k := fmt.Sprint("k", i)
+			v, ok := read(t, r, key(0, k, ""))
+			if w, wantOK := want[k]; ok != wantOK || string(v) != w {
+				t.Fatalf("checkpoint %d %s: got %q,%v want %q,%v", id, k, v, ok, w, wantOK)
 			}
-		} else if _, ok := read(t, r, key(0, "k1", "")); !ok && false {
-			t.Fatal()
 		}
 		r.Close()
 	}
@@ -441,4 +464,38 @@ func TestKeyGroupRanges(t *testing.T) {
 		t.Fatal("unstable")
 	}
 	_ = rand.N(1)
+}
+
+func TestGlobalBudgetShared(t *testing.T) {
+	const budget = 256 << 10
+	s := openTest(t, "mem://", WithHotBytes(budget), withIntervals(time.Minute, 5*time.Millisecond))
+	var bs []*Tiered
+	for i := range 4 {
+		bs = append(bs, operator(t, s, OperatorOptions{Name: fmt.Sprint("op", i), Tenant: fmt.Sprint("t", i%2)}))
+	}
+	val := make([]byte, 100)
+	for round := range 3 {
+		for i := range 3000 {
+			for _, b := range bs {
+				b.Put(key(0, fmt.Sprint(i), ""), val)
+			}
+		}
+		for _, b := range bs {
+			checkpoint(t, b, uint64(round+1))
+			b.Get(key(0, "x", ""))
+		}
+		time.Sleep(20 * time.Millisecond) // let the budget rebalance
+		for _, b := range bs {
+			b.Get(key(0, "x", ""))
+		}
+	}
+	m := s.Metrics()
+	if m.HotBytes > budget+4*int64(len(val)+entryOverhead+8) {
+		t.Fatalf("store holds %d hot bytes, budget %d", m.HotBytes, budget)
+	}
+	for _, b := range bs {
+		if l := b.Metrics().HotLimit; l < budget/8 || l > budget/2 {
+			t.Fatalf("unfair limit %d of %d", l, budget)
+		}
+	}
 }
