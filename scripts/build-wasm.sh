@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Rebuilds every guest WebAssembly fixture from source, deterministically:
 #
-#   examples/wasm/<name>/go/*.go   -> examples/wasm/<name>/<name>-go.wasm  (Go, GOOS=wasip1, c-shared)
-#   examples/wasm/<name>/as/index.ts -> examples/wasm/<name>/<name>-as.wasm (AssemblyScript)
+#   <dir>/<name>/go/*.go     -> <dir>/<name>/<name>-go.wasm   (Go, GOOS=wasip1, c-shared)
+#   <dir>/<name>/as/index.ts -> <dir>/<name>/<name>-as.wasm   (AssemblyScript)
+#
+# for <dir> in examples/wasm (the examples) and guest-sdk/testdata (the SDK conformance modules).
 #
 # Usage: scripts/build-wasm.sh [--out DIR]
 #   --out DIR  write the fixtures under DIR (same relative paths) instead of in place;
@@ -52,7 +54,7 @@ as_build() { # entry file, output file
 }
 
 built=0
-for dir in examples/wasm/*/; do
+for dir in examples/wasm/*/ guest-sdk/testdata/*/; do
 	dir=${dir%/}
 	name=$(basename "$dir")
 	mkdir -p "$out/$dir"

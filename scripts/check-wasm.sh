@@ -22,7 +22,7 @@ while IFS= read -r f; do
 done < <(find "$tmp" -name '*.wasm' | sort)
 while IFS= read -r f; do
 	[ -f "$tmp/$f" ] || bad+=("$f: committed, but no source builds it")
-done < <(git ls-files 'examples/wasm/*.wasm')
+done < <(git ls-files 'examples/wasm/*.wasm' 'guest-sdk/testdata/*.wasm')
 
 if [ ${#bad[@]} -gt 0 ]; then
 	echo "check-wasm: ${#bad[@]} fixture(s) out of date:" >&2

@@ -1,0 +1,123 @@
+// Exercises every part of the AssemblyScript SDK inside a real wasm module. The record value is
+// a command; guest-sdk/sdktest runs the same script against this module and the Go one
+// (../go/main.go) and expects the same output from both.
+import {
+  Operator, Record, State, Endpoint, Header, Response, Bytes, Buffer, JsonValue, Code,
+  register, emit, registerTimer, deleteTimer, watermark, processingTime, json, log,
+} from "../../../assemblyscript/assembly";
+export * from "../../../assemblyscript/assembly/exports";
+
+const kv = new State("kv");
+const dict = new State("map");
+const big = new State("big");
+const echo = new Endpoint("echo");
+
+const out = new Buffer();
+const tmp = new Buffer();
+const field = new JsonValue();
+
+function lookupResult(key: Bytes, r: Response): void {
+  out.clear();
+  if (!r.received) {
+    out.append('{"error":"').append(Code.name(r.code)).append('","retryable":').append(r.retryable ? "true" : "false").append("}");
+  } else {
+    out.append('{"status":').appendInt(r.status).append(',"body":').appendJsonString(r.body).append("}");
+  }
+  emit(key, out);
+}
+
+class Conformance extends Operator {
+  open(): void {
+    if (kv.put("", "x") == Code.NOT_ALLOWED) log.info("open: put NOT_ALLOWED");
+  }
+
+  close(): void {
+    emit("", '{"closed":true}');
+  }
+
+  onTimer(key: Bytes, timestamp: i64): void {
+    out.clear().append('{"timer":').appendInt(timestamp).append(',"key":').appendJsonString(key).append("}");
+    emit(key, out);
+  }
+
+  process(record: Record): void {
+    let k = record.key;
+    let text = record.value.toString();
+    let sp = text.indexOf(" ");
+    let cmd = sp < 0 ? text : text.substring(0, sp);
+    let arg = sp < 0 ? "" : text.substring(sp + 1);
+
+    if (cmd == "count") {
+      let n = kv.getI64("") + 1;
+      kv.putI64("", n);
+      emit(k, out.clear().append('{"count":').appendInt(n).append("}"));
+    } else if (cmd == "put") {
+      let eq = arg.indexOf("=");
+      check(dict.put(arg.substring(0, eq), arg.substring(eq + 1)));
+    } else if (cmd == "get") {
+      let v = dict.get(arg);
+      if (v === null) emit(k, '{"get":null}');
+      else emit(k, out.clear().append('{"get":').appendJsonString(v).append("}"));
+    } else if (cmd == "del") {
+      check(dict.delete(arg));
+    } else if (cmd == "big") {
+      let n = I32.parseInt(arg);
+      let val = tmp.clear();
+      for (let i = 0; i < n; i++) val.appendByte(<u8>(0x61 + i % 7));
+      check(big.put("e", val));
+      let got = big.get("e");
+      if (got === null || !got.equals(val)) throw new Error("big: get returned something else");
+      let mine = new Buffer();
+      if (!big.getInto("e", mine) || !mine.equals(val)) throw new Error("big: getInto returned something else");
+      mine.release();
+      emit(k, out.clear().append('{"big":').appendInt(got.length).append("}"));
+    } else if (cmd == "has") {
+      emit(k, out.clear().append('{"has":').append(big.has("e") ? "true" : "false").append("}"));
+    } else if (cmd == "timer") {
+      check(registerTimer(I64.parseInt(arg)));
+    } else if (cmd == "deltimer") {
+      check(deleteTimer(I64.parseInt(arg)));
+    } else if (cmd == "lookup") {
+      lookupResult(k, echo.lookup("GET", arg, [new Header("X-Test", "1")]));
+    } else if (cmd == "post") {
+      lookupResult(k, echo.lookup("POST", "/echo", null, tmp.clear().append(arg)));
+    } else if (cmd == "inject") {
+      lookupResult(k, echo.lookup("GET", "/x\nHost: evil"));
+    } else if (cmd == "watermark") {
+      emit(k, out.clear().append('{"watermark":').appendInt(watermark()).append("}"));
+    } else if (cmd == "time") {
+      emit(k, out.clear().append('{"time":').appendInt(processingTime()).append("}"));
+    } else if (cmd == "log") {
+      log.debug("debug " + arg);
+      log.info("info " + arg);
+      log.warn("warn " + arg);
+      log.error("error " + arg);
+    } else if (cmd == "fail") {
+      throw new Error("failed on purpose: " + arg);
+    } else if (cmd == "json") {
+      let obj = tmp.clear().append(arg);
+      if (!json.field(obj, "v", field)) {
+        emit(k, '{"field":null}');
+      } else if (!field.isInt) {
+        emit(k, out.clear().append('{"field":').append(field).append(',"int":null}'));
+      } else {
+        emit(k, out.clear().append('{"field":').append(field).append(',"int":').appendInt(field.toInt()).append("}"));
+      }
+    } else if (cmd == "key") {
+      emit(k, out.clear().append('{"key":').appendJsonString(k).append("}"));
+    } else if (cmd == "bigemit") {
+      let n = I32.parseInt(arg);
+      out.clear().appendByte(0x22);
+      for (let i = 0; i < n; i++) out.appendByte(0x79);
+      emit(k, out.appendByte(0x22));
+    } else {
+      throw new Error("unknown command \"" + cmd + "\"");
+    }
+  }
+}
+
+function check(rc: i32): void {
+  if (rc < 0) throw new Error(Code.name(rc));
+}
+
+register("conformance", new Conformance());

@@ -1,0 +1,163 @@
+// Command conformance exercises every part of the Go SDK inside a real wasm module. The
+// record value is a command; guest-sdk/sdktest runs the same script against this module and
+// the AssemblyScript one (../as/index.ts) and expects the same output from both.
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strconv"
+	"strings"
+
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink"
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/jsonx"
+)
+
+var (
+	kv   = clink.NewState("kv")
+	dict = clink.NewState("map")
+	big  = clink.NewState("big")
+	echo = clink.NewEndpoint("echo")
+)
+
+type op struct{}
+
+var out []byte
+
+func init() { clink.Register("conformance", op{}) }
+
+func (op) Open() error {
+	if err := kv.Put(nil, []byte("x")); errors.Is(err, clink.ErrNotAllowed) {
+		clink.Log(clink.LevelInfo, "open: put NOT_ALLOWED")
+	}
+	return nil
+}
+
+func (op) Close() error { return clink.Emit(nil, []byte(`{"closed":true}`)) }
+
+func (op) OnTimer(key []byte, ts int64) error {
+	out = append(out[:0], `{"timer":`...)
+	out = jsonx.AppendInt(out, ts)
+	out = append(out, `,"key":`...)
+	out = jsonx.AppendString(out, key)
+	out = append(out, '}')
+	return clink.Emit(key, out)
+}
+
+func emitf(key []byte, parts ...string) error {
+	out = out[:0]
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return clink.Emit(key, out)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func lookupResult(key []byte, status int, body []byte, err error) error {
+	if err != nil {
+		var ce *clink.Error
+		if !errors.As(err, &ce) {
+			return err
+		}
+		return emitf(key, `{"error":"`, ce.Code.String(), `","retryable":`, strconv.FormatBool(ce.Retryable()), `}`)
+	}
+	return emitf(key, `{"status":`, strconv.Itoa(status), `,"body":`, string(jsonx.AppendString(nil, body)), `}`)
+}
+
+func (op) Process(r *clink.Record) error {
+	cmd, arg, _ := strings.Cut(string(r.Value), " ")
+	k := r.Key
+	switch cmd {
+	case "count":
+		n, _, err := kv.GetInt64(nil)
+		if err != nil {
+			return err
+		}
+		n++
+		if err := kv.PutInt64(nil, n); err != nil {
+			return err
+		}
+		return emitf(k, `{"count":`, itoa(n), `}`)
+	case "put":
+		e, v, _ := strings.Cut(arg, "=")
+		return dict.Put([]byte(e), []byte(v))
+	case "get":
+		v, found, err := dict.Get([]byte(arg))
+		if err != nil {
+			return err
+		}
+		if !found {
+			return emitf(k, `{"get":null}`)
+		}
+		return emitf(k, `{"get":`, string(jsonx.AppendString(nil, v)), `}`)
+	case "del":
+		return dict.Delete([]byte(arg))
+	case "big":
+		n, _ := strconv.Atoi(arg)
+		val := bytes.Repeat([]byte("abcdefg"), n/7+1)[:n]
+		if err := big.Put([]byte("e"), val); err != nil {
+			return err
+		}
+		got, found, err := big.Get([]byte("e"))
+		if err != nil || !found || !bytes.Equal(got, val) {
+			return errors.New("big: Get returned something else")
+		}
+		mine, found, err := big.AppendGet([]byte("prefix"), []byte("e"))
+		if err != nil || !found || string(mine[:6]) != "prefix" || !bytes.Equal(mine[6:], val) {
+			return errors.New("big: AppendGet returned something else")
+		}
+		return emitf(k, `{"big":`, strconv.Itoa(len(got)), `}`)
+	case "has":
+		_, found, err := big.Get([]byte("e"))
+		if err != nil {
+			return err
+		}
+		return emitf(k, `{"has":`, strconv.FormatBool(found), `}`)
+	case "timer":
+		ts, _ := strconv.ParseInt(arg, 10, 64)
+		return clink.RegisterTimer(ts)
+	case "deltimer":
+		ts, _ := strconv.ParseInt(arg, 10, 64)
+		return clink.DeleteTimer(ts)
+	case "lookup":
+		status, body, err := echo.Lookup("GET", arg, []clink.Header{{Name: "X-Test", Value: "1"}}, nil)
+		return lookupResult(k, status, body, err)
+	case "post":
+		status, body, err := echo.Lookup("POST", "/echo", nil, []byte(arg))
+		return lookupResult(k, status, body, err)
+	case "inject":
+		status, body, err := echo.Lookup("GET", "/x\nHost: evil", nil, nil)
+		return lookupResult(k, status, body, err)
+	case "watermark":
+		return emitf(k, `{"watermark":`, itoa(clink.Watermark()), `}`)
+	case "time":
+		return emitf(k, `{"time":`, itoa(clink.ProcessingTime()), `}`)
+	case "log":
+		clink.Log(clink.LevelDebug, "debug "+arg)
+		clink.Log(clink.LevelInfo, "info "+arg)
+		clink.Log(clink.LevelWarn, "warn "+arg)
+		clink.Log(clink.LevelError, "error "+arg)
+		return nil
+	case "fail":
+		return errors.New("failed on purpose: " + arg)
+	case "json":
+		raw, ok := jsonx.Field([]byte(arg), "v")
+		if !ok {
+			return emitf(k, `{"field":null}`)
+		}
+		n, isInt := jsonx.ParseInt(raw)
+		if !isInt {
+			return emitf(k, `{"field":`, string(raw), `,"int":null}`)
+		}
+		return emitf(k, `{"field":`, string(raw), `,"int":`, itoa(n), `}`)
+	case "key":
+		return emitf(k, `{"key":`, string(jsonx.AppendString(nil, k)), `}`)
+	case "bigemit":
+		n, _ := strconv.Atoi(arg)
+		return emitf(k, `"`, strings.Repeat("y", n), `"`)
+	}
+	return errors.New("unknown command " + strconv.Quote(cmd))
+}
+
+func main() {}
