@@ -146,7 +146,7 @@ type ConcurrencyConfig struct {
 	// Window is the controller's sampling period. Default 100ms.
 	Window Duration `json:"window,omitempty"`
 	// ProbeInterval is how often the baseline is re-measured. It is also re-measured early
-	// when latency stays above the setpoint for a second despite a lower limit, which is how
+	// when latency stays well above the setpoint for half a second despite a lower limit, which is how
 	// the controller tells a slower upstream from a queue it caused. Default 30s.
 	ProbeInterval Duration `json:"probe_interval,omitempty"`
 }

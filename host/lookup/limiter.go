@@ -75,7 +75,7 @@ type limiter struct {
 const (
 	probeSamples   = 10
 	probeMaxTime   = time.Second
-	slowWindowsMax = 10 // windows above setpoint before an early probe
+	slowWindowsMax = 5 // slow windows in a row before an early probe
 	minWindowN     = 5
 )
 
@@ -307,7 +307,11 @@ func (l *limiter) observeLocked(s sample, now time.Time) {
 	if int(l.limit) != before {
 		l.changes++
 	}
-	if mean > setpoint && l.target == 0 {
+
+	// Slow: clearly above the setpoint, or above it with the limit already at its floor.
+	// Either way lowering the limit did not bring latency down, so the upstream itself may
+	// have slowed. (Hovering just above the setpoint is normal for aimd and does not count.)
+	if l.target == 0 && (mean > setpoint*5/4 || (mean > setpoint && l.limit <= l.minLimit)) {
 		l.slowWindows++
 	} else {
 		l.slowWindows = 0

@@ -1,0 +1,160 @@
+package lookup
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// workerPool is an upstream with a fixed number of workers and a FIFO queue in front of them,
+// like a service with a thread pool: latency is the service time until the workers are busy,
+// then grows with the queue we put in it.
+type workerPool struct {
+	slots   chan struct{}
+	service atomic.Int64 // ns
+}
+
+func newWorkerPool(workers int, service time.Duration) *workerPool {
+	p := &workerPool{slots: make(chan struct{}, workers)}
+	p.service.Store(int64(service))
+	return p
+}
+
+func (p *workerPool) handle(w http.ResponseWriter, r *http.Request) {
+	p.slots <- struct{}{}
+	time.Sleep(time.Duration(p.service.Load()))
+	<-p.slots
+}
+
+type adaptPoint struct {
+	at         time.Duration
+	limit      int
+	throughput float64 // per second over the last interval
+	p50        time.Duration
+}
+
+// runAdaptive drives an endpoint with `users` closed-loop clients against a worker pool whose
+// service time doubles at half time, and samples the limit every `every`.
+func runAdaptive(t *testing.T, e *Endpoint, pool *workerPool, users int, total, every time.Duration, slower time.Duration) []adaptPoint {
+	req, _ := ParseRequest([]byte("GET /x"))
+	var completed atomic.Int64
+	stop := make(chan struct{})
+	var running atomic.Int32
+	for i := 0; i < users; i++ {
+		running.Add(1)
+		var loop func(Response)
+		loop = func(r Response) {
+			if r.Err != nil && Kind(r.Err) != KindNone {
+				t.Errorf("request failed: %v", r.Err)
+			}
+			completed.Add(1)
+			select {
+			case <-stop:
+				running.Add(-1)
+				return
+			default:
+			}
+			e.Do(context.Background(), req, loop)
+		}
+		e.Do(context.Background(), req, loop)
+	}
+	var pts []adaptPoint
+	start := time.Now()
+	last := int64(0)
+	prevHist := e.Metrics().Latency
+	for time.Since(start) < total {
+		time.Sleep(every)
+		if time.Since(start) >= total/2 {
+			pool.service.Store(int64(slower))
+		}
+		m := e.Metrics()
+		c := completed.Load()
+		h := m.Latency
+		for i := range h.Counts {
+			h.Counts[i] -= prevHist.Counts[i]
+		}
+		h.Count -= prevHist.Count
+		prevHist = m.Latency
+		pts = append(pts, adaptPoint{at: time.Since(start), limit: m.Limit, throughput: float64(c-last) / every.Seconds(), p50: h.Quantile(0.5)})
+		last = c
+	}
+	close(stop)
+	for running.Load() > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return pts
+}
+
+func formatSeries(pts []adaptPoint) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%8s %6s %10s %8s\n", "t", "limit", "req/s", "p50")
+	for _, p := range pts {
+		fmt.Fprintf(&b, "%8v %6d %10.0f %8v\n", p.at, p.limit, p.throughput, p.p50)
+	}
+	return b.String()
+}
+
+// TestAdaptiveConcurrency runs each controller against a worker pool (8 workers, 20 ms) with
+// 64 clients; at half time the service time doubles. A controller should keep the limit
+// near the pool's knee (8..16), so that latency stays near the setpoint instead of the 8×
+// queueing that 64 in flight would cause, and after the step it should re-learn the baseline
+// and return there within a few seconds, with throughput at the pool's new capacity.
+func TestAdaptiveConcurrency(t *testing.T) {
+	for _, alg := range []string{"pid", "aimd"} {
+		t.Run(alg, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const workers, service = 8, 20 * time.Millisecond
+				pool := newWorkerPool(workers, service)
+				mn := newMemNet(t, pool.handle)
+				cfg := testConfig("http://127.0.0.1:80")
+				cfg.MaxInFlight = 64
+				cfg.SingleFlight = "off"
+				cfg.Concurrency.Algorithm = alg
+				e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+				pts := runAdaptive(t, e, pool, 64, 30*time.Second, 500*time.Millisecond, 2*service)
+				t.Logf("%s: 8 workers, service 20ms → 40ms at 15s, 64 clients\n%s", alg, formatSeries(pts))
+
+				check := func(from, to time.Duration, capacity float64) {
+					for _, p := range pts {
+						if p.at <= from || p.at > to {
+							continue
+						}
+						if p.limit < workers || p.limit > 2*workers {
+							t.Errorf("t=%v: limit %d outside [%d, %d]", p.at, p.limit, workers, 2*workers)
+						}
+						if p.throughput < 0.85*capacity {
+							t.Errorf("t=%v: throughput %.0f/s < 85%% of capacity %.0f/s", p.at, p.throughput, capacity)
+						}
+					}
+				}
+				check(5*time.Second, 15*time.Second, workers/service.Seconds())
+				check(20*time.Second, 30*time.Second, workers/(2*service).Seconds()) // within 5 s of the step
+				m := e.Metrics()
+				if math.Abs(float64(m.BaselineRTT-2*service)) > float64(service/10) {
+					t.Errorf("baseline %v after the step, want ~%v", m.BaselineRTT, 2*service)
+				}
+			})
+		})
+	}
+}
+
+func TestPIDAntiWindup(t *testing.T) {
+	p := pid{kp: 0.3, ki: 5, outMin: 0, outMax: 1}
+	var out float64
+	for i := 0; i < 100; i++ {
+		out = p.update(1, 0.1)
+	}
+	if out != 1 || p.integral > 1 {
+		t.Fatalf("output %v integral %v: not clamped", out, p.integral)
+	}
+	// After a long saturation, a reversed error acts at once instead of unwinding first.
+	if out := p.update(-0.5, 0.1); out >= 1 {
+		t.Fatalf("wound up: output %v after the error reversed", out)
+	}
+}
