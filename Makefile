@@ -25,13 +25,13 @@ build:
 # The README's test command. It needs the loopback S3 server for the state tier's S3 tests:
 # scripts/with-s3.sh starts versitygw, runs the command, and stops it.
 test:
-	scripts/with-s3.sh $(GO) test -count=1 ./...
+	AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 ./...
 
 test-short:
 	$(GO) test -short -count=1 ./...
 
 race:
-	scripts/with-s3.sh $(GO) test -race -count=1 $(RACE_PKGS)
+	AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -race -count=1 $(RACE_PKGS)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./host/... ./examples/... | tee bench.out

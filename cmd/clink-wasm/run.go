@@ -52,6 +52,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		inFlight   = fs.Int("max-in-flight", 0, "records in flight (default: derived from the module's memory)")
 		callTime   = fs.Duration("call-timeout", abi.DefaultCallTime, "time limit per guest call (suspension excluded)")
 		memPages   = fs.Uint("max-memory-pages", abi.DefaultMemoryPages, "linear memory limit per instance, in 64 KiB pages")
+		stateURL   = fs.String("state", "", "durable state pool: file:///dir, s3://bucket/prefix?endpoint=..., mem:// (default: file:// in "+pipeline.DefaultStateDir+")")
+		job        = fs.String("job", "", "the job's name in the state pool (default: the operator's name)")
+		restore    = fs.String("restore", "none", "restore state from a checkpoint: none, latest, or a checkpoint id")
+		ckptEvery  = fs.Duration("checkpoint-interval", 10*time.Second, "time between checkpoints (a final one is always taken at the end)")
 		quiet      = fs.Bool("quiet", false, "no progress bar and no summary")
 		noCache    = fs.Bool("no-cache", false, "do not use the on-disk compilation cache")
 	)
@@ -71,6 +75,15 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if *deadLetter != "" && policy != pipeline.MalformedSkip {
 		return usagef("run: --dead-letter needs --on-malformed=skip")
 	}
+	restoreID, err := pipeline.ParseRestore(*restore)
+	if err != nil {
+		return usagef("run: %v", err)
+	}
+	if *stateURL == "" {
+		if *stateURL, err = pipeline.StateURLForDir(pipeline.DefaultStateDir); err != nil {
+			return err
+		}
+	}
 	bin, err := os.ReadFile(*modPath)
 	if err != nil {
 		return fmt.Errorf("reading module: %w", err)
@@ -78,6 +91,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	opts := pipeline.Options{
 		Module: bin, KeyField: *key, TimeField: *timeField, WatermarkDelay: *wmDelay,
 		OnMalformed: policy, MaxInFlight: *inFlight, Log: stderr,
+		StateURL: *stateURL, Job: *job, Restore: restoreID, CheckpointEvery: *ckptEvery,
 		Limits: abi.Limits{CallTime: *callTime, MemoryPages: uint32(*memPages)},
 	}
 	if !*noCache {
@@ -128,7 +142,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if bar != nil {
 		bar.clear()
 	}
-	if !*quiet && sum != nil && sum.Operator != "" {
+	if !*quiet && sum != nil && sum.Operator != "" && (err == nil || sum.RecordsIn > 0) {
 		printSummary(stderr, sum, err)
 	}
 	return err
@@ -144,6 +158,22 @@ func printSummary(w io.Writer, s *pipeline.Summary, err error) {
 		fmt.Fprintf(w, ", %d malformed skipped", s.Skipped)
 	}
 	fmt.Fprintf(w, " in %v (%s records/s)\n", s.Duration.Round(time.Millisecond), humanRate(s.RecordsPerSecond()))
+	if n := len(s.Checkpoints); n > 0 {
+		fmt.Fprintf(w, "state: checkpoint %d committed (%d checkpoint%s, %s written); resume with --restore latest\n",
+			s.Checkpoints[n-1], n, plural(n), humanBytes(s.CheckpointBytes))
+	}
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 func humanRate(r float64) string {

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
+	"slices"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
@@ -44,7 +46,17 @@ type Options struct {
 	MaxInFlight int
 	CacheDir    string // wazero compilation cache; "" keeps it in memory
 
-	// Backend holds keyed state; nil uses process memory.
+	// StateURL names the durable state pool (file://, s3://, mem://). Empty with a nil Backend
+	// keeps state in process memory, without checkpoints.
+	StateURL string
+	// Job is the operator's stable identity in the state pool (default: the module's name).
+	Job string
+	// Restore is the checkpoint to restore: 0 starts empty, state.RestoreLatest the newest.
+	Restore uint64
+	// CheckpointEvery takes a checkpoint after this much time (default 10s; <0 only the final
+	// one). With a durable pool, a final checkpoint is always taken at the end of the input.
+	CheckpointEvery time.Duration
+	// Backend, if set, holds keyed state instead of a pool (tests); no checkpoints are taken.
 	Backend state.Backend
 	// Lookup serves the lookup import; nil makes lookups fail with LOOKUP_UNAVAILABLE.
 	Lookup    scheduler.LookupFunc
@@ -70,6 +82,11 @@ type Summary struct {
 	Duration    time.Duration
 	Scheduler   scheduler.Snapshot
 	MaxInFlight int
+
+	// Checkpoints are the checkpoints made durable during the run, the last one final.
+	Checkpoints     []uint64
+	CheckpointBytes int64
+	State           *state.Metrics // durable pools only
 }
 
 // RecordsPerSecond is the input throughput of the run.
@@ -115,10 +132,11 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return sum, err
 	}
 	sum.Operator = mod.Name()
-	backend := opts.Backend
-	if backend == nil {
-		backend = state.NewMemory()
+	backend, ckpt, nextID, closeState, err := openState(ctx, opts, mod.Name())
+	if err != nil {
+		return sum, err
 	}
+	defer closeState()
 	if err := backend.Open(mod.Manifest.States); err != nil {
 		return sum, fmt.Errorf("state: %w", err)
 	}
@@ -131,10 +149,19 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		policy: opts.OnMalformed, deadLetter: opts.DeadLetter,
 		maxKey: lim.MaxRecordKey, maxValue: lim.MaxRecordValue,
 	}, opts.Input)
+	var onBarrier func(uint64) error
+	if ckpt != nil {
+		src.checkpointEvery, src.nextCheckpoint = opts.CheckpointEvery, nextID
+		if src.checkpointEvery == 0 {
+			src.checkpointEvery = 10 * time.Second
+		}
+		onBarrier = ckpt.capture
+	}
 
 	ctrl, err := scheduler.New(scheduler.Config{
 		Module: mod, Backend: backend, Sink: sink, Lookup: opts.Lookup,
 		Log: logTo(opts.Log, describe), MaxInFlight: opts.MaxInFlight, Describe: describe,
+		OnBarrier: onBarrier,
 	})
 	if err != nil {
 		sink.close()
@@ -171,6 +198,25 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	close(progressDone)
 	sinkErr := sink.close()
 
+	// The final checkpoint: what a bounded run leaves behind, and what --restore latest resumes.
+	var ckptErr error
+	if ckpt != nil {
+		if runErr == nil && sErr == nil && sinkErr == nil && ctx.Err() == nil {
+			ctrl.SaveTimers()
+			ckptErr = ckpt.capture(src.nextCheckpoint)
+		}
+		if err := ckpt.finish(); ckptErr == nil {
+			ckptErr = err
+		}
+		ckpt.mu.Lock()
+		sum.Checkpoints = slices.Clone(ckpt.completed)
+		sum.CheckpointBytes = ckpt.bytes
+		ckpt.mu.Unlock()
+		if t, ok := backend.(*state.Tiered); ok {
+			m := t.Metrics()
+			sum.State = &m
+		}
+	}
 	sum.RecordsIn = src.recs.Load()
 	sum.Skipped = src.skipped.Load()
 	sum.RecordsOut = sink.records.Load()
@@ -189,8 +235,52 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return sum, sErr
 	case sinkErr != nil:
 		return sum, sinkErr
+	case ckptErr != nil:
+		return sum, ckptErr
 	}
 	return sum, nil
+}
+
+// openState returns the run's backend: a fixed one, process memory, or an operator of a durable
+// pool with its checkpointer and first checkpoint id.
+func openState(ctx context.Context, opts Options, name string) (state.Backend, *checkpointer, uint64, func(), error) {
+	if opts.Backend != nil {
+		return opts.Backend, nil, 0, func() {}, nil
+	}
+	if opts.StateURL == "" {
+		return state.NewMemory(), nil, 0, func() {}, nil
+	}
+	st, err := state.Open(ctx, opts.StateURL)
+	if err != nil {
+		return nil, nil, 0, nil, fmt.Errorf("state: %w", err)
+	}
+	job := opts.Job
+	if job == "" {
+		job = name
+	}
+	next, err := nextCheckpointID(ctx, st, "", job)
+	if err != nil {
+		st.Close()
+		return nil, nil, 0, nil, fmt.Errorf("state pool %s: %w", redactURL(opts.StateURL), err)
+	}
+	b, err := st.Operator(ctx, state.OperatorOptions{Name: job, RestoreFrom: opts.Restore})
+	if err != nil {
+		st.Close()
+		if opts.Restore != 0 {
+			return nil, nil, 0, nil, fmt.Errorf("restoring %s from %s: %w", job, redactURL(opts.StateURL), err)
+		}
+		return nil, nil, 0, nil, fmt.Errorf("state pool %s: %w", redactURL(opts.StateURL), err)
+	}
+	return b, newCheckpointer(b), next, func() { b.Close(); st.Close() }, nil
+}
+
+// redactURL drops credentials a state URL might carry before it goes into a message.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }
 
 func logTo(w io.Writer, describe func(int64) string) scheduler.LogFunc {

@@ -71,7 +71,12 @@ type source struct {
 	sinceWM   int
 	csvHeader []string
 	br        *bufio.Reader
-	arena     []byte
+
+	// Checkpoints: a barrier every checkpointEvery (if > 0), with ids from nextCheckpoint.
+	checkpointEvery time.Duration
+	nextCheckpoint  uint64
+	lastCheckpoint  time.Time
+	arena           []byte
 }
 
 type countingReader struct {
@@ -151,6 +156,15 @@ func (s *source) run(out chan<- []scheduler.Element, stop <-chan struct{}) error
 		s.recs.Add(1)
 		if !emit(el) {
 			return nil
+		}
+		if s.checkpointEvery > 0 && s.recs.Load()%64 == 0 && time.Since(s.lastCheckpoint) >= s.checkpointEvery {
+			if !s.lastCheckpoint.IsZero() {
+				if !emit(scheduler.Element{Kind: scheduler.ElementBarrier, CheckID: s.nextCheckpoint}) {
+					return nil
+				}
+				s.nextCheckpoint++
+			}
+			s.lastCheckpoint = time.Now()
 		}
 		if wm, ok := s.watermark(); ok {
 			if !emit(scheduler.Element{Kind: scheduler.ElementWatermark, TS: wm}) {
