@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,6 +22,42 @@ var benchFileMiB = flag.Int("uring.filemib", 256, "size in MiB of the file Bench
 
 const benchBlock = 4096
 
+// benchRounds is the least number of alternating rounds a comparison is split into.
+const benchRounds = 10
+
+// comparison is the outcome of interleave.
+type comparison struct {
+	rateA, rateB float64 // operations per second over all rounds
+	ratio        float64 // median over rounds of rate A / rate B
+}
+
+// interleave runs total operations on each of a and b (each call performs n and returns the
+// time it took), alternating in rounds (ABBA...) so that load from other processes on the
+// machine lands on both. The median of the per-round ratios resists a burst that hits one
+// round; the overall rates do not, and are reported for scale.
+func interleave(total, rounds int, a, b func(n int) time.Duration) comparison {
+	per := max((total+rounds-1)/rounds, 1)
+	var ta, tb time.Duration
+	ratios := make([]float64, rounds)
+	for i := range rounds {
+		var da, db time.Duration
+		if i%2 == 0 {
+			da, db = a(per), b(per)
+		} else {
+			db, da = b(per), a(per)
+		}
+		ta, tb = ta+da, tb+db
+		ratios[i] = db.Seconds() / da.Seconds()
+	}
+	slices.Sort(ratios)
+	med := ratios[rounds/2]
+	if rounds%2 == 0 {
+		med = (ratios[rounds/2-1] + ratios[rounds/2]) / 2
+	}
+	n := float64(per * rounds)
+	return comparison{rateA: n / ta.Seconds(), rateB: n / tb.Seconds(), ratio: med}
+}
+
 // BenchmarkBlockRead compares random 4 KiB block reads through the io_uring BlockReader and
 // through the pread pool, in the same run, with 1, 16, 64 and 256 reads outstanding, from a
 // page-cache-warm file and from a cold one (posix_fadvise(DONTNEED) before every round).
@@ -28,9 +65,9 @@ const benchBlock = 4096
 // Each lane keeps one read outstanding and issues its next read from the completion callback,
 // as the state tier would chain them. The pool runs one worker per outstanding read (the
 // idiomatic "a goroutine per blocking read", and the pool's best case); the ring has as many
-// entries. The two backends alternate in rounds so that drift (other builds on the machine)
-// lands on both. Reported: reads/s for each and their ratio; ns/op counts one read on each
-// backend plus the cache dropping.
+// entries. The two backends alternate in rounds (see interleave). Reported: reads/s for each,
+// the median per-round ratio, and the batching achieved (SQEs per io_uring_enter, CQEs per
+// reap); ns/op counts one read on each backend plus the cache dropping.
 func BenchmarkBlockRead(b *testing.B) {
 	if err := Available(); err != nil {
 		b.Skipf("io_uring unavailable here: %v", err)
@@ -67,50 +104,37 @@ func BenchmarkBlockRead(b *testing.B) {
 					warmCache(b, f)
 				}
 				// Rounds of at most blocks/8 reads, so that a cold round rereads few blocks.
-				rounds := max(4, (b.N+int(blocks/8)-1)/int(blocks/8))
-				per := (b.N + rounds - 1) / rounds
+				rounds := max(benchRounds, (b.N+int(blocks/8)-1)/int(blocks/8))
 				rng := rand.New(rand.NewPCG(uint64(depth), 1))
-				offs := make([]int64, per)
-				var tRing, tPool time.Duration
-				var nRing, nPool int
-				var resident float64
-				b.ResetTimer()
-				for i := range rounds {
-					for j := range offs {
-						offs[j] = rng.Int64N(blocks) * benchBlock
-					}
-					if cold {
-						dropCache(b, f)
-						if i == 0 {
-							resident = residentFraction(b, f)
+				var offs []int64
+				resident := -1.0
+				reads := func(br BlockReader) func(n int) time.Duration {
+					return func(n int) time.Duration {
+						if len(offs) != n {
+							offs = make([]int64, n)
+							for j := range offs {
+								offs[j] = rng.Int64N(blocks) * benchBlock
+							}
 						}
-					}
-					if i%2 == 0 { // alternate which backend goes first
-						tRing += chainReads(b, ring, fd, depth, offs)
-					}
-					if cold {
-						dropCache(b, f)
-					}
-					tPool += chainReads(b, pool, fd, depth, offs)
-					if i%2 == 1 {
 						if cold {
 							dropCache(b, f)
+							if resident < 0 {
+								resident = residentFraction(b, f)
+							}
 						}
-						tRing += chainReads(b, ring, fd, depth, offs)
+						return chainReads(b, br, fd, depth, offs)
 					}
-					nRing += len(offs)
-					nPool += len(offs)
 				}
+				b.ResetTimer()
+				c := interleave(b.N, rounds, reads(ring), reads(pool))
 				b.StopTimer()
 				if e, ok := ring.(*blockReader).r.e.(*ringEngine); ok {
 					b.ReportMetric(float64(e.submitted.Load())/float64(e.enters.Load()), "sqes/enter")
 					b.ReportMetric(float64(e.reaped.Load())/float64(e.reaps.Load()), "cqes/reap")
 				}
-				ringRate := float64(nRing) / tRing.Seconds()
-				poolRate := float64(nPool) / tPool.Seconds()
-				b.ReportMetric(ringRate, "uring-reads/s")
-				b.ReportMetric(poolRate, "pread-reads/s")
-				b.ReportMetric(ringRate/poolRate, "uring/pread")
+				b.ReportMetric(c.rateA, "uring-reads/s")
+				b.ReportMetric(c.rateB, "pread-reads/s")
+				b.ReportMetric(c.ratio, "uring/pread")
 				if cold {
 					b.ReportMetric(100*resident, "resident-%")
 				}
@@ -188,15 +212,11 @@ func BenchmarkNop(b *testing.B) {
 				return time.Since(start)
 			}
 			b.ResetTimer()
-			var tRing, tPool time.Duration
-			half := (b.N + 1) / 2
-			tRing += run(ring, half)
-			tPool += run(pool, half)
-			tPool += run(pool, b.N-half)
-			tRing += run(ring, b.N-half)
-			b.ReportMetric(float64(b.N)/tRing.Seconds(), "uring-ops/s")
-			b.ReportMetric(float64(b.N)/tPool.Seconds(), "pool-ops/s")
-			b.ReportMetric(tPool.Seconds()/tRing.Seconds(), "uring/pool")
+			c := interleave(b.N, benchRounds, func(n int) time.Duration { return run(ring, n) },
+				func(n int) time.Duration { return run(pool, n) })
+			b.ReportMetric(c.rateA, "uring-ops/s")
+			b.ReportMetric(c.rateB, "pool-ops/s")
+			b.ReportMetric(c.ratio, "uring/pool")
 		})
 	}
 }

@@ -134,11 +134,14 @@ func (e *ringEngine) startLocked(o *opState) {
 	s := e.sqeLocked()
 	s.userData = userData(o)
 	s.fd = int32(o.fd)
-	// Pointers handed to the kernel are pinned until the completion (complete unpins). Today's
-	// Go heap never moves objects, o (reachable from slots) keeps them alive, and storing the
-	// buffer in o forces it off any goroutine stack, whose contents can move. The pin states
-	// the contract instead of relying on the collector's current design; pinning a pointer to
-	// static data is a no-op.
+	// INVARIANT: Go memory whose address is in an SQE stays reachable and pinned until its
+	// CQE is reaped (complete unpins). Reachable: o sits in slots and references it. Pinned:
+	// today's heap never moves objects, and storing the buffer in o already forces it off any
+	// goroutine stack (whose contents can move), but runtime.Pinner is the documented contract
+	// for Go memory held by non-Go code, so we rely on it rather than on the collector's
+	// current design. It costs 100-200ns per operation (it registers a finalizer when the P's
+	// pinner cache is empty); if the ring ever becomes the hot path, this is the first thing
+	// to measure. Pinning a pointer to static data is a no-op.
 	switch o.code {
 	case opNop:
 		s.opcode = opcodeNop

@@ -117,9 +117,10 @@ func (b Backend) String() string {
 
 // DefaultBackend is the backend New uses when no WithBackend option is given.
 //
-// It is the pool, not io_uring, because the block-read benchmark in this package
-// (BenchmarkBlockRead) did not show io_uring winning on the machines we measured; see the
-// package documentation. io_uring stays an explicit opt-in until a benchmark says otherwise.
+// It is the pool, not io_uring, because BenchmarkBlockRead showed io_uring losing on blocks in
+// the page cache (0.64-0.91 of the pool's rate), the state tier's common case, and winning only
+// on uncached blocks (1.3-2.3 from 16 reads outstanding); see DESIGN.md. io_uring stays an
+// explicit opt-in until a benchmark on the target machines says otherwise.
 const DefaultBackend = BackendPool
 
 // Option configures a Reactor or BlockReader.
@@ -247,6 +248,9 @@ func (r *Reactor) Submit(op Op, done func(Result)) error {
 // returns ctx.Err() if the cancellation took effect, or the operation's own result if it
 // finished first. Do must not be called from a done callback.
 func (r *Reactor) Do(ctx context.Context, op Op) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
 	ch := make(chan Result, 1)
 	o, err := newOpState(op, func(res Result) { ch <- res })
 	if err != nil {

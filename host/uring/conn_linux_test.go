@@ -1,0 +1,210 @@
+package uring
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// loopbackOnly is a Dialer.Control that fails the test for any address but 127.0.0.1.
+func loopbackOnly(t testing.TB) func(network, address string) error {
+	return func(network, address string) error {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil || host != "127.0.0.1" {
+			t.Errorf("dial of %s %s: only 127.0.0.1 is allowed", network, address)
+			return errors.New("refused: not loopback")
+		}
+		return nil
+	}
+}
+
+func bodyServer(t testing.TB) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		w.Write(bytes.Repeat([]byte{'x'}, n))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func uringClient(t testing.TB, r *Reactor, conns int) *http.Client {
+	d := &Dialer{Reactor: r, Control: loopbackOnly(t)}
+	tr := &http.Transport{DialContext: d.DialContext, MaxIdleConnsPerHost: conns}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+func TestDialerHTTP(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, force Option) {
+		r := newReactor(t, force)
+		srv := bodyServer(t)
+		client := uringClient(t, r, 4)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				for _, n := range []int{0, 1, 1 << 10, 1 << 20} {
+					resp, err := client.Get(fmt.Sprintf("%s/?n=%d&i=%d", srv.URL, n, i))
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					body, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if err != nil || len(body) != n || bytes.Count(body, []byte{'x'}) != n {
+						t.Errorf("GET n=%d: %d bytes, %v", n, len(body), err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
+func TestDialerDeadlineAndClose(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, force Option) {
+		r := newReactor(t, force)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		var held []net.Conn
+		var mu sync.Mutex
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				held = append(held, c) // accept, never answer
+				mu.Unlock()
+			}
+		}()
+		defer func() {
+			mu.Lock()
+			for _, c := range held {
+				c.Close()
+			}
+			mu.Unlock()
+		}()
+		d := &Dialer{Reactor: r, Control: loopbackOnly(t)}
+		ctx := ctxTimeout(t, 10*time.Second)
+
+		c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+		start := time.Now()
+		_, err = c.Read(make([]byte, 16))
+		var ne net.Error
+		if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("Read past the deadline: %v, want a timeout", err)
+		}
+		if el := time.Since(start); el < 30*time.Millisecond || el > 5*time.Second {
+			t.Fatalf("deadline fired after %v", el)
+		}
+
+		// A deadline set while a Read is pending applies to it.
+		c.SetReadDeadline(time.Time{})
+		readErr := make(chan error, 1)
+		go func() { _, err := c.Read(make([]byte, 16)); readErr <- err }()
+		time.Sleep(20 * time.Millisecond)
+		c.SetReadDeadline(time.Now())
+		if err := <-readErr; !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("pending Read after SetReadDeadline(now): %v", err)
+		}
+
+		// Close interrupts a pending Read.
+		c.SetReadDeadline(time.Time{})
+		go func() { _, err := c.Read(make([]byte, 16)); readErr <- err }()
+		time.Sleep(20 * time.Millisecond)
+		waitOrFail(t, 5*time.Second, "Close with a pending Read", func() {
+			if err := c.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+		if err := <-readErr; !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Read interrupted by Close: %v, want net.ErrClosed", err)
+		}
+		if _, err := c.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Write after Close: %v", err)
+		}
+
+		// Control sees the resolved address and can refuse it.
+		refusing := &Dialer{Reactor: r, Control: func(string, string) error { return errors.New("policy") }}
+		if _, err := refusing.DialContext(ctx, "tcp", ln.Addr().String()); err == nil {
+			t.Fatal("Control refused the address but the dial succeeded")
+		}
+		// Nobody listening: ECONNREFUSED through the OpError.
+		ln2, _ := net.Listen("tcp", "127.0.0.1:0")
+		addr := ln2.Addr().String()
+		ln2.Close()
+		if _, err := d.DialContext(ctx, "tcp", addr); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("dial of a closed port: %v, want ECONNREFUSED", err)
+		}
+	})
+}
+
+// BenchmarkHTTPClient compares GETs over loopback through an http.Client whose transport dials
+// with the io_uring Dialer against the standard transport, in the same run, with 1 and 16
+// requests outstanding and 1 KiB and 64 KiB bodies.
+func BenchmarkHTTPClient(b *testing.B) {
+	if err := Available(); err != nil {
+		b.Skipf("io_uring unavailable here: %v", err)
+	}
+	srv := bodyServer(b)
+	for _, size := range []int{1 << 10, 64 << 10} {
+		for _, conc := range []int{1, 16} {
+			b.Run(fmt.Sprintf("body=%dKiB/conc=%d", size>>10, conc), func(b *testing.B) {
+				r := newReactor(b, WithBackend(BackendIOUring))
+				ring := uringClient(b, r, conc)
+				stdTr := &http.Transport{MaxIdleConnsPerHost: conc}
+				defer stdTr.CloseIdleConnections()
+				std := &http.Client{Transport: stdTr}
+				url := fmt.Sprintf("%s/?n=%d", srv.URL, size)
+				run := func(c *http.Client, n int) time.Duration {
+					var next atomic.Int64
+					var wg sync.WaitGroup
+					start := time.Now()
+					for range conc {
+						wg.Go(func() {
+							for next.Add(1) <= int64(n) {
+								resp, err := c.Get(url)
+								if err != nil {
+									b.Error(err)
+									return
+								}
+								io.Copy(io.Discard, resp.Body)
+								resp.Body.Close()
+							}
+						})
+					}
+					wg.Wait()
+					return time.Since(start)
+				}
+				run(ring, conc) // establish the connections outside the timing
+				run(std, conc)
+				b.ResetTimer()
+				cmp := interleave(b.N, benchRounds, func(n int) time.Duration { return run(ring, n) },
+					func(n int) time.Duration { return run(std, n) })
+				b.ReportMetric(cmp.rateA, "uring-req/s")
+				b.ReportMetric(cmp.rateB, "std-req/s")
+				b.ReportMetric(cmp.ratio, "uring/std")
+			})
+		}
+	}
+}

@@ -1,5 +1,0 @@
-//go:build unix && !linux
-
-package uring
-
-func maxConcurrency(r *Reactor) int64 { return r.e.(*poolEngine).maxRunning.Load() }
