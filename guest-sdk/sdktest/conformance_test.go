@@ -62,6 +62,9 @@ var script = []step{
 	{key: "a", cmd: `json {"x":1}`, want: []string{`{"field":null}`}},
 	{key: "a", cmd: `json {"v":-9223372036854775808}`, want: []string{`{"field":-9223372036854775808,"int":-9223372036854775808}`}},
 	{key: "a", cmd: `json {"v":9223372036854775808}`, want: []string{`{"field":9223372036854775808,"int":null}`}},
+	{key: "a", cmd: `unquote {"v":"q\"b\\s\/ \b\f\n\r\t \u00e9\u65E5 \ud83c\udf89 \ud83c \udf89x"}`, want: []string{`{"unquoted":"q\"b\\s/ \b\f\n\r\t é日 🎉 � �x"}`}},
+	{key: "a", cmd: `unquote {"v":"bad \x"}`, want: []string{`{"unquoted":false}`}},
+	{key: "a", cmd: `unquote {"v":12}`, want: []string{`{"unquoted":false}`}},
 	{key: "k\x01\"é\n\t\\", cmd: "key", want: []string{`{"key":"k\u0001\"é\n\t\\"}`}},
 	{key: "", cmd: "key", want: []string{`{"key":""}`}},
 	{key: "a", cmd: "bigemit 70000", want: []string{`"` + strings.Repeat("y", 70000) + `"`}},
@@ -110,6 +113,45 @@ func TestConformance(t *testing.T) {
 			out, err := in.close()
 			if err != nil || len(out) != 1 || out[0].value != `{"closed":true}` {
 				t.Errorf("close: %v, %v", out, err)
+			}
+		})
+	}
+}
+
+// TestKeyFunction calls clink_key directly: both modules key by the "user" field.
+func TestKeyFunction(t *testing.T) {
+	for _, path := range conformanceModules {
+		t.Run(strings.TrimSuffix(path[strings.LastIndexByte(path, '/')+1:], ".wasm"), func(t *testing.T) {
+			if strings.HasSuffix(path, "-go.wasm") && testing.Short() {
+				t.Skip("-short: skipping the Go module")
+			}
+			in := load(t, path)
+			for _, tc := range []struct {
+				value, key string
+				ok         bool
+			}{
+				{`{"user":"alice","n":1}`, "alice", true},
+				{`{"n":1, "user" : "a\"b\u00e9"}`, `a"bé`, true},
+				{`{"user":42}`, "42", true},
+				{`{"user":""}`, "", true},
+				{`{"name":"x"}`, "", false},
+				{`not json`, "", false},
+			} {
+				in.write([]byte(tc.value))
+				packed, err := in.invoke("clink_key", uint64(len(tc.value)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if int64(packed) == -1 {
+					if tc.ok {
+						t.Errorf("clink_key(%s) rejected the record", tc.value)
+					}
+					continue
+				}
+				key, _ := in.mod.Memory().Read(uint32(packed>>32), uint32(packed))
+				if !tc.ok || string(key) != tc.key {
+					t.Errorf("clink_key(%s) = %q, want %q (ok %v)", tc.value, key, tc.key, tc.ok)
+				}
 			}
 		})
 	}

@@ -30,6 +30,87 @@ export class JsonValue extends Bytes {
   toInt(): i64 {
     return parseInt(this.ptr, this.length, true);
   }
+
+  /**
+   * Appends the text of this JSON string, escapes decoded, to out. Returns false if the value
+   * is not a well-formed JSON string. A \u escape of a lone surrogate decodes to U+FFFD; bytes
+   * that are not valid UTF-8 are copied as they are (the Go SDK's jsonx.AppendUnquote).
+   */
+  unquoteInto(out: Buffer): bool {
+    return unquote(this.ptr, this.length, out);
+  }
+}
+
+function hex4(p: usize, n: i32, i: i32): i32 {
+  if (i + 4 > n) return -1;
+  let r = 0;
+  for (let j = i; j < i + 4; j++) {
+    let c = <i32>load<u8>(p + <usize>j);
+    if (c >= 0x30 && c <= 0x39) c -= 0x30;
+    else if (c >= 0x61 && c <= 0x66) c -= 0x57;
+    else if (c >= 0x41 && c <= 0x46) c -= 0x37;
+    else return -1;
+    r = (r << 4) | c;
+  }
+  return r;
+}
+
+function appendRune(out: Buffer, r: u32): void {
+  if (r < 0x80) {
+    out.appendByte(<u8>r);
+  } else if (r < 0x800) {
+    out.appendByte(<u8>(0xC0 | (r >> 6))).appendByte(<u8>(0x80 | (r & 0x3F)));
+  } else if (r < 0x10000) {
+    out.appendByte(<u8>(0xE0 | (r >> 12))).appendByte(<u8>(0x80 | ((r >> 6) & 0x3F))).appendByte(<u8>(0x80 | (r & 0x3F)));
+  } else {
+    out.appendByte(<u8>(0xF0 | (r >> 18))).appendByte(<u8>(0x80 | ((r >> 12) & 0x3F)));
+    out.appendByte(<u8>(0x80 | ((r >> 6) & 0x3F))).appendByte(<u8>(0x80 | (r & 0x3F)));
+  }
+}
+
+function unquote(raw: usize, rawLen: i32, out: Buffer): bool {
+  if (rawLen < 2 || load<u8>(raw) != 0x22 || load<u8>(raw + <usize>(rawLen - 1)) != 0x22) return false;
+  let p = raw + 1;
+  let n = rawLen - 2;
+  for (let i = 0; i < n; i++) {
+    let c = load<u8>(p + <usize>i);
+    if (c == 0x22 || c < 0x20) return false;
+    if (c != 0x5C) {
+      out.appendByte(c);
+      continue;
+    }
+    i++;
+    if (i == n) return false;
+    c = load<u8>(p + <usize>i);
+    if (c == 0x22 || c == 0x5C || c == 0x2F) out.appendByte(c);
+    else if (c == 0x62) out.appendByte(0x08);
+    else if (c == 0x66) out.appendByte(0x0C);
+    else if (c == 0x6E) out.appendByte(0x0A);
+    else if (c == 0x72) out.appendByte(0x0D);
+    else if (c == 0x74) out.appendByte(0x09);
+    else if (c == 0x75) {
+      let r = hex4(p, n, i + 1);
+      if (r < 0) return false;
+      i += 4;
+      if (r >= 0xD800 && r < 0xDC00) {
+        // A high surrogate: combine with a following \uDC00-\uDFFF escape.
+        let r2 = -1;
+        if (i + 6 < n && load<u8>(p + <usize>(i + 1)) == 0x5C && load<u8>(p + <usize>(i + 2)) == 0x75) r2 = hex4(p, n, i + 3);
+        if (r2 >= 0xDC00 && r2 < 0xE000) {
+          r = 0x10000 + ((r - 0xD800) << 10) + (r2 - 0xDC00);
+          i += 6;
+        } else {
+          r = 0xFFFD;
+        }
+      } else if (r >= 0xDC00 && r < 0xE000) {
+        r = 0xFFFD;
+      }
+      appendRune(out, <u32>r);
+    } else {
+      return false;
+    }
+  }
+  return true;
 }
 
 let intOk = false;
@@ -126,9 +207,9 @@ const nameBuf = new Buffer(64);
  * Finds the first field called name in the top-level object obj and points out at its raw
  * value. Returns false if obj is not an object, is malformed before the field, or has no such
  * field. Names are compared with their raw JSON text (a name written with escapes is not
- * matched). out points into obj.
+ * matched). out (a JsonValue, or any Bytes) points into obj.
  */
-export function field(obj: Bytes, name: string, out: JsonValue): bool {
+export function field(obj: Bytes, name: string, out: Bytes): bool {
   let p = obj.ptr;
   let n = obj.length;
   let nb = nameBuf.clear().append(name);

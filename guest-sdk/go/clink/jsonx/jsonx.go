@@ -15,7 +15,10 @@
 // Use encoding/json when you need a full decoder; it allocates and is much larger.
 package jsonx
 
-import "strconv"
+import (
+	"strconv"
+	"unicode/utf8"
+)
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
@@ -206,6 +209,91 @@ func AppendString(dst []byte, s []byte) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// AppendUnquote appends the text of the JSON string raw (quotes included, as Field returns
+// it), with its escapes decoded, to dst. ok is false if raw is not a well-formed JSON string.
+// A \u escape of a lone surrogate decodes to U+FFFD, as encoding/json does; unlike it, bytes
+// that are not valid UTF-8 are copied as they are.
+func AppendUnquote(dst, raw []byte) (_ []byte, ok bool) {
+	if len(raw) < 2 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+		return dst, false
+	}
+	s := raw[1 : len(raw)-1]
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c == '"' || c < 0x20 {
+			return dst, false
+		}
+		if c != '\\' {
+			dst = append(dst, c)
+			continue
+		}
+		i++
+		if i == len(s) {
+			return dst, false
+		}
+		switch s[i] {
+		case '"', '\\', '/':
+			dst = append(dst, s[i])
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r, ok := hex4(s, i+1)
+			if !ok {
+				return dst, false
+			}
+			i += 4
+			if r >= 0xD800 && r < 0xDC00 {
+				// A high surrogate: combine with a following \uDC00-\uDFFF escape.
+				if i+6 < len(s) && s[i+1] == '\\' && s[i+2] == 'u' {
+					if r2, ok := hex4(s, i+3); ok && r2 >= 0xDC00 && r2 < 0xE000 {
+						r = 0x10000 + (r-0xD800)<<10 + (r2 - 0xDC00)
+						i += 6
+					} else {
+						r = 0xFFFD
+					}
+				} else {
+					r = 0xFFFD
+				}
+			} else if r >= 0xDC00 && r < 0xE000 {
+				r = 0xFFFD
+			}
+			dst = utf8.AppendRune(dst, rune(r))
+		default:
+			return dst, false
+		}
+	}
+	return dst, true
+}
+
+func hex4(s []byte, i int) (uint32, bool) {
+	if i+4 > len(s) {
+		return 0, false
+	}
+	var r uint32
+	for _, c := range s[i : i+4] {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | uint32(c)
+	}
+	return r, true
 }
 
 // AppendInt appends v in decimal, the only number format both SDKs produce identically.

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strconv"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestField(t *testing.T) {
@@ -73,6 +74,39 @@ func FuzzField(f *testing.F) {
 		}
 		if ok && json.Valid(obj) && !json.Valid(raw) {
 			t.Fatalf("valid object %q gave invalid value %q", obj, raw)
+		}
+	})
+}
+
+func TestAppendUnquote(t *testing.T) {
+	for _, raw := range []string{`""`, `"plain"`, `"q\"b\\s\/"`, `"\b\f\n\r\t"`, `"\u00e9\u65E5"`, `"\ud83c\udf89"`, `"\ud83c"`, `"\udf89x"`, `"\ud83c\u0041"`, `"ünï"`} {
+		var want string
+		if err := json.Unmarshal([]byte(raw), &want); err != nil {
+			t.Fatal(raw, err)
+		}
+		got, ok := AppendUnquote([]byte("pre:"), []byte(raw))
+		if !ok || string(got) != "pre:"+want {
+			t.Errorf("AppendUnquote(%s) = %q, %v; want %q", raw, got, ok, want)
+		}
+	}
+	for _, raw := range []string{``, `"`, `abc`, `"a\"`, `"\x"`, `"\u12"`, `"\u12G4"`, "\"a\nb\"", `"a"b"`} {
+		if got, ok := AppendUnquote(nil, []byte(raw)); ok {
+			t.Errorf("AppendUnquote(%q) = %q, ok", raw, got)
+		}
+	}
+}
+
+func FuzzAppendUnquote(f *testing.F) {
+	f.Add([]byte(`"a\u00e9\ud83c\udf89\n"`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		got, ok := AppendUnquote(nil, raw)
+		var want string
+		err := json.Unmarshal(raw, &want)
+		if !utf8.Valid(raw) || len(raw) == 0 || raw[0] != '"' || raw[len(raw)-1] != '"' {
+			return // encoding/json also accepts surrounding space and fixes invalid UTF-8
+		}
+		if (err == nil) != ok || (ok && string(got) != want) {
+			t.Fatalf("AppendUnquote(%q) = %q, %v; encoding/json: %q, %v", raw, got, ok, want, err)
 		}
 	})
 }

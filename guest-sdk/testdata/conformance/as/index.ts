@@ -3,9 +3,10 @@
 // (../go/main.go) and expects the same output from both.
 import {
   Operator, Record, State, Endpoint, Header, Response, Bytes, Buffer, JsonValue, Code,
-  register, emit, registerTimer, deleteTimer, watermark, processingTime, json, log,
+  register, emit, registerTimer, deleteTimer, watermark, processingTime, json, log, setKeyFunction,
 } from "../../../assemblyscript/assembly";
 export * from "../../../assemblyscript/assembly/exports";
+export { clink_key } from "../../../assemblyscript/assembly/keyfunc";
 
 const kv = new State("kv");
 const dict = new State("map");
@@ -103,6 +104,16 @@ class Conformance extends Operator {
       } else {
         emit(k, out.clear().append('{"field":').append(field).append(',"int":').appendInt(field.toInt()).append("}"));
       }
+    } else if (cmd == "unquote") {
+      let obj = tmp.clear().append(arg);
+      if (!json.field(obj, "v", field)) {
+        emit(k, '{"unquoted":null}');
+      } else {
+        let u = new Buffer();
+        if (!field.unquoteInto(u)) emit(k, '{"unquoted":false}');
+        else emit(k, out.clear().append('{"unquoted":').appendJsonString(u).append("}"));
+        u.release();
+      }
     } else if (cmd == "key") {
       emit(k, out.clear().append('{"key":').appendJsonString(k).append("}"));
     } else if (cmd == "bigemit") {
@@ -121,3 +132,17 @@ function check(rc: i32): void {
 }
 
 register("conformance", new Conformance());
+
+// Key records by their "user" field: a string unquoted, anything else as written.
+const userField = new JsonValue();
+const keyBuf = new Buffer();
+setKeyFunction((value: Bytes, key: Bytes): bool => {
+  if (!json.field(value, "user", userField)) return false;
+  if (!userField.isString) {
+    key.set(userField.ptr, userField.length);
+    return true;
+  }
+  if (!userField.unquoteInto(keyBuf.clear())) return false;
+  key.set(keyBuf.ptr, keyBuf.length);
+  return true;
+});

@@ -11,6 +11,7 @@ import (
 
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink"
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/jsonx"
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/keyfunc"
 )
 
 var (
@@ -24,7 +25,20 @@ type op struct{}
 
 var out []byte
 
-func init() { clink.Register("conformance", op{}) }
+var keyBuf []byte
+
+func init() {
+	clink.Register("conformance", op{})
+	// Key records by their "user" field: a string unquoted, anything else as written.
+	keyfunc.Set(func(value []byte) ([]byte, bool) {
+		raw, ok := jsonx.Field(value, "user")
+		if !ok || raw[0] != '"' {
+			return raw, ok
+		}
+		keyBuf, ok = jsonx.AppendUnquote(keyBuf[:0], raw)
+		return keyBuf, ok
+	})
+}
 
 func (op) Open() error {
 	if err := kv.Put(nil, []byte("x")); errors.Is(err, clink.ErrNotAllowed) {
@@ -151,6 +165,16 @@ func (op) Process(r *clink.Record) error {
 			return emitf(k, `{"field":`, string(raw), `,"int":null}`)
 		}
 		return emitf(k, `{"field":`, string(raw), `,"int":`, itoa(n), `}`)
+	case "unquote":
+		raw, ok := jsonx.Field([]byte(arg), "v")
+		if !ok {
+			return emitf(k, `{"unquoted":null}`)
+		}
+		u, ok := jsonx.AppendUnquote(nil, raw)
+		if !ok {
+			return emitf(k, `{"unquoted":false}`)
+		}
+		return emitf(k, `{"unquoted":`, string(jsonx.AppendString(nil, u)), `}`)
 	case "key":
 		return emitf(k, `{"key":`, string(jsonx.AppendString(nil, k)), `}`)
 	case "bigemit":
