@@ -20,9 +20,10 @@ type BlockReader interface {
 	// syscall.Errno. Short reads are retried for the rest of the block.
 	//
 	// ReadAt never blocks on I/O. done runs on a goroutine of the reader's, never on the
-	// caller's during ReadAt, and possibly before ReadAt returns. It must not block (it may
-	// call ReadAt again). buf must not be touched and fd must stay open until done runs.
-	// Safe for concurrent use.
+	// caller's during ReadAt, and possibly before ReadAt returns. It may call ReadAt again,
+	// but must neither block nor compute for long: on io_uring every completion is delivered
+	// by one goroutine (see Reactor.Submit). buf must not be touched and fd must stay open
+	// until done runs. Safe for concurrent use.
 	ReadAt(fd int, buf []byte, off int64, done func(n int, err error))
 
 	// Close waits for outstanding reads to complete or fail with ErrClosed, and releases the

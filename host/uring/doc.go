@@ -39,9 +39,9 @@
 // syscall.ECANCELED (Do turns that into the context's error).
 //
 // The io_uring backend runs all callbacks on a single dispatch goroutine, the only reader of
-// the completion ring; the pool runs them on its workers. Either way a callback must not block,
-// since on io_uring it holds up every other completion; it may submit more operations, which
-// is the way to chain reads. The dispatch goroutine submits what its callbacks queued with one
+// the completion ring; the pool runs them on its workers. Either way a callback must neither
+// block nor compute for long, since on io_uring it holds up every other completion; it may
+// submit more operations, which is the way to chain reads. The dispatch goroutine submits what its callbacks queued with one
 // io_uring_enter after they return, so chained reads reach the kernel in batches.
 //
 // # Backpressure

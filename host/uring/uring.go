@@ -229,9 +229,10 @@ func (r *Reactor) Backend() Backend { return r.backend }
 // done callback, the natural place to chain the next read. Callers bound their own outstanding
 // work (the state tier bounds its fetches); the reactor bounds what reaches the kernel.
 //
-// done runs on the io_uring backend's single dispatch goroutine, and so delays every other
-// completion while it runs: it must not block. In particular it must not call Do or Close.
-// Hand anything slow to another goroutine.
+// done runs on the io_uring backend's single dispatch goroutine. While it runs, no other
+// completion is delivered and submissions from other goroutines wait to be flushed with the
+// batch, so it must neither block nor compute for long (decompressing a block, say): hand
+// such work to another goroutine. It must not call Do or Close, which would wait for itself.
 //
 // Submit returns ErrClosed after Close, and syscall.EAFNOSUPPORT for a Connect to an address
 // family other than inet, inet6 and unix.

@@ -2,8 +2,11 @@ package uring
 
 import (
 	"errors"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -67,19 +70,10 @@ func TestUnavailableReasons(t *testing.T) {
 		if !errors.Is(err, ErrUnavailable) || !errors.Is(err, c.errno) {
 			t.Errorf("%v: %v does not match ErrUnavailable and the errno", c.errno, err)
 		}
-		if !contains(err.Error(), c.mention) {
+		if !strings.Contains(err.Error(), c.mention) {
 			t.Errorf("%v: %q does not mention %q", c.errno, err, c.mention)
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }
 
 func TestRawSockaddr(t *testing.T) {
@@ -105,3 +99,46 @@ func TestRawSockaddr(t *testing.T) {
 // nativeBigEndianFamily accepts the family in big-endian order, where sa_family is stored
 // high byte first.
 func nativeBigEndianFamily(b *[8]byte) bool { return b[0] == 0 && b[1] == byte(unix.AF_INET) }
+
+// TestCloseAbandon drives Close past its timeout with operations still in the kernel: with a
+// 1ns timeout, Close races the cancellations' completions against abandoning the operations.
+// Either way every callback runs exactly once with ErrClosed, and abandoned operations stay
+// reachable.
+func TestCloseAbandon(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skipf("io_uring unavailable here: %v", err)
+	}
+	lfd, _ := listen(t)
+	abandoned := 0
+	for range 20 {
+		r := newReactor(t, WithBackend(BackendIOUring), WithEntries(8), WithCloseTimeout(time.Nanosecond))
+		var calls [16]atomic.Int32
+		var errs [16]error
+		for i := range calls {
+			op := Accept(lfd, 0)
+			if i%2 == 1 {
+				op = Timeout(time.Hour)
+			}
+			if err := r.Submit(op, func(res Result) { errs[i] = res.Err; calls[i].Add(1) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		orphans.Lock()
+		before := len(orphans.ops)
+		orphans.Unlock()
+		waitOrFail(t, 5*time.Second, "Close", func() {
+			if err := r.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		})
+		orphans.Lock()
+		abandoned += len(orphans.ops) - before
+		orphans.Unlock()
+		for i := range calls {
+			if c := calls[i].Load(); c != 1 || !errors.Is(errs[i], ErrClosed) {
+				t.Fatalf("op %d: %d calls, last error %v", i, c, errs[i])
+			}
+		}
+	}
+	t.Logf("%d operations abandoned over 20 closes", abandoned)
+}
