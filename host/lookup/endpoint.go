@@ -202,28 +202,23 @@ func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
 		}
 		e.m.cacheMisses.Add(1)
 	}
-	w := &waiter{done: done, start: start}
 	if c.shared {
 		e.flightMu.Lock()
-		if f := e.flights[c.key]; f != nil && f.join(ctx, w) {
-			e.flightMu.Unlock()
-			e.m.shared.Add(1)
-			return
+		if f := e.flights[c.key]; f != nil {
+			w := &waiter{done: done, start: start}
+			if f.join(ctx, w) {
+				e.flightMu.Unlock()
+				e.m.shared.Add(1)
+				return
+			}
 		}
-		c.init()
-		e.flights[c.key] = c // published with its context set: joiners read it
+		e.flights[c.key] = c
 		e.flightMu.Unlock()
-	} else {
-		c.init()
 	}
 	made = true
-	c.addWaiter(ctx, w)
+	c.first = waiter{done: done, start: start}
+	c.addWaiter(ctx, &c.first)
 	c.next(false)
-}
-
-func (c *call) init() {
-	c.ctx, c.cancel = context.WithCancel(c.e.ctx)
-	c.stopCancel = context.AfterFunc(c.ctx, c.onCancel)
 }
 
 // waiter is one Do waiting on a call.
@@ -237,7 +232,7 @@ type waiter struct {
 //
 // Lifecycle: next (breaker, limiter) → queued or send → attemptDone → next after a backoff
 // timer, or finish. Exactly one goroutine at a time drives a call; the states below tell
-// onCancel what it may take over.
+// stop what it may take over.
 type call struct {
 	e          *Endpoint
 	method     string
@@ -249,18 +244,18 @@ type call struct {
 	cacheable  bool
 	idempotent bool
 
-	ctx        context.Context // cancelled when the last waiter leaves or the endpoint closes
-	cancel     context.CancelFunc
-	stopCancel func() bool
+	first waiter // the waiter that created the call, to save an allocation
 
 	mu        sync.Mutex
-	state     callState       // guarded by mu
-	waiters   []*waiter       // guarded by mu
-	abandoned bool            // the last waiter left; guarded by mu
-	timer     *time.Timer     // backoff timer; guarded by mu
-	attempts  int             // attempts started; written only by the driving goroutine
-	last      Response        // last attempt's outcome, for a breaker rejection mid-retry
-	bdone     func(err error) // breaker completion of the current attempt
+	state     callState          // guarded by mu
+	waiters   []*waiter          // guarded by mu
+	abandoned bool               // the last waiter left; guarded by mu
+	abort     context.CancelFunc // cancels the attempt on the wire; guarded by mu
+	timer     *time.Timer        // backoff timer; guarded by mu
+	closeStop func() bool        // stops the Close hook of a call in backoff; guarded by mu
+	attempts  int                // attempts started; written only by the driving goroutine
+	last      Response           // last attempt's outcome, for a breaker rejection mid-retry
+	bdone     func(err error)    // breaker completion of the current attempt
 
 	// Limiter queue linkage and probe epoch; guarded by limiter.mu.
 	qprev, qnext *call
@@ -420,7 +415,7 @@ func (c *call) leave(w *waiter, cause error) {
 	c.e.deliver(w, Response{Err: ctxError(cause)})
 	if last {
 		c.forget()
-		c.cancel()
+		c.stop()
 	}
 }
 
@@ -436,11 +431,16 @@ func (c *call) forget() {
 	c.e.flightMu.Unlock()
 }
 
-// onCancel runs when c.ctx ends (all waiters left, or Close). It finishes the call if no
-// attempt is on the wire; an attempt on the wire notices its context itself.
-func (c *call) onCancel() {
+// stop ends the call early, after its last waiter left or when the endpoint closes: it
+// cancels an attempt on the wire (which then finishes the call itself), or takes the call
+// out of the limiter queue or its backoff timer and finishes it.
+func (c *call) stop() {
 	c.mu.Lock()
 	switch c.state {
+	case stateSending:
+		if c.abort != nil {
+			c.abort()
+		}
 	case stateBackoff:
 		if c.timer.Stop() {
 			c.state = stateStarting // owned by us now
@@ -459,6 +459,14 @@ func (c *call) onCancel() {
 	c.mu.Unlock()
 }
 
+// cancelled reports whether the call should stop: abandoned, or the endpoint closed.
+func (c *call) cancelled() bool {
+	c.mu.Lock()
+	ab := c.abandoned
+	c.mu.Unlock()
+	return ab || c.e.ctx.Err() != nil
+}
+
 func (c *call) cancelError() *Error {
 	if c.e.ctx.Err() != nil {
 		return &Error{Kind: KindCancelled, Reason: "endpoint closed", notSent: true}
@@ -469,7 +477,14 @@ func (c *call) cancelError() *Error {
 // next starts an attempt: breaker, then limiter. inline says whether the current goroutine
 // may carry the attempt (a timer goroutine may; the caller of Do may not).
 func (c *call) next(inline bool) {
-	if c.ctx.Err() != nil {
+	c.mu.Lock()
+	closeStop := c.closeStop
+	c.closeStop = nil
+	c.mu.Unlock()
+	if closeStop != nil {
+		closeStop()
+	}
+	if c.cancelled() {
 		c.finishFrom(Response{Err: c.cancelError()}, !inline)
 		return
 	}
@@ -502,8 +517,8 @@ func (c *call) next(inline bool) {
 		c.send()
 	case ok:
 		go c.send()
-	case c.ctx.Err() != nil && e.limiter.remove(c):
-		// Cancelled between setting stateQueued and queueing, when onCancel could not
+	case c.cancelled() && e.limiter.remove(c):
+		// Cancelled between setting stateQueued and queueing, when stop could not
 		// find it in the queue yet.
 		c.breakerDone(errExcluded)
 		c.finishFrom(Response{Err: c.cancelError()}, !inline)
@@ -528,9 +543,17 @@ func (c *call) send() {
 
 func (c *call) sendOne() (next *call) {
 	e := c.e
+	// The attempt's context derives from the endpoint's, so Close cancels it; stop cancels
+	// it through c.abort.
+	actx, cancel := context.WithTimeout(e.ctx, e.timeout)
 	c.mu.Lock()
 	c.state = stateSending
+	c.abort = cancel
+	abandoned := c.abandoned
 	c.mu.Unlock()
+	if abandoned {
+		cancel()
+	}
 	c.attempts++
 	e.m.attempts.Add(1)
 	if c.attempts > 1 {
@@ -538,7 +561,6 @@ func (c *call) sendOne() (next *call) {
 	}
 
 	t0 := time.Now()
-	actx, cancel := context.WithTimeout(c.ctx, e.timeout)
 	var wrote atomic.Bool
 	if !c.idempotent && !e.retryUnsafe {
 		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
@@ -559,6 +581,9 @@ func (c *call) sendOne() (next *call) {
 		r = Response{Err: c.classify(err, actx, wrote.Load())}
 	}
 	cancel()
+	c.mu.Lock()
+	c.abort = nil
+	c.mu.Unlock()
 
 	kind := Kind(r.Err)
 	next = e.limiter.release(sample{
@@ -609,9 +634,11 @@ func (e *Endpoint) readBody(resp *http.Response, method string) ([]byte, error) 
 	if method == http.MethodHead || resp.Body == http.NoBody {
 		return nil, nil
 	}
-	tooLarge := &Error{Kind: KindTooLarge, Reason: "response exceeds max_response_bytes (" + strconv.FormatInt(e.maxBody, 10) + ")"}
+	tooLarge := func() error {
+		return &Error{Kind: KindTooLarge, Reason: "response exceeds max_response_bytes (" + strconv.FormatInt(e.maxBody, 10) + ")"}
+	}
 	if resp.ContentLength > e.maxBody {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	if resp.ContentLength >= 0 {
 		b := make([]byte, resp.ContentLength)
@@ -626,7 +653,7 @@ func (e *Endpoint) readBody(resp *http.Response, method string) ([]byte, error) 
 		return nil, err
 	}
 	if n > e.maxBody {
-		return nil, tooLarge
+		return nil, tooLarge()
 	}
 	return buf.Bytes(), nil
 }
@@ -640,7 +667,7 @@ func (c *call) classify(err error, actx context.Context, wrote bool) *Error {
 		}
 		return le
 	}
-	if c.ctx.Err() != nil {
+	if c.cancelled() {
 		return c.cancelError()
 	}
 	if errors.Is(actx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
@@ -658,7 +685,7 @@ func (c *call) attemptFailed(err *Error, _ bool) {
 // attemptDone retries r after a backoff if the policy allows, else finishes with it.
 func (c *call) attemptDone(r Response, retryAfter time.Duration) {
 	e := c.e
-	if c.ctx.Err() != nil {
+	if c.cancelled() {
 		c.finish(Response{Err: c.cancelError()})
 		return
 	}
@@ -677,8 +704,10 @@ func (c *call) attemptDone(r Response, retryAfter time.Duration) {
 	c.last = r
 	c.mu.Lock()
 	c.state = stateBackoff
-	// The timer, not a sleeping goroutine, carries the call until the retry.
+	// The timer, not a sleeping goroutine, carries the call until the retry; a hook on the
+	// endpoint's context ends the wait if the endpoint closes.
 	c.timer = time.AfterFunc(d, func() { c.next(true) })
+	c.closeStop = context.AfterFunc(e.ctx, c.stop)
 	c.mu.Unlock()
 }
 
@@ -754,8 +783,6 @@ func (c *call) finishFrom(r Response, async bool) {
 	ws := c.waiters
 	c.waiters = nil
 	c.mu.Unlock()
-	c.stopCancel()
-	c.cancel()
 	deliverAll := func() {
 		for _, w := range ws {
 			if w.stop != nil {

@@ -1,0 +1,412 @@
+package lookup
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// rawServer is a minimal HTTP/1.1 keep-alive server on 127.0.0.1 for benchmarks: it reads a
+// request head (GET, no body), waits the service time on a timer, and writes a fixed response.
+// It is much cheaper than net/http's server, so on a small machine more of the CPU is left to
+// the client under test. It measures the service time it actually delivered (time.Sleep(2ms)
+// overshoots, more so under load), which is what the Little's-law bound is computed from.
+type rawServer struct {
+	ln       net.Listener
+	service  atomic.Int64  // ns
+	workers  chan struct{} // nil: unlimited concurrency
+	served   atomic.Int64
+	svcNanos atomic.Int64
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]bool
+}
+
+func newRawServer(tb testing.TB, service time.Duration, workers int) *rawServer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &rawServer{ln: ln, conns: map[net.Conn]bool{}}
+	s.service.Store(int64(service))
+	if workers > 0 {
+		s.workers = make(chan struct{}, workers)
+	}
+	s.wg.Add(1)
+	go s.accept()
+	tb.Cleanup(s.close)
+	return s
+}
+
+func (s *rawServer) url() string { return "http://" + s.ln.Addr().String() }
+
+func (s *rawServer) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return
+		}
+		s.mu.Lock()
+		s.conns[c] = true
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go s.serve(c)
+	}
+}
+
+var rawResponse = []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok")
+
+func (s *rawServer) serve(c net.Conn) {
+	defer s.wg.Done()
+	defer c.Close()
+	r := bufio.NewReaderSize(c, 4096)
+	for {
+		// Read the head: lines until an empty one.
+		for {
+			line, err := r.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			if len(bytes.TrimRight(line, "\r\n")) == 0 {
+				break
+			}
+		}
+		if s.workers != nil {
+			s.workers <- struct{}{}
+		}
+		t0 := time.Now()
+		time.Sleep(time.Duration(s.service.Load()))
+		s.svcNanos.Add(int64(time.Since(t0)))
+		if s.workers != nil {
+			<-s.workers
+		}
+		s.served.Add(1)
+		if _, err := c.Write(rawResponse); err != nil {
+			return
+		}
+	}
+}
+
+// meanService returns the mean service time delivered since the last call.
+func (s *rawServer) meanService() time.Duration {
+	n := s.served.Swap(0)
+	ns := s.svcNanos.Swap(0)
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(ns / n)
+}
+
+func (s *rawServer) close() {
+	s.ln.Close()
+	s.mu.Lock()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// benchRegistry dials with a plain net.Dialer that still refuses anything but 127.0.0.1.
+func benchRegistry(tb testing.TB) *Registry {
+	dial, _ := loopbackOnly(tb)
+	return NewRegistry(WithDialer(dial))
+}
+
+func benchConfig(url string, inflight int, alg string) EndpointConfig {
+	cfg := testConfig(url)
+	cfg.MaxInFlight = inflight
+	cfg.SingleFlight = "off" // every request must reach the upstream
+	cfg.Concurrency.Algorithm = alg
+	cfg.Retry.MaxAttempts = 1
+	return cfg
+}
+
+// closedLoop keeps n requests in flight until total have completed, and returns the elapsed
+// time and the per-request latency histogram (Do to done).
+func closedLoop(tb testing.TB, e *Endpoint, n, total int) (time.Duration, Histogram) {
+	req, _ := ParseRequest([]byte("GET /x"))
+	var started, completed atomic.Int64
+	var errs atomic.Int64
+	var h histogram
+	done := make(chan struct{})
+	var issue func()
+	issue = func() {
+		t0 := time.Now()
+		e.Do(context.Background(), req, func(r Response) {
+			h.record(time.Since(t0))
+			if r.Err != nil || r.Status != 200 {
+				if errs.Add(1) == 1 {
+					tb.Errorf("request failed: %d %v", r.Status, r.Err)
+				}
+			}
+			if int(completed.Add(1)) == total {
+				close(done)
+				return
+			}
+			if int(started.Add(1)) <= total {
+				issue()
+			}
+		})
+	}
+	start := time.Now()
+	for i := 0; i < n && int(started.Add(1)) <= total; i++ {
+		issue()
+	}
+	<-done
+	return time.Since(start), h.snapshot()
+}
+
+// BenchmarkThroughput: 256 in flight against a 2 ms loopback service. The bound is Little's
+// law with the service time the server actually delivered: 256 / service. Reported:
+// achieved/bound (target ≥ 0.8) and p99/service (target ≤ 3).
+//
+// Sub-benchmark "raw" is the machine's ceiling for comparison: a minimal client (one
+// goroutine and connection per in-flight request, no HTTP library) on the same server.
+func BenchmarkThroughput(b *testing.B) {
+	b.Run("raw", func(b *testing.B) {
+		const inflight, service = 256, 2 * time.Millisecond
+		s := newRawServer(b, service, 0)
+		total := max(b.N, 4*inflight)
+		rawLoop(b, s, inflight, 20*inflight)
+		s.meanService()
+		b.ResetTimer()
+		el, h := rawLoop(b, s, inflight, total)
+		b.StopTimer()
+		reportThroughput(b, float64(total)/el.Seconds(), inflight, s.meanService(), h)
+	})
+	for _, alg := range []string{"fixed", "pid"} {
+		b.Run(alg, func(b *testing.B) {
+			const inflight, service = 256, 2 * time.Millisecond
+			s := newRawServer(b, service, 0)
+			e := open(b, benchRegistry(b), "bench", benchConfig(s.url(), inflight, alg))
+			closedLoop(b, e, inflight, 20*inflight) // warm up: connections, controller
+			s.meanService()
+			b.ResetTimer()
+			el, h := closedLoop(b, e, inflight, max(b.N, 4*inflight))
+			b.StopTimer()
+			reportThroughput(b, float64(max(b.N, 4*inflight))/el.Seconds(), inflight, s.meanService(), h)
+			b.ReportMetric(float64(e.Metrics().Limit), "limit")
+		})
+	}
+}
+
+func reportThroughput(b *testing.B, achieved float64, inflight int, svc time.Duration, h Histogram) {
+	bound := float64(inflight) / svc.Seconds()
+	b.ReportMetric(achieved, "req/s")
+	b.ReportMetric(bound, "bound_req/s")
+	b.ReportMetric(achieved/bound, "achieved/bound")
+	b.ReportMetric(float64(svc.Microseconds()), "service_µs")
+	b.ReportMetric(float64(h.Quantile(0.5).Microseconds()), "p50_µs")
+	b.ReportMetric(float64(h.Quantile(0.99).Microseconds()), "p99_µs")
+	b.ReportMetric(float64(h.Quantile(0.99))/float64(svc), "p99/service")
+}
+
+// rawLoop is closedLoop with the minimal client: n goroutines, each with its own connection.
+func rawLoop(tb testing.TB, s *rawServer, n, total int) (time.Duration, Histogram) {
+	var left atomic.Int64
+	left.Store(int64(total))
+	var h histogram
+	var wg sync.WaitGroup
+	req := []byte("GET /x HTTP/1.1\r\nHost: bench\r\n\r\n")
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", s.ln.Addr().String())
+			if err != nil {
+				tb.Error(err)
+				return
+			}
+			defer c.Close()
+			r := bufio.NewReader(c)
+			buf := make([]byte, len(rawResponse))
+			for left.Add(-1) >= 0 {
+				t0 := time.Now()
+				if _, err := c.Write(req); err != nil {
+					tb.Error(err)
+					return
+				}
+				if _, err := io.ReadFull(r, buf); err != nil {
+					tb.Error(err)
+					return
+				}
+				h.record(time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), h.snapshot()
+}
+
+// BenchmarkLatency: the same service at a load the machine can carry (64 in flight), where
+// p99 shows the client's own overhead rather than CPU saturation.
+func BenchmarkLatency(b *testing.B) {
+	const inflight, service = 64, 2 * time.Millisecond
+	s := newRawServer(b, service, 0)
+	e := open(b, benchRegistry(b), "bench", benchConfig(s.url(), inflight, "fixed"))
+	closedLoop(b, e, inflight, 10*inflight)
+	s.meanService()
+	b.ResetTimer()
+	el, h := closedLoop(b, e, inflight, max(b.N, 4*inflight))
+	b.StopTimer()
+	svc := s.meanService()
+	b.ReportMetric(float64(max(b.N, 4*inflight))/el.Seconds(), "req/s")
+	b.ReportMetric(float64(svc.Microseconds()), "service_µs")
+	b.ReportMetric(float64(h.Quantile(0.5).Microseconds()), "p50_µs")
+	b.ReportMetric(float64(h.Quantile(0.99).Microseconds()), "p99_µs")
+	b.ReportMetric(float64(h.Quantile(0.99))/float64(svc), "p99/service")
+}
+
+// BenchmarkFailFast: with the breaker open, a request fails without waiting for anything.
+// Target: ≤ 1 ms from Do to done.
+func BenchmarkFailFast(b *testing.B) {
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(50 * time.Millisecond) // a sick upstream: slow, then failing
+		http.Error(w, "", 503)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(ln)
+	defer srv.Close()
+	cfg := benchConfig("http://"+ln.Addr().String(), 64, "fixed")
+	cfg.Breaker = BreakerConfig{ConsecutiveFailures: 5, Cooldown: Duration(time.Hour)}
+	e := open(b, benchRegistry(b), "bench", cfg)
+	for i := 0; i < 5; i++ {
+		do(b, e, context.Background(), "GET /x")
+	}
+	if Kind(do(b, e, context.Background(), "GET /x").Err) != KindBreakerOpen {
+		b.Fatal("breaker did not open")
+	}
+	req, _ := ParseRequest([]byte("GET /x"))
+	var h histogram
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		wg.Add(1)
+		t0 := time.Now()
+		e.Do(context.Background(), req, func(r Response) {
+			h.record(time.Since(t0))
+			if Kind(r.Err) != KindBreakerOpen {
+				b.Errorf("got %v", r.Err)
+			}
+			wg.Done()
+		})
+		if i%64 == 63 {
+			wg.Wait()
+		}
+	}
+	wg.Wait()
+	b.StopTimer()
+	s := h.snapshot()
+	b.ReportMetric(float64(s.Quantile(0.5).Microseconds()), "p50_µs")
+	b.ReportMetric(float64(s.Quantile(0.99).Microseconds()), "p99_µs")
+	b.ReportMetric(float64(s.Quantile(0.99))/float64(time.Millisecond), "p99/1ms")
+}
+
+// BenchmarkAdaptive: a loopback worker pool (16 workers, 2 ms) with 128 clients; after half
+// the run the service time doubles. Prints the time series of each controller and reports
+// the limit and throughput (as a fraction of the pool's capacity) after the step.
+func BenchmarkAdaptive(b *testing.B) {
+	total := 6 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("LOOKUP_ADAPTIVE_RUN")); err == nil {
+		total = d
+	}
+	for _, alg := range []string{"pid", "aimd", "fixed"} {
+		b.Run(alg, func(b *testing.B) {
+			const workers, service, users = 16, 2 * time.Millisecond, 128
+			for i := 0; i < b.N; i++ {
+				s := newRawServer(b, service, workers)
+				cfg := benchConfig(s.url(), users, alg)
+				e := open(b, benchRegistry(b), "bench", cfg)
+				pts := runAdaptiveReal(b, e, s, users, total, 250*time.Millisecond, 2*service)
+				fmt.Fprintf(os.Stderr, "BenchmarkAdaptive/%s: 16 workers, service 2ms → 4ms at %v, %d clients\n%s",
+					alg, total/2, users, formatSeries(pts))
+				// After the step: the last third of the run.
+				var lim, thr float64
+				var n int
+				for _, p := range pts {
+					if p.at > total*2/3 {
+						lim += float64(p.limit)
+						thr += p.throughput
+						n++
+					}
+				}
+				capacity := workers / (2 * service).Seconds()
+				b.ReportMetric(lim/float64(n), "limit_after")
+				b.ReportMetric(thr/float64(n)/capacity, "throughput/capacity_after")
+				// Time from the step until throughput is back at 85% of the new capacity.
+				rec := time.Duration(-1)
+				for _, p := range pts {
+					if p.at > total/2+250*time.Millisecond && p.throughput >= 0.85*capacity {
+						rec = p.at - total/2
+						break
+					}
+				}
+				b.ReportMetric(rec.Seconds(), "recovery_s")
+				e.Close()
+			}
+		})
+	}
+}
+
+// runAdaptiveReal is runAdaptive on the wall clock, with a rawServer.
+func runAdaptiveReal(tb testing.TB, e *Endpoint, s *rawServer, users int, total, every, slower time.Duration) []adaptPoint {
+	req, _ := ParseRequest([]byte("GET /x"))
+	var completed atomic.Int64
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for i := 0; i < users; i++ {
+		wg.Add(1)
+		var loop func(Response)
+		loop = func(r Response) {
+			if r.Err != nil {
+				tb.Errorf("request failed: %v", r.Err)
+			}
+			completed.Add(1)
+			if stop.Load() {
+				wg.Done()
+				return
+			}
+			e.Do(context.Background(), req, loop)
+		}
+		e.Do(context.Background(), req, loop)
+	}
+	var pts []adaptPoint
+	start := time.Now()
+	var last int64
+	prev := e.Metrics().Latency
+	for time.Since(start) < total {
+		time.Sleep(every)
+		if time.Since(start) >= total/2 {
+			s.service.Store(int64(slower))
+		}
+		m := e.Metrics()
+		c := completed.Load()
+		h := m.Latency
+		for i := range h.Counts {
+			h.Counts[i] -= prev.Counts[i]
+		}
+		h.Count -= prev.Count
+		prev = m.Latency
+		pts = append(pts, adaptPoint{at: time.Since(start).Round(time.Millisecond), limit: m.Limit,
+			throughput: float64(c-last) / every.Seconds(), p50: h.Quantile(0.5)})
+		last = c
+	}
+	stop.Store(true)
+	wg.Wait()
+	return pts
+}
