@@ -18,7 +18,7 @@ import (
 // Dialer dials TCP connections whose connect, reads and writes are operations on a Reactor. Its
 // DialContext fits http.Transport.DialContext. Experimental, like the rest of the package, and
 // not faster: on loopback an http.Client over it ran at 0.4-0.8 of the standard transport's
-// request rate with one request in flight and 0.5-1.3 with 16 (BenchmarkHTTPClient), because
+// request rate with one request in flight and 0.5-1.3 with 16 (BenchmarkHTTPClient; DESIGN.md), because
 // every read and write is a round trip through the reactor, where Go's network poller parks
 // the goroutine and retries the system call in place.
 type Dialer struct {

@@ -21,7 +21,7 @@
 //
 // It is opt-in because BenchmarkBlockRead, which reads random 4 KiB blocks with 1 to 256 reads
 // outstanding, did not show it winning where the state tier spends most of its time. On our
-// 2-core development VM, for blocks in the page cache it ran at 0.64 to 0.91 times the pread
+// 2-core development VM, for blocks in the page cache it ran at 0.62 to 0.91 times the pread
 // pool's rate: a read that hits the cache completes inside io_uring_enter, so batching saves
 // only system-call entries, and io_uring's request path costs more than pread's. For blocks
 // not in the page cache it ran at 1.3 to 2.3 times the pool's rate with 16 or more reads

@@ -118,7 +118,7 @@ func (b Backend) String() string {
 // DefaultBackend is the backend New uses when no WithBackend option is given.
 //
 // It is the pool, not io_uring, because BenchmarkBlockRead showed io_uring losing on blocks in
-// the page cache (0.64-0.91 of the pool's rate), the state tier's common case, and winning only
+// the page cache (0.62-0.91 of the pool's rate), the state tier's common case, and winning only
 // on uncached blocks (1.3-2.3 from 16 reads outstanding); see DESIGN.md. io_uring stays an
 // explicit opt-in until a benchmark on the target machines says otherwise.
 const DefaultBackend = BackendPool
