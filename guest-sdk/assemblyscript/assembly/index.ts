@@ -1,6 +1,6 @@
 // The clink-wasm AssemblyScript SDK (guest ABI v1, docs/abi.md).
 //
-//     import { Operator, Record, State, register, emit, Buffer } from "@clink-wasm/sdk";
+//     import { Operator, Record, State, register, emit, Buffer } from "@clink-wasm/sdk/assembly";
 //     export * from "@clink-wasm/sdk/assembly/exports";
 //
 // See README.md for a complete example and the build command.

@@ -3,7 +3,13 @@
 //
 //     export * from "@clink-wasm/sdk/assembly/exports";
 //     export { clink_key } from "@clink-wasm/sdk/assembly/keyfunc";
-//     setKeyFunction((value: Bytes, key: Bytes): bool => json.field(value, "user", key));
+//     const user = new JsonValue();
+//     const userKey = new Buffer();
+//     setKeyFunction((value: Bytes, key: Bytes): bool => {
+//       if (!json.field(value, "user", user) || !user.unquoteInto(userKey.clear())) return false;
+//       key.set(userKey.ptr, userKey.length);
+//       return true;
+//     });
 //
 // The function must be pure: every import returns NOT_ALLOWED inside it (no state, no log). It
 // points key at the key bytes (which may lie inside value) and returns true, or returns false

@@ -3,9 +3,16 @@
 // Importing it adds the clink_key export to the module, so only operators that have a key
 // function import it. Set the function from an init function:
 //
+//	var key []byte
+//
 //	func init() {
 //		keyfunc.Set(func(value []byte) ([]byte, bool) {
-//			return jsonx.Field(value, "user")
+//			raw, ok := jsonx.Field(value, "user") // raw JSON: "alice", quotes included
+//			if !ok {
+//				return nil, false
+//			}
+//			key, ok = jsonx.AppendUnquote(key[:0], raw)
+//			return key, ok
 //		})
 //	}
 //
