@@ -135,6 +135,13 @@ func benchConfig(url string, inflight int, alg string) EndpointConfig {
 // closedLoop keeps n requests in flight until total have completed, and returns the elapsed
 // time and the per-request latency histogram (Do to done).
 func closedLoop(tb testing.TB, e *Endpoint, n, total int) (time.Duration, Histogram) {
+	el, h, _ := closedLoopErrs(tb, e, n, total, true)
+	return el, h
+}
+
+// closedLoopErrs is closedLoop that also counts failed requests; strict fails the benchmark
+// on the first.
+func closedLoopErrs(tb testing.TB, e *Endpoint, n, total int, strict bool) (time.Duration, Histogram, int64) {
 	req, _ := ParseRequest([]byte("GET /x"))
 	var started, completed atomic.Int64
 	var errs atomic.Int64
@@ -146,7 +153,7 @@ func closedLoop(tb testing.TB, e *Endpoint, n, total int) (time.Duration, Histog
 		e.Do(context.Background(), req, func(r Response) {
 			h.record(time.Since(t0))
 			if r.Err != nil || r.Status != 200 {
-				if errs.Add(1) == 1 {
+				if errs.Add(1) == 1 && strict {
 					tb.Errorf("request failed: %d %v", r.Status, r.Err)
 				}
 			}
@@ -164,7 +171,7 @@ func closedLoop(tb testing.TB, e *Endpoint, n, total int) (time.Duration, Histog
 		issue()
 	}
 	<-done
-	return time.Since(start), h.snapshot()
+	return time.Since(start), h.snapshot(), errs.Load()
 }
 
 // BenchmarkThroughput: 256 in flight against a 2 ms loopback service. The bound is Little's
