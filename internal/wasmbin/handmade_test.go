@@ -202,6 +202,10 @@ func TestInstrumentErrors(t *testing.T) {
 		{"bad data flags", wasm(sec(11, vec([]byte{3}))), wasmbin.ErrMalformed, 11, "data segment flags 3"},
 		{"code without functions", wasm(sec(10, vec(body(noLocals, 0x0b)))), wasmbin.ErrMalformed, 10, "declares 0"},
 		{"functions without code", wasm(sec(1, vec([]byte{0x60, 0, 0})), sec(3, vec([]byte{0}))), wasmbin.ErrMalformed, -1, "without code"},
+		{"too many locals",
+			wasm(sec(1, vec([]byte{0x60, 0, 0})), sec(3, vec([]byte{0})), sec(10, vec(body(vec([]byte{0xff, 0xff, 0x03, 0x7f}), 0x0b)))),
+			wasmbin.ErrUnsupported, 23, "more than 50000 locals"},
+		{"tag section longer than its bytes", wasm(sec(13, []byte{0xc3, 0xc3, 0xc3, 0x03, 0, 0})), wasmbin.ErrMalformed, 10, "vector length"},
 		{"body size past section", wasm(sec(1, vec([]byte{0x60, 0, 0})), sec(3, vec([]byte{0})), sec(10, []byte{1, 9, 0, 0x0b})),
 			wasmbin.ErrMalformed, -1, "claims 9 bytes"},
 	}

@@ -2,7 +2,7 @@ package wasmbin
 
 // rewrite is the second pass: it writes the output module section by section.
 //
-// Sections that hold no function or global index (function, memory, tag, data
+// Sections that hold no function or global index (function, memory, data
 // count, custom sections other than "name") are copied as they are. The type,
 // import and global sections gain one entry each; when the input lacks one of
 // them it is created, in its place in the section order.
@@ -51,7 +51,9 @@ func (m *module) rewrite() ([]byte, error) {
 			rw = m.code
 		case secData:
 			rw = m.data
-		default: // function, memory, tag, data count
+		case secTag:
+			rw = tags
+		default: // function, memory, data count
 			m.out = append(m.out, m.in[sec.hdr:sec.end]...)
 			continue
 		}
@@ -207,6 +209,18 @@ func (m *module) data(s *stream) {
 	}
 }
 
+// tags checks the shape of the tag section, which is copied unchanged: its
+// length must be plausible, because wazero allocates it before reading it.
+func tags(s *stream) {
+	n := s.count()
+	for i := 0; i < n && s.err == nil; i++ {
+		if attr := s.byte(); attr != 0 && s.err == nil {
+			s.failAt(s.pos-1, ErrMalformed, "invalid tag attribute %#02x", attr)
+		}
+		s.u32() // type index
+	}
+}
+
 // code rewrites every function body. Bodies change size, so each is built in
 // m.bodyBuf and written after its new size.
 func (m *module) code(s *stream) {
@@ -241,13 +255,25 @@ func (m *module) code(s *stream) {
 	}
 }
 
+// maxLocals bounds the locals of one function. The spec allows 2^32, but
+// wazero allocates a slice of them all when it decodes the body, so six bytes
+// of guest input could ask the host for 4 GiB. 50000 is the limit of the
+// WebAssembly JavaScript API, which toolchains already respect.
+const maxLocals = 50000
+
 // body rewrites one function body: the fuel check goes after the locals, and
 // after every loop's block type (see instr).
 func (m *module) body(s *stream) {
 	start := s.pos
 	n := s.count()
+	var locals uint64
 	for i := 0; i < n && s.err == nil; i++ {
-		s.u32()
+		at := s.pos
+		locals += uint64(s.u32())
+		if locals > maxLocals {
+			s.failAt(at, ErrUnsupported, "function declares more than %d locals", maxLocals)
+			return
+		}
 		m.valType(s)
 	}
 	if s.err != nil {

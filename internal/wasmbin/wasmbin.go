@@ -25,26 +25,28 @@
 //
 // At the start of every defined function body (after the locals) and right
 // after the block type of every loop instruction, it inserts this
-// stack-neutral sequence (see fuelCheck):
+// stack-neutral sequence (see fuelCheck for why this shape):
 //
-//	global.get $fuel
-//	i32.const 1
-//	i32.lt_s          ;; fuel <= 0 ?
-//	if
-//	  call $fuel_exhausted
-//	  global.set $fuel
+//	block
+//	  global.get $fuel
+//	  i32.const 1
+//	  i32.sub
+//	  global.set $fuel      ;; fuel--
+//	  global.get $fuel
+//	  i32.const 0
+//	  i32.ge_s
+//	  br_if 0               ;; fuel >= 0: done
+//	  call $fuel_exhausted  ;; returns the new fuel F, or panics
+//	  i32.const 1
+//	  i32.sub
+//	  global.set $fuel      ;; fuel = F-1
 //	end
-//	global.get $fuel
-//	i32.const 1
-//	i32.sub
-//	global.set $fuel
 //
 // Every backward branch in WebAssembly targets a loop, and every call enters a
 // function body, so guest code cannot run unboundedly without passing a check.
 // When the import returns F, the next F checks (including the one that called
-// it) pass without calling it again. The comparison is "fuel <= 0" rather than
-// "fuel == 0" so that a host returning 0 or a negative value means "check again
-// at the next opportunity" instead of wrapping to 2^32 free checks.
+// it) pass without calling it again. A host returning 0 or a negative value
+// (other than math.MinInt32, which wraps) gets called again at the next check.
 //
 // # Invariants the rewrite keeps
 //
@@ -73,6 +75,11 @@
 //     stack traces of instrumented modules may be off.
 //   - Instrument checks structure, not validity: it does not type-check
 //     function bodies. Compile the result with wazero, which validates it.
+//   - It does refuse two kinds of input that make wazero v1.12 allocate memory
+//     out of proportion to the input before it fails: a vector length larger
+//     than the bytes that follow it, and a function with more than 50000
+//     locals (see maxLocals). The host compiles only Instrument's output, so
+//     this keeps a few bytes of guest input from costing gigabytes.
 //
 // See https://webassembly.github.io/spec/core/binary/index.html
 package wasmbin
