@@ -343,22 +343,23 @@ func BenchmarkAdaptive(b *testing.B) {
 				fmt.Fprintf(os.Stderr, "BenchmarkAdaptive/%s: 16 workers, service 2ms → 4ms at %v, %d clients\n%s",
 					alg, total/2, users, formatSeries(pts))
 				// After the step: the last third of the run.
-				var lim, thr float64
+				var lim, frac, up float64
 				var n int
 				for _, p := range pts {
 					if p.at > total*2/3 {
 						lim += float64(p.limit)
-						thr += p.throughput
+						frac += p.throughput / p.capacity
+						up += float64(p.upstream)
 						n++
 					}
 				}
-				capacity := workers / (2 * service).Seconds()
 				b.ReportMetric(lim/float64(n), "limit_after")
-				b.ReportMetric(thr/float64(n)/capacity, "throughput/capacity_after")
+				b.ReportMetric(frac/float64(n), "throughput/capacity_after")
+				b.ReportMetric(up/float64(n)/1e6, "upstream_p50_ms_after")
 				// Time from the step until throughput is back at 85% of the new capacity.
 				rec := time.Duration(-1)
 				for _, p := range pts {
-					if p.at > total/2+250*time.Millisecond && p.throughput >= 0.85*capacity {
+					if p.at > total/2+250*time.Millisecond && p.throughput >= 0.85*p.capacity {
 						rec = p.at - total/2
 						break
 					}
@@ -395,23 +396,23 @@ func runAdaptiveReal(tb testing.TB, e *Endpoint, s *rawServer, users int, total,
 	var pts []adaptPoint
 	start := time.Now()
 	var last int64
-	prev := e.Metrics().Latency
+	prev := e.Metrics()
+	s.meanService()
 	for time.Since(start) < total {
 		time.Sleep(every)
+		svc := s.meanService()
 		if time.Since(start) >= total/2 {
 			s.service.Store(int64(slower))
 		}
 		m := e.Metrics()
 		c := completed.Load()
-		h := m.Latency
-		for i := range h.Counts {
-			h.Counts[i] -= prev.Counts[i]
+		pt := adaptPoint{at: time.Since(start), limit: m.Limit, throughput: float64(c-last) / every.Seconds(),
+			upstream: diffHist(m.Upstream, prev.Upstream).Quantile(0.5), e2e: diffHist(m.Latency, prev.Latency).Quantile(0.5)}
+		if svc > 0 && s.workers != nil {
+			pt.capacity = float64(cap(s.workers)) / svc.Seconds()
 		}
-		h.Count -= prev.Count
-		prev = m.Latency
-		pts = append(pts, adaptPoint{at: time.Since(start).Round(time.Millisecond), limit: m.Limit,
-			throughput: float64(c-last) / every.Seconds(), p50: h.Quantile(0.5)})
-		last = c
+		pts = append(pts, pt)
+		last, prev = c, m
 	}
 	stop.Store(true)
 	wg.Wait()

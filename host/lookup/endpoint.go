@@ -586,6 +586,9 @@ func (c *call) sendOne() (next *call) {
 	c.mu.Unlock()
 
 	kind := Kind(r.Err)
+	if r.Err == nil || kind == KindTimeout || kind == KindTooLarge {
+		e.m.upstream.record(rtt)
+	}
 	next = e.limiter.release(sample{
 		rtt:      rtt,
 		valid:    r.Err == nil || kind == KindTimeout || kind == KindUnavailable,
@@ -874,6 +877,7 @@ func (e *Endpoint) Metrics() Metrics {
 	m.CacheMisses = e.m.cacheMisses.Load()
 	m.SharedCalls = e.m.shared.Load()
 	m.Latency = e.m.latency.snapshot()
+	m.Upstream = e.m.upstream.snapshot()
 	if b := e.breaker; b != nil {
 		m.Breaker = b.cb.State()
 		m.Transitions = BreakerTransitions{ToOpen: b.stats.toOpen.Load(), ToHalfOpen: b.stats.toHalfOpen.Load(), ToClosed: b.stats.toClosed.Load()}

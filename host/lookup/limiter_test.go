@@ -35,8 +35,20 @@ func (p *workerPool) handle(w http.ResponseWriter, r *http.Request) {
 type adaptPoint struct {
 	at         time.Duration
 	limit      int
-	throughput float64 // per second over the last interval
-	p50        time.Duration
+	throughput float64       // per second over the last interval
+	capacity   float64       // the upstream's capacity over the interval (workers / service), if known
+	upstream   time.Duration // p50 attempt latency: the queue we put in the upstream shows here
+	e2e        time.Duration // p50 Do to done, including the wait in our own queue
+}
+
+// diffHist returns the samples of cur not in prev.
+func diffHist(cur, prev Histogram) Histogram {
+	for i := range cur.Counts {
+		cur.Counts[i] -= prev.Counts[i]
+	}
+	cur.Count -= prev.Count
+	cur.Sum -= prev.Sum
+	return cur
 }
 
 // runAdaptive drives an endpoint with `users` closed-loop clients against a worker pool whose
@@ -67,22 +79,19 @@ func runAdaptive(t *testing.T, e *Endpoint, pool *workerPool, users int, total, 
 	var pts []adaptPoint
 	start := time.Now()
 	last := int64(0)
-	prevHist := e.Metrics().Latency
+	prev := e.Metrics()
 	for time.Since(start) < total {
 		time.Sleep(every)
+		svc := time.Duration(pool.service.Load())
 		if time.Since(start) >= total/2 {
 			pool.service.Store(int64(slower))
 		}
 		m := e.Metrics()
 		c := completed.Load()
-		h := m.Latency
-		for i := range h.Counts {
-			h.Counts[i] -= prevHist.Counts[i]
-		}
-		h.Count -= prevHist.Count
-		prevHist = m.Latency
-		pts = append(pts, adaptPoint{at: time.Since(start), limit: m.Limit, throughput: float64(c-last) / every.Seconds(), p50: h.Quantile(0.5)})
-		last = c
+		pts = append(pts, adaptPoint{at: time.Since(start), limit: m.Limit, throughput: float64(c-last) / every.Seconds(),
+			capacity: float64(cap(pool.slots)) / svc.Seconds(),
+			upstream: diffHist(m.Upstream, prev.Upstream).Quantile(0.5), e2e: diffHist(m.Latency, prev.Latency).Quantile(0.5)})
+		last, prev = c, m
 	}
 	close(stop)
 	for running.Load() > 0 {
@@ -93,9 +102,9 @@ func runAdaptive(t *testing.T, e *Endpoint, pool *workerPool, users int, total, 
 
 func formatSeries(pts []adaptPoint) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%8s %6s %10s %8s\n", "t", "limit", "req/s", "p50")
+	fmt.Fprintf(&b, "%8s %6s %8s %9s %13s %9s\n", "t", "limit", "req/s", "capacity", "upstream p50", "e2e p50")
 	for _, p := range pts {
-		fmt.Fprintf(&b, "%8v %6d %10.0f %8v\n", p.at, p.limit, p.throughput, p.p50)
+		fmt.Fprintf(&b, "%8v %6d %8.0f %9.0f %13v %9v\n", p.at.Round(time.Millisecond), p.limit, p.throughput, p.capacity, p.upstream, p.e2e)
 	}
 	return b.String()
 }

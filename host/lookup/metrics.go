@@ -21,6 +21,7 @@ type Metrics struct {
 	CacheMisses  uint64             // cacheable requests not found in the cache
 	SharedCalls  uint64             // requests that joined an identical in-flight call
 	Latency      Histogram          // Do to done, per request, all outcomes
+	Upstream     Histogram          // per attempt that reached the upstream: send to last body byte
 	Breaker      gobreaker.State    // current state of the shared breaker
 	Transitions  BreakerTransitions // of the shared breaker
 	Limit        int                // current concurrency limit
@@ -80,7 +81,7 @@ func bucketOf(d time.Duration) int {
 
 // Quantile returns an upper estimate of the q-quantile (0 < q ≤ 1): the upper bound of the
 // bucket holding it.
-func (h *Histogram) Quantile(q float64) time.Duration {
+func (h Histogram) Quantile(q float64) time.Duration {
 	if h.Count == 0 {
 		return 0
 	}
@@ -100,7 +101,7 @@ func (h *Histogram) Quantile(q float64) time.Duration {
 }
 
 // Mean returns the mean sample.
-func (h *Histogram) Mean() time.Duration {
+func (h Histogram) Mean() time.Duration {
 	if h.Count == 0 {
 		return 0
 	}
@@ -134,7 +135,7 @@ type counters struct {
 	requests, attempts, retries, cacheHits, cacheMisses, shared atomic.Uint64
 	errors                                                      [numKinds]atomic.Uint64
 	statuses                                                    [6]atomic.Uint64
-	latency                                                     histogram
+	latency, upstream                                           histogram
 }
 
 // breakerStats counts the transitions of one shared breaker.
