@@ -1,0 +1,60 @@
+// Package lookup is the host side of the guest's `lookup` import (docs/abi.md, "lookup",
+// "Lookup request format", "Result codes"): named HTTP endpoints that a pipeline declares and
+// its operators call, with a retry policy, a circuit breaker shared per tenant, a response
+// cache, single-flight, egress safety and an adaptive concurrency limit.
+//
+//	reg := lookup.NewRegistry()                      // one per host process
+//	ep, err := reg.Open("tenant-a", lookup.EndpointConfig{
+//		Name: "geo", BaseURL: "https://geo.internal/api", PathPrefix: "/v1",
+//		Headers: map[string]string{"Authorization": "Bearer ${env:GEO_TOKEN}"},
+//	})
+//	req, err := lookup.ParseRequest(guestBytes)      // KindRefused if malformed
+//	ep.Do(ctx, req, func(r lookup.Response) { ... }) // returns at once
+//
+// # Non-blocking
+//
+// [Endpoint.Do] returns at once and calls done exactly once, always on another goroutine
+// (never before Do returns). Nothing waits on a goroutine of its own except the HTTP exchange
+// itself: a request over the concurrency limit waits in a FIFO queue (the releasing attempt
+// starts it), and a request waiting out a retry backoff is a timer. So a suspended guest call
+// holds neither a runner nor a thread; the scheduler posts done's result back to its runner.
+//
+// # Errors and ABI codes
+//
+// A response of any status, after retries, is a [Response] with that Status: the guest decides
+// what a 404 or a 503 means. Everything else is an *[Error] whose [ErrorKind] maps to one ABI
+// code with [ErrorKind.ABICode]: abi.Code(lookup.Kind(err).ABICode()).
+//
+//	KindTimeout      -16 LOOKUP_TIMEOUT            attempt timeout (after retries), queue timeout, caller deadline
+//	KindBreakerOpen  -17 LOOKUP_BREAKER_OPEN       the breaker rejected the first attempt; nothing sent
+//	KindTooLarge     -18 LOOKUP_RESPONSE_TOO_LARGE body over max_response_bytes, detected while reading
+//	KindRefused      -19 LOOKUP_REFUSED            malformed request, method, header, path escape,
+//	                                               redirect to another origin, forbidden address
+//	KindUnavailable  -20 LOOKUP_UNAVAILABLE        connect failure, reset, bad response (after retries); queue full
+//	KindCancelled    -21 LOOKUP_CANCELLED          caller's context cancelled, endpoint closed
+//
+// Timeouts and unavailability are retryable ([Error.Retryable]); whether a request is retried
+// also depends on the policy and on idempotence (see [RetryPolicy]).
+//
+// # Order of checks
+//
+// Do applies, in order: policy (method, guest headers, path normalisation), the response
+// cache, single-flight, then per attempt the breaker, the limiter, and the HTTP exchange.
+// Refusals happen before anything touches the network. See DESIGN.md for the reasoning, the
+// lock order and measurements.
+//
+// # Egress
+//
+// The guest names a path relative to the endpoint and can reach nothing else: the path is
+// normalised and must stay under the root and prefix; redirects to another origin are
+// refused; every dialled address is checked after resolution and before connecting
+// ([EgressPolicy]); environment proxies are ignored. Loopback, link-local and cloud metadata
+// addresses need an explicit allowance.
+//
+// # Shared state
+//
+// One circuit breaker serves every endpoint opened through a [Registry] for the same tenant,
+// endpoint name, origin and breaker settings, so the pipelines of a tenant trip and recover
+// together and tenants never share one. The connection pool, limiter, cache and single-flight
+// table belong to the endpoint (one pipeline).
+package lookup
