@@ -69,6 +69,7 @@ var script = []step{
 	{key: "", cmd: "key", want: []string{`{"key":""}`}},
 	{key: "a", cmd: "bigemit 70000", want: []string{`"` + strings.Repeat("y", 70000) + `"`}},
 	{key: "a", cmd: "log hi"},
+	{key: "a", cmd: "order -17"},
 }
 
 func TestConformance(t *testing.T) {
@@ -105,6 +106,9 @@ func TestConformance(t *testing.T) {
 				if !slices.Equal(got, s.want) {
 					t.Errorf("step %d (%.40q): got %.200q, want %.200q", i, s.cmd, got, s.want)
 				}
+			}
+			if in.h.order != -17 {
+				t.Errorf("set_resume_order: host saw %d, want -17", in.h.order)
 			}
 			tail := in.h.logs[len(in.h.logs)-4:]
 			if !slices.Equal(tail, []logLine{{0, "debug hi"}, {1, "info hi"}, {2, "warn hi"}, {3, "error hi"}}) {

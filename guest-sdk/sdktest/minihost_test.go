@@ -70,6 +70,7 @@ type miniHost struct {
 	pending     []byte
 	havePending bool
 
+	order   int64 // last set_resume_order
 	out     []output
 	logs    []logLine
 	lastErr string // last error-level log line of the current call
@@ -199,6 +200,11 @@ func newMiniHost(ctx context.Context, t testing.TB) (*miniHost, wazero.Runtime) 
 		ret(s, 0)
 	})
 	fn("watermark", nil, []api.ValueType{i64}, func(m api.Module, s []uint64) { s[0] = api.EncodeI64(h.watermark) })
+	fn("set_resume_order", []api.ValueType{i64}, nil, func(m api.Module, s []uint64) {
+		if h.keyed() {
+			h.order = int64(s[0])
+		}
+	})
 	fn("processing_time", nil, []api.ValueType{i64}, func(m api.Module, s []uint64) { s[0] = api.EncodeI64(1234) })
 	fn("log", []api.ValueType{i32, i32, i32}, nil, func(m api.Module, s []uint64) {
 		msg, _ := m.Memory().Read(u32(s[1]), u32(s[2]))

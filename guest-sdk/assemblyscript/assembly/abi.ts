@@ -92,3 +92,7 @@ export declare function log(level: i32, msgPtr: usize, msgLen: u32): void;
 // @ts-ignore: decorator
 @external("clink_v1", "lookup")
 export declare function lookup(endpoint: u32, reqPtr: usize, reqLen: u32, bufPtr: usize, bufCap: u32): i64;
+
+// @ts-ignore: decorator
+@external("clink_v1", "set_resume_order")
+export declare function set_resume_order(order: i64): void;

@@ -31,6 +31,17 @@ export function deleteTimer(timestamp: i64): i32 {
   return abi.timer_delete(timestamp);
 }
 
+/**
+ * Gives the current call's next suspensions (in get and lookup) a priority: when several
+ * suspended calls have their values ready at the same moment, those with a lower order resume
+ * first; ties resume in arrival order. Use a deadline in ms, or any order key; the default is 0.
+ * It matters only when the pipeline enables priority resumption, never changes per-key order,
+ * and is ignored outside process and onTimer.
+ */
+export function setResumeOrder(order: i64): void {
+  abi.set_resume_order(order);
+}
+
 /** The watermark before the first one. */
 export const WATERMARK_NONE: i64 = i64.MIN_VALUE;
 /** The watermark at end of input. */

@@ -19,6 +19,13 @@ func Watermark() int64 { return abi.Watermark() }
 // ProcessingTime returns the wall-clock time in ms since the Unix epoch.
 func ProcessingTime() int64 { return abi.ProcessingTime() }
 
+// SetResumeOrder gives the current call's next suspensions (in Get and Lookup) a priority:
+// when several suspended calls have their values ready at the same moment, those with a lower
+// order resume first; ties resume in arrival order. Use a deadline in ms, or any order key; the
+// default is 0. It matters only when the pipeline enables priority resumption, never changes
+// per-key order, and is ignored outside Process and OnTimer.
+func SetResumeOrder(order int64) { abi.SetResumeOrder(order) }
+
 // RegisterTimer registers an event-time timer for the current key at timestamp (ms). It fires
 // once, through the operator's OnTimer, when the watermark reaches timestamp; registering the
 // same (key, timestamp) twice fires it once. Allowed in Process and OnTimer only, and only if

@@ -3,7 +3,7 @@
 // (../go/main.go) and expects the same output from both.
 import {
   Operator, Record, State, Endpoint, Header, Response, Bytes, Buffer, JsonValue, Code,
-  register, emit, registerTimer, deleteTimer, watermark, processingTime, json, log, setKeyFunction,
+  register, emit, registerTimer, deleteTimer, setResumeOrder, watermark, processingTime, json, log, setKeyFunction,
 } from "../../../assemblyscript/assembly";
 export * from "../../../assemblyscript/assembly/exports";
 export { clink_key } from "../../../assemblyscript/assembly/keyfunc";
@@ -84,6 +84,8 @@ class Conformance extends Operator {
       lookupResult(k, echo.lookup("POST", "/echo", null, tmp.clear().append(arg)));
     } else if (cmd == "inject") {
       lookupResult(k, echo.lookup("GET", "/x\nHost: evil"));
+    } else if (cmd == "order") {
+      setResumeOrder(I64.parseInt(arg));
     } else if (cmd == "watermark") {
       emit(k, out.clear().append('{"watermark":').appendInt(watermark()).append("}"));
     } else if (cmd == "time") {

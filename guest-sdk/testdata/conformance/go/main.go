@@ -143,6 +143,10 @@ func (op) Process(r *clink.Record) error {
 	case "inject":
 		status, body, err := echo.Lookup("GET", "/x\nHost: evil", nil, nil)
 		return lookupResult(k, status, body, err)
+	case "order":
+		n, _ := strconv.ParseInt(arg, 10, 64)
+		clink.SetResumeOrder(n)
+		return nil
 	case "watermark":
 		return emitf(k, `{"watermark":`, itoa(clink.Watermark()), `}`)
 	case "time":

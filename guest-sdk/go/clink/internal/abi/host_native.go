@@ -53,6 +53,7 @@ type NativeHost struct {
 	Outputs                 []Output
 	Logs                    []LogLine
 	Lookups                 LookupFunc
+	ResumeOrder             int64 // last set_resume_order of the current call
 
 	pending    []byte
 	hasPending bool
@@ -221,4 +222,10 @@ func Lookup(endpoint uint32, reqPtr unsafe.Pointer, reqLen uint32, bufPtr unsafe
 	}
 	h.deliver(body, bufPtr, bufCap)
 	return int64(status)<<32 | int64(uint32(len(body)))
+}
+
+func SetResumeOrder(order int64) {
+	if Host.keyed() {
+		Host.ResumeOrder = order
+	}
 }

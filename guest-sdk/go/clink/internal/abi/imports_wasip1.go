@@ -46,3 +46,6 @@ func Log(level int32, msgPtr unsafe.Pointer, msgLen uint32)
 //go:wasmimport clink_v1 lookup
 //go:noescape
 func Lookup(endpoint uint32, reqPtr unsafe.Pointer, reqLen uint32, bufPtr unsafe.Pointer, bufCap uint32) int64
+
+//go:wasmimport clink_v1 set_resume_order
+func SetResumeOrder(order int64)
