@@ -70,6 +70,8 @@ var script = []step{
 	{key: "a", cmd: "bigemit 70000", want: []string{`"` + strings.Repeat("y", 70000) + `"`}},
 	{key: "a", cmd: "log hi"},
 	{key: "a", cmd: "order -17"},
+	{key: "ü", cmd: "hot", want: []string{`{"key":"ü","hot":1}`}},
+	{key: "ü", cmd: "hot", want: []string{`{"key":"ü","hot":2}`}},
 }
 
 func TestConformance(t *testing.T) {
@@ -158,6 +160,35 @@ func TestKeyFunction(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGoHotPathAllocations checks that the Go SDK's hot path allocates nothing: 10,000
+// records through the counter logic (state read and write, JSON output, emit) leave the Go
+// runtime's malloc count where it was.
+func TestGoHotPathAllocations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: skipping the Go module")
+	}
+	in := load(t, conformanceModules[0])
+	mallocs := func() string {
+		out, err := in.process("k", "mallocs", 0)
+		if err != nil || len(out) != 1 {
+			t.Fatal(out, err)
+		}
+		return out[0].value
+	}
+	for range 10 { // warm up: buffers reach their final size
+		in.process("k", "hot", 0)
+	}
+	before := mallocs()
+	for range 10_000 {
+		if _, err := in.process("k", "hot", 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := mallocs(); after != before {
+		t.Errorf("hot path allocated: %s before, %s after 10,000 records", before, after)
 	}
 }
 

@@ -84,6 +84,12 @@ class Conformance extends Operator {
       lookupResult(k, echo.lookup("POST", "/echo", null, tmp.clear().append(arg)));
     } else if (cmd == "inject") {
       lookupResult(k, echo.lookup("GET", "/x\nHost: evil"));
+    } else if (cmd == "hot") {
+      let n = kv.getI64("hot") + 1;
+      kv.putI64("hot", n);
+      emit(k, out.clear().append('{"key":').appendJsonString(k).append(',"hot":').appendInt(n).append("}"));
+    } else if (cmd == "mallocs") {
+      emit(k, '{"mallocs":-1}'); // no allocation counter in the AssemblyScript runtime
     } else if (cmd == "order") {
       setResumeOrder(I64.parseInt(arg));
     } else if (cmd == "watermark") {

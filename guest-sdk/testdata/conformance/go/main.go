@@ -6,6 +6,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -147,6 +148,29 @@ func (op) Process(r *clink.Record) error {
 		n, _ := strconv.ParseInt(arg, 10, 64)
 		clink.SetResumeOrder(n)
 		return nil
+	case "hot":
+		// The counter example's hot path: state read and write, JSON output, emit.
+		n, _, err := kv.GetInt64([]byte("hot"))
+		if err != nil {
+			return err
+		}
+		n++
+		if err := kv.PutInt64([]byte("hot"), n); err != nil {
+			return err
+		}
+		out = append(out[:0], `{"key":`...)
+		out = jsonx.AppendString(out, k)
+		out = append(out, `,"hot":`...)
+		out = jsonx.AppendInt(out, n)
+		out = append(out, '}')
+		return clink.Emit(k, out)
+	case "mallocs":
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		out = append(out[:0], `{"mallocs":`...)
+		out = jsonx.AppendInt(out, int64(ms.Mallocs))
+		out = append(out, '}')
+		return clink.Emit(k, out)
 	case "watermark":
 		return emitf(k, `{"watermark":`, itoa(clink.Watermark()), `}`)
 	case "time":
