@@ -138,7 +138,8 @@ func (e *Endpoint) Name() string { return e.name }
 func (e *Endpoint) Config() EndpointConfig { return cloneConfig(e.cfg) }
 
 // Close cancels every pending request (their done callbacks report KindCancelled), waits until
-// every done callback has been called, and releases the endpoint's connections and its share
+// the done callback of every request started before it has been called (except those whose
+// own context ended, which are reported as it ends), and releases the endpoint's connections and its share
 // of the breaker. Do after Close reports KindCancelled.
 func (e *Endpoint) Close() error {
 	e.closeMu.Lock()
@@ -173,7 +174,7 @@ func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
 	e.closeMu.RLock()
 	if e.closed {
 		e.closeMu.RUnlock()
-		e.deliverAsync(done, start, Response{Err: &Error{Kind: KindCancelled, Reason: "endpoint closed", notSent: true}})
+		e.deliverAsync(done, start, Response{Err: &Error{Kind: KindCancelled, Reason: "endpoint closed", notSent: true}}, false)
 		return
 	}
 	e.live.Add(1) // for a possible new call; given back below if none is made
@@ -186,22 +187,27 @@ func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
 	}()
 
 	if err := ctx.Err(); err != nil {
-		e.deliverAsync(done, start, Response{Err: ctxError(err)})
+		e.deliverAsync(done, start, Response{Err: ctxError(err)}, true)
 		return
 	}
 	c, rerr := e.prepare(req)
 	if rerr != nil {
-		e.deliverAsync(done, start, Response{Err: rerr})
+		e.deliverAsync(done, start, Response{Err: rerr}, true)
 		return
 	}
 	if c.cacheable {
 		if r, ok := e.cache.get(c.key); ok {
 			e.m.cacheHits.Add(1)
-			e.deliverAsync(done, start, r)
+			e.deliverAsync(done, start, r, true)
 			return
 		}
 		e.m.cacheMisses.Add(1)
 	}
+	// The creator is a waiter before the call is published, so that a joiner that leaves
+	// at once cannot abandon the call under it.
+	c.first = waiter{done: done, start: start}
+	c.one[0] = &c.first
+	c.waiters = c.one[:1]
 	if c.shared {
 		e.flightMu.Lock()
 		if f := e.flights[c.key]; f != nil {
@@ -216,8 +222,7 @@ func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
 		e.flightMu.Unlock()
 	}
 	made = true
-	c.first = waiter{done: done, start: start}
-	c.addWaiter(ctx, &c.first)
+	c.watch(ctx, &c.first)
 	c.next(false)
 }
 
@@ -244,7 +249,8 @@ type call struct {
 	cacheable  bool
 	idempotent bool
 
-	first waiter // the waiter that created the call, to save an allocation
+	first waiter     // the waiter that created the call, to save an allocation
+	one   [1]*waiter // backing array of waiters for the common single waiter
 
 	mu        sync.Mutex
 	state     callState          // guarded by mu
@@ -375,14 +381,6 @@ func (c *call) join(ctx context.Context, w *waiter) bool {
 	c.mu.Unlock()
 	c.watch(ctx, w)
 	return true
-}
-
-// addWaiter adds the first waiter of a new call.
-func (c *call) addWaiter(ctx context.Context, w *waiter) {
-	c.mu.Lock()
-	c.waiters = append(c.waiters, w)
-	c.mu.Unlock()
-	c.watch(ctx, w)
 }
 
 func (c *call) watch(ctx context.Context, w *waiter) {
@@ -820,12 +818,21 @@ func (e *Endpoint) deliver(w *waiter, r Response) {
 
 // deliverAsync reports an outcome decided inside Do on a new goroutine, keeping the promise
 // that done never runs before Do returns.
-func (e *Endpoint) deliverAsync(done func(Response), start time.Time, r Response) {
+// The caller holds a count in e.live (or the endpoint is closed), so Close waits for it.
+func (e *Endpoint) deliverAsync(done func(Response), start time.Time, r Response, tracked bool) {
 	if r.Err != nil {
 		r.Err = e.named(r.Err)
 	}
 	e.account(start, r)
-	go done(r)
+	if !tracked {
+		go done(r)
+		return
+	}
+	e.live.Add(1)
+	go func() {
+		defer e.live.Done()
+		done(r)
+	}()
 }
 
 func (e *Endpoint) account(start time.Time, r Response) {

@@ -171,10 +171,13 @@ func TestTimeouts(t *testing.T) {
 
 	// The caller's deadline is a timeout too, and ends the wait at once.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	cfg2 := cfg
+	cfg2.Name, cfg2.Timeout = "long", Duration(5*time.Second)
+	e = open(t, testRegistry(t), "t1", cfg2)
 	defer cancel()
 	start = time.Now()
 	wantKind(t, do(t, e, ctx, "GET /slow?caller"), KindTimeout)
-	if el := time.Since(start); el > 90*time.Millisecond {
+	if el := time.Since(start); el > time.Second { // the attempt would take 2 × 100ms+
 		t.Fatalf("caller deadline took %v to report", el)
 	}
 }
@@ -413,7 +416,7 @@ func TestQueueBoundsConcurrency(t *testing.T) {
 				break
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 		cur.Add(-1)
 	})
 	cfg := testConfig(s.URL)
@@ -429,7 +432,7 @@ func TestQueueBoundsConcurrency(t *testing.T) {
 	for i := 0; i < n; i++ {
 		e.Do(context.Background(), req, func(r Response) { results <- r })
 	}
-	if el := time.Since(start); el > 20*time.Millisecond {
+	if el := time.Since(start); el > 150*time.Millisecond { // blocking would take >= 300ms
 		t.Fatalf("Do blocked: %d calls took %v", n, el)
 	}
 	var ok, full int
