@@ -230,6 +230,11 @@ func TestInstrumentPreservesBehaviour(t *testing.T) {
 			c("is_odd", 1_000_001).returns(1),
 			c("is_even", 7).returns(0),
 		}},
+		{"asguest.wasm", []call{ // AssemblyScript compiler output
+			c("fib", 90).returns(2880067194370816120),
+			c("churn", 50),
+			c("churn", 200),
+		}},
 		{"exceptions.wasm", []call{
 			c("catch", 5).returns(i32(-1)),
 			c("catch", 42).returns(42),
@@ -329,6 +334,7 @@ func TestRunawayStopped(t *testing.T) {
 	}{
 		{"loops.wasm", "spin", nil},
 		{"tailcall.wasm", "is_even", []uint64{math.MaxInt64}}, // tail calls: constant stack
+		{"asguest.wasm", "spin", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file+"/"+tt.fn, func(t *testing.T) {
