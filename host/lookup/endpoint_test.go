@@ -452,8 +452,8 @@ func TestQueueBoundsConcurrency(t *testing.T) {
 	}
 }
 
+// Not parallel: it checks that no goroutine of this package is left, process-wide.
 func TestCloseCancelsEverything(t *testing.T) {
-	t.Parallel()
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
 	cfg := testConfig(s.URL)
 	cfg.MaxInFlight = 2
@@ -479,6 +479,14 @@ func TestCloseCancelsEverything(t *testing.T) {
 		wantKind(t, <-results, KindCancelled)
 	}
 	wantKind(t, do(t, e, context.Background(), "GET /x"), KindCancelled)
+	// Nothing of the endpoint is left running.
+	deadline := time.Now().Add(2 * time.Second)
+	for packageGoroutines() != "" && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if g := packageGoroutines(); g != "" {
+		t.Fatalf("goroutines left after Close:\n%s", g)
+	}
 }
 
 func TestErrorKinds(t *testing.T) {
