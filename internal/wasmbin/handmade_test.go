@@ -184,6 +184,11 @@ func TestInstrumentErrors(t *testing.T) {
 		{"legacy delegate", oneFunc(0x18, 0, 0x0b), wasmbin.ErrUnsupported, oneFuncCode, "legacy exception handling"},
 		{"bad catch kind", oneFunc(0x1f, 0x40, 1, 7, 0, 0x0b, 0x0b), wasmbin.ErrMalformed, oneFuncCode + 3, "catch kind"},
 		{"select with two types", oneFunc(0x1c, 2, 0x7f, 0x7f, 0x0b), wasmbin.ErrMalformed, oneFuncCode, "select"},
+		// wazero validates this with default features, then its compiler
+		// panics reading 0x70 as i32.rem_u.
+		{"select with a typed reference type",
+			oneFunc(0xd0, 0x70, 0xd0, 0x70, 0x41, 1, 0x1c, 1, 0x63, 0x70, 0x1a, 0x0b),
+			wasmbin.ErrUnsupported, oneFuncCode + 6, "miscompiles"},
 		{"immediate past end of body", oneFunc(0x28, 0x0b), wasmbin.ErrMalformed, oneFuncCode + 2, "unexpected end"},
 		{"body without end", oneFunc(0x01), wasmbin.ErrMalformed, oneFuncCode - 1, "end opcode"},
 		{"global.get of $fuel", oneFunc(0x23, 0, 0x1a, 0x0b), wasmbin.ErrMalformed, oneFuncCode + 1, "global index 0 out of range"},
@@ -328,5 +333,30 @@ func TestNameSubsections(t *testing.T) {
 				t.Error(err)
 			}
 		})
+	}
+}
+
+// TestSIMDOpcodeByte checks that SIMD sub-opcodes are decoded as wazero
+// decodes them, one byte, rather than as LEB128 like the spec says. Here
+// 0xfd 0x8c 0x00 is v128.const (0x0c, padded) and 16 bytes of immediate to a
+// spec decoder, but to wazero i16x8.shr_s (0x8c), unreachable (0x00) and then
+// a loop. The loop must get its fuel check.
+func TestSIMDOpcodeByte(t *testing.T) {
+	bin := oneFunc(
+		0x00,             // unreachable
+		0xfd, 0x8c, 0x00, // see above
+		0x03, 0x40, 0x0c, 0x00, 0x0b, // loop; br 0; end
+		0x0b)
+	if _, err := newRuntime(t).CompileModule(context.Background(), bin); err != nil {
+		t.Fatalf("wazero no longer accepts the input (did its decoder change?): %v", err)
+	}
+	out := instrument(t, bin)
+	if _, err := newRuntime(t).CompileModule(context.Background(), out); err != nil {
+		t.Fatal(err)
+	}
+	// The check after the loop's block type, with the fuel import as function 0.
+	loopCheck := []byte{0x03, 0x40, 0x02, 0x40, 0x23}
+	if !bytes.Contains(out, loopCheck) {
+		t.Errorf("no fuel check after the loop: % x", out)
 	}
 }

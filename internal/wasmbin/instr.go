@@ -206,6 +206,16 @@ func (m *module) instr(s *stream) {
 			s.failAt(at, ErrMalformed, "select with %d types (must be 1)", n)
 			return
 		}
+		// wazero v1.12 validates select with a typed reference type (0x63 or
+		// 0x64 and a heap type), but both its compilers then skip only two
+		// bytes and execute the heap type as instructions: the validated code
+		// is not the code that runs (the optimising compiler even panics on
+		// some, with default features). Refuse it rather than guess which
+		// view to instrument.
+		if len(s.in) > s.pos && (s.in[s.pos] == 0x63 || s.in[s.pos] == 0x64) && s.err == nil {
+			s.failAt(at, ErrUnsupported, "select with a typed reference type, which wazero v1.12 miscompiles")
+			return
+		}
 		m.valType(s)
 	case immMisc:
 		sub := s.u32()

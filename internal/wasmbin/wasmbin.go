@@ -43,10 +43,17 @@
 //	end
 //
 // Every backward branch in WebAssembly targets a loop, and every call enters a
-// function body, so guest code cannot run unboundedly without passing a check.
-// When the import returns F, the next F checks (including the one that called
-// it) pass without calling it again. A host returning 0 or a negative value
-// (other than math.MinInt32, which wraps) gets called again at the next check.
+// function body, so guest code cannot run unboundedly without passing a check:
+// one unit of fuel is one function entry or one loop iteration. When the
+// import returns F, the next F checks (including the one that called it) pass
+// without calling it again. A host returning 0 or a negative value (other than
+// math.MinInt32, which wraps) gets called again at the next check.
+//
+// $fuel belongs to the instance, not to a call: a call starts with whatever
+// the previous call of the instance left, at most one refill. So the first
+// import call of a call can come up to one refill late, which a host that
+// refills in small enough units does not notice; the import receives the
+// context of the call that is running, whichever call made the refill.
 //
 // # Invariants the rewrite keeps
 //
@@ -67,7 +74,7 @@
 //   - The "name" custom section is rewritten: function names (subsection 1) and
 //     local names (subsection 2) are renumbered and the import is named
 //     "clink_internal.fuel_exhausted". Label names (subsection 3) are dropped,
-//     because the inserted if blocks renumber labels, as are subsections this
+//     because the inserted blocks renumber labels, as are subsections this
 //     package does not know. A name section that does not parse is dropped:
 //     names are debug information, never semantics.
 //   - Other custom sections are copied unchanged. DWARF (.debug_*) sections
@@ -75,11 +82,12 @@
 //     stack traces of instrumented modules may be off.
 //   - Instrument checks structure, not validity: it does not type-check
 //     function bodies. Compile the result with wazero, which validates it.
-//   - It does refuse two kinds of input that make wazero v1.12 allocate memory
-//     out of proportion to the input before it fails: a vector length larger
-//     than the bytes that follow it, and a function with more than 50000
-//     locals (see maxLocals). The host compiles only Instrument's output, so
-//     this keeps a few bytes of guest input from costing gigabytes.
+//   - It does refuse input that wazero v1.12 mishandles, because the host
+//     compiles only Instrument's output: a vector length larger than the bytes
+//     that follow it, and a function with more than 50000 locals (see
+//     maxLocals), for which wazero allocates gigabytes before it fails; and a
+//     typed select with a reference type (0x63/0x64), which wazero validates
+//     but compiles differently (see instr), panicking on some.
 //
 // See https://webassembly.github.io/spec/core/binary/index.html
 package wasmbin
