@@ -14,7 +14,9 @@ import (
 	"golang.org/x/term"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
+	"github.com/clink-wasm/clink-wasm/host/lookup"
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
+	"github.com/clink-wasm/clink-wasm/host/scheduler"
 )
 
 func newFlags(name, synopsis string, stderr io.Writer) *flag.FlagSet {
@@ -56,14 +58,41 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		job        = fs.String("job", "", "the job's name in the state pool (default: the operator's name)")
 		restore    = fs.String("restore", "none", "restore state from a checkpoint: none, latest, or a checkpoint id")
 		ckptEvery  = fs.Duration("checkpoint-interval", 10*time.Second, "time between checkpoints (a final one is always taken at the end)")
+		endpoints  = fs.String("endpoints", "", "JSON file of lookup endpoint definitions (see docs)")
+		order      = fs.String("order", "key", "output order: key (per-key order, keyed state), input or none (unkeyed enrichment)")
 		quiet      = fs.Bool("quiet", false, "no progress bar and no summary")
 		noCache    = fs.Bool("no-cache", false, "do not use the on-disk compilation cache")
 	)
+	var endpointFlags []string
+	fs.Func("endpoint", "a lookup endpoint as NAME=URL (repeatable; loopback URLs are allowed to reach loopback)", func(v string) error {
+		endpointFlags = append(endpointFlags, v)
+		return nil
+	})
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("run: unexpected argument %q", fs.Arg(0))
+	}
+	var eps []lookup.EndpointConfig
+	if *endpoints != "" {
+		list, err := pipeline.LoadEndpoints(*endpoints)
+		if err != nil {
+			return usagef("run: --endpoints: %v", err)
+		}
+		eps = list
+	}
+	for _, v := range endpointFlags {
+		c, err := pipeline.ParseEndpointFlag(v)
+		if err != nil {
+			return usagef("run: --endpoint %s: %v", v, err)
+		}
+		eps = append(eps, c)
+	}
+	orders := map[string]scheduler.Order{"key": scheduler.OrderPerKey, "input": scheduler.OrderInput, "none": scheduler.OrderNone}
+	ord, ok := orders[*order]
+	if !ok {
+		return usagef("run: --order must be key, input or none, not %q", *order)
 	}
 	if *modPath == "" || *input == "" {
 		return usagef("run: --module and --input are required (see clink-wasm run --help)")
@@ -92,6 +121,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Module: bin, KeyField: *key, TimeField: *timeField, WatermarkDelay: *wmDelay,
 		OnMalformed: policy, MaxInFlight: *inFlight, Log: stderr,
 		StateURL: *stateURL, Job: *job, Restore: restoreID, CheckpointEvery: *ckptEvery,
+		Endpoints: eps, Order: ord,
 		Limits: abi.Limits{CallTime: *callTime, MemoryPages: uint32(*memPages)},
 	}
 	if !*noCache {

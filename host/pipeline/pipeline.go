@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
+	"github.com/clink-wasm/clink-wasm/host/lookup"
 	"github.com/clink-wasm/clink-wasm/host/scheduler"
 	"github.com/clink-wasm/clink-wasm/host/state"
 )
@@ -58,9 +59,14 @@ type Options struct {
 	CheckpointEvery time.Duration
 	// Backend, if set, holds keyed state instead of a pool (tests); no checkpoints are taken.
 	Backend state.Backend
-	// Lookup serves the lookup import; nil makes lookups fail with LOOKUP_UNAVAILABLE.
-	Lookup    scheduler.LookupFunc
-	Endpoints []string // endpoint names the pipeline defines
+	// Endpoints are the pipeline's named HTTP endpoints, opened through Registry (a private
+	// one if nil) for Tenant.
+	Endpoints []lookup.EndpointConfig
+	Registry  *lookup.Registry
+	Tenant    string
+	// Order is the output order guarantee (default per key). Input and none are for unkeyed
+	// enrichment: records run concurrently and keyed state is not available.
+	Order scheduler.Order
 
 	// Progress, if set, is called about five times a second while the run lasts.
 	Progress func(Progress)
@@ -123,13 +129,22 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return sum, err
 	}
 	defer eng.Close(context.WithoutCancel(ctx))
-	endpoints := opts.Endpoints
-	if endpoints == nil {
-		endpoints = []string{}
-	}
-	mod, err := eng.Load(ctx, opts.Module, abi.LoadOptions{Endpoints: endpoints})
+	mod, err := eng.Load(ctx, opts.Module, abi.LoadOptions{Endpoints: append([]string{}, EndpointNames(opts.Endpoints)...)})
 	if err != nil {
 		return sum, err
+	}
+	var lookupFn scheduler.LookupFunc
+	if len(opts.Endpoints) > 0 {
+		reg := opts.Registry
+		if reg == nil {
+			reg = lookup.NewRegistry()
+		}
+		fn, closeLookups, err := openLookups(reg, opts.Tenant, opts.Endpoints, mod.Manifest.Endpoints)
+		if err != nil {
+			return sum, err
+		}
+		defer closeLookups()
+		lookupFn = fn
 	}
 	sum.Operator = mod.Name()
 	backend, ckpt, nextID, closeState, err := openState(ctx, opts, mod.Name())
@@ -159,7 +174,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 
 	ctrl, err := scheduler.New(scheduler.Config{
-		Module: mod, Backend: backend, Sink: sink, Lookup: opts.Lookup,
+		Module: mod, Backend: backend, Sink: sink, Lookup: lookupFn, Order: opts.Order,
 		Log: logTo(opts.Log, describe), MaxInFlight: opts.MaxInFlight, Describe: describe,
 		OnBarrier: onBarrier,
 	})
