@@ -31,6 +31,8 @@ var script = []step{
 	{key: "b", cmd: "get x", want: []string{`{"get":null}`}}, // state is scoped to the record key
 	{key: "a", cmd: `put y=ü"q`},
 	{key: "a", cmd: "get y", want: []string{`{"get":"ü\"q"}`}},
+	{key: "a", cmd: "put z=abc日本🎉def"},
+	{key: "a", cmd: "get z", want: []string{`{"get":"abc日本🎉def"}`}},
 	{key: "a", cmd: "del x"},
 	{key: "a", cmd: "get x", want: []string{`{"get":null}`}},
 	{key: "a", cmd: "del never-there"},

@@ -91,9 +91,14 @@ export class Buffer extends Bytes {
   }
 
   /** Makes room for n more bytes. */
+  // @ts-ignore: decorator
+  @inline
   reserve(n: i32): void {
     let need = this.length + n;
-    if (need <= this.capacity) return;
+    if (need > this.capacity) this.grow(need);
+  }
+
+  private grow(need: i32): void {
     let c = this.capacity < 64 ? 64 : this.capacity;
     while (c < need) c <<= 1;
     // heap.realloc does not accept a null pointer, unlike C's realloc.
@@ -132,32 +137,66 @@ export class Buffer extends Bytes {
       if (isNullable<T>()) {
         if (changetype<usize>(v) == 0) return this;
       }
-      this.reserve(String.UTF8.byteLength(s));
-      this.length += <i32>String.UTF8.encodeUnsafe(changetype<usize>(s), s.length, this.ptr + <usize>this.length);
-      return this;
+      return this.appendString(s);
     } else {
       view<T>(v, argView);
       return this.appendRaw(argView.ptr, argView.length);
     }
   }
 
+  /**
+   * Appends s as UTF-8. ASCII, the common case for the literals operators build output from,
+   * is copied one code unit at a time with no separate length pass.
+   */
+  appendString(s: string): this {
+    let n = s.length;
+    this.reserve(n);
+    let src = changetype<usize>(s);
+    let dst = this.ptr + <usize>this.length;
+    for (let i = 0; i < n; i++) {
+      let c = load<u16>(src + (<usize>i << 1));
+      if (c >= 0x80) {
+        // Non-ASCII: encode the rest with the standard library.
+        this.length += i;
+        return this.appendUTF8Tail(src + (<usize>i << 1), n - i);
+      }
+      store<u8>(dst + <usize>i, <u8>c);
+    }
+    this.length += n;
+    return this;
+  }
+
+  private appendUTF8Tail(src: usize, units: i32): this {
+    // Worst case 3 bytes per UTF-16 code unit.
+    this.reserve(units * 3);
+    this.length += <i32>String.UTF8.encodeUnsafe(src, units, this.ptr + <usize>this.length);
+    return this;
+  }
+
   /** Appends v in decimal. */
   appendInt(v: i64): this {
     this.reserve(20);
     let u: u64 = v < 0 ? <u64>0 - <u64>v : <u64>v;
-    let digits = 1;
-    for (let t = u; t >= 10; t /= 10) digits++;
     if (v < 0) {
       store<u8>(this.ptr + <usize>this.length, 0x2D);
       this.length++;
     }
-    let end = this.ptr + <usize>this.length + <usize>digits;
+    if (u < 10) {
+      store<u8>(this.ptr + <usize>this.length, <u8>(0x30 + <u32>u));
+      this.length++;
+      return this;
+    }
+    // Digits backwards into a scratch area, then copied in order: one division per digit.
+    let end = digitScratch + 20;
+    let p = end;
     do {
-      end--;
-      store<u8>(end, <u8>(0x30 + <u32>(u % 10)));
+      p--;
+      store<u8>(p, <u8>(0x30 + <u32>(u % 10)));
       u /= 10;
     } while (u != 0);
-    this.length += digits;
+    let n = <i32>(end - p);
+    memory.copy(this.ptr + <usize>this.length, p, <usize>n);
+    this.length += n;
     return this;
   }
 
@@ -202,6 +241,8 @@ export class Buffer extends Bytes {
   }
 }
 
+const digitScratch = memory.data(20);
+
 // @ts-ignore: decorator
 @inline
 function hexDigit(d: u8): u8 {
@@ -223,6 +264,7 @@ export function view<T>(v: T, out: Bytes, scratch: Buffer = stringScratch): Byte
     if (changetype<usize>(v) == 0) return out.set(0, 0);
   }
   if (isString<T>()) {
+    if (changetype<string>(v).length == 0) return out.set(0, 0);
     scratch.clear().append<T>(v);
     return out.set(scratch.ptr, scratch.length);
   } else if (v instanceof Bytes) {
