@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -369,40 +370,43 @@ func TestSingleFlightWaiterCancel(t *testing.T) {
 	}
 }
 
+// In fake time, so that the TTL cannot expire early on a slow machine.
 func TestCache(t *testing.T) {
-	t.Parallel()
-	var n atomic.Int32
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/missing" {
-			http.Error(w, "no", 404)
-			return
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		mn := newMemNet(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/missing" {
+				http.Error(w, "no", 404)
+				return
+			}
+			fmt.Fprintf(w, "v%d", n.Add(1))
+		})
+		cfg := testConfig("http://127.0.0.1:80")
+		cfg.Cache = &CacheConfig{TTL: Duration(150 * time.Millisecond), MaxEntries: 2}
+		e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+		wantStatus(t, do(t, e, context.Background(), "GET /a"), 200, "v1")
+		time.Sleep(149 * time.Millisecond)
+		wantStatus(t, do(t, e, context.Background(), "GET /a"), 200, "v1")
+		wantStatus(t, do(t, e, context.Background(), "GET /a\nAccept: x\n"), 200, "v2") // different request
+		wantStatus(t, do(t, e, context.Background(), "POST /a"), 200, "v3")             // not cached
+		wantStatus(t, do(t, e, context.Background(), "POST /a"), 200, "v4")
+		wantStatus(t, do(t, e, context.Background(), "GET /missing"), 404, "")
+		wantStatus(t, do(t, e, context.Background(), "GET /missing"), 404, "")
+		if h := mn.hits.Load(); h != 6 {
+			t.Fatalf("%d upstream requests, want 6 (404 is not cached)", h)
 		}
-		fmt.Fprintf(w, "v%d", n.Add(1))
+		time.Sleep(2 * time.Millisecond)
+		wantStatus(t, do(t, e, context.Background(), "GET /a"), 200, "v5") // expired
+		// LRU bound: 3 distinct keys in a 2-entry cache.
+		do(t, e, context.Background(), "GET /b")
+		do(t, e, context.Background(), "GET /c")
+		if l := e.cache.len(); l != 2 {
+			t.Fatalf("cache holds %d entries, max 2", l)
+		}
+		if m := e.Metrics(); m.CacheHits != 1 {
+			t.Fatalf("cache hits %d, want 1", m.CacheHits)
+		}
 	})
-	cfg := testConfig(s.URL)
-	cfg.Cache = &CacheConfig{TTL: Duration(150 * time.Millisecond), MaxEntries: 2}
-	e := open(t, testRegistry(t), "t1", cfg)
-	wantStatus(t, do(t, e, context.Background(), "GET /a"), 200, "v1")
-	wantStatus(t, do(t, e, context.Background(), "GET /a"), 200, "v1")
-	wantStatus(t, do(t, e, context.Background(), "GET /a\nAccept: x\n"), 200, "v2") // different request
-	wantStatus(t, do(t, e, context.Background(), "POST /a"), 200, "v3")             // not cached
-	wantStatus(t, do(t, e, context.Background(), "POST /a"), 200, "v4")
-	wantStatus(t, do(t, e, context.Background(), "GET /missing"), 404, "")
-	wantStatus(t, do(t, e, context.Background(), "GET /missing"), 404, "")
-	if h := s.hits("/missing"); h != 2 {
-		t.Fatalf("404 cached: %d hits", h)
-	}
-	time.Sleep(200 * time.Millisecond)
-	wantStatus(t, do(t, e, context.Background(), "GET /a"), 200, "v5") // expired
-	// LRU bound: 3 distinct keys in a 2-entry cache.
-	do(t, e, context.Background(), "GET /b")
-	do(t, e, context.Background(), "GET /c")
-	if l := e.cache.len(); l != 2 {
-		t.Fatalf("cache holds %d entries, max 2", l)
-	}
-	if m := e.Metrics(); m.CacheHits != 1 {
-		t.Fatalf("cache hits %d, want 1", m.CacheHits)
-	}
 }
 
 func TestQueueBoundsConcurrency(t *testing.T) {
