@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -18,12 +19,22 @@ import (
 type workerPool struct {
 	slots   chan struct{}
 	service atomic.Int64 // ns
+	workers atomic.Int32
 }
 
 func newWorkerPool(workers int, service time.Duration) *workerPool {
 	p := &workerPool{slots: make(chan struct{}, workers)}
 	p.service.Store(int64(service))
+	p.workers.Store(int32(workers))
 	return p
+}
+
+// retire takes n workers away for good (their slots stay occupied).
+func (p *workerPool) retire(n int) {
+	for i := 0; i < n; i++ {
+		p.slots <- struct{}{}
+	}
+	p.workers.Add(int32(-n))
 }
 
 func (p *workerPool) handle(w http.ResponseWriter, r *http.Request) {
@@ -53,7 +64,7 @@ func diffHist(cur, prev Histogram) Histogram {
 
 // runAdaptive drives an endpoint with `users` closed-loop clients against a worker pool whose
 // service time doubles at half time, and samples the limit every `every`.
-func runAdaptive(t *testing.T, e *Endpoint, pool *workerPool, users int, total, every time.Duration, slower time.Duration) []adaptPoint {
+func runAdaptive(t *testing.T, e *Endpoint, pool *workerPool, users int, total, every time.Duration, step func()) []adaptPoint {
 	req, _ := ParseRequest([]byte("GET /x"))
 	var completed atomic.Int64
 	stop := make(chan struct{})
@@ -80,16 +91,18 @@ func runAdaptive(t *testing.T, e *Endpoint, pool *workerPool, users int, total, 
 	start := time.Now()
 	last := int64(0)
 	prev := e.Metrics()
+	stepped := false
 	for time.Since(start) < total {
 		time.Sleep(every)
 		svc := time.Duration(pool.service.Load())
-		if time.Since(start) >= total/2 {
-			pool.service.Store(int64(slower))
+		if time.Since(start) >= total/2 && !stepped {
+			step()
+			stepped = true
 		}
 		m := e.Metrics()
 		c := completed.Load()
 		pts = append(pts, adaptPoint{at: time.Since(start), limit: m.Limit, throughput: float64(c-last) / every.Seconds(),
-			capacity: float64(cap(pool.slots)) / svc.Seconds(),
+			capacity: float64(pool.workers.Load()) / svc.Seconds(),
 			upstream: diffHist(m.Upstream, prev.Upstream).Quantile(0.5), e2e: diffHist(m.Latency, prev.Latency).Quantile(0.5)})
 		last, prev = c, m
 	}
@@ -126,7 +139,8 @@ func TestAdaptiveConcurrency(t *testing.T) {
 				cfg.SingleFlight = "off"
 				cfg.Concurrency.Algorithm = alg
 				e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
-				pts := runAdaptive(t, e, pool, 64, 30*time.Second, 500*time.Millisecond, 2*service)
+				pts := runAdaptive(t, e, pool, 64, 30*time.Second, 500*time.Millisecond,
+					func() { pool.service.Store(int64(2 * service)) })
 				t.Logf("%s: 8 workers, service 20ms → 40ms at 15s, 64 clients\n%s", alg, formatSeries(pts))
 
 				check := func(from, to time.Duration, capacity float64) {
@@ -148,6 +162,46 @@ func TestAdaptiveConcurrency(t *testing.T) {
 				if math.Abs(float64(m.BaselineRTT-2*service)) > float64(service/10) {
 					t.Errorf("baseline %v after the step, want ~%v", m.BaselineRTT, 2*service)
 				}
+			})
+		})
+	}
+}
+
+// TestAdaptiveOverload: the upstream loses half its workers (8 → 4) at 15 s, so the same
+// latency now means twice the queue. The controller must back off to about half the limit,
+// bringing the upstream's latency back to the setpoint, with throughput at the new capacity.
+func TestAdaptiveOverload(t *testing.T) {
+	for _, alg := range []string{"pid", "aimd"} {
+		t.Run(alg, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const workers, service = 8, 20 * time.Millisecond
+				pool := newWorkerPool(workers, service)
+				mn := newMemNet(t, pool.handle)
+				cfg := testConfig("http://127.0.0.1:80")
+				cfg.MaxInFlight = 64
+				cfg.SingleFlight = "off"
+				cfg.Concurrency.Algorithm = alg
+				e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+				var retire sync.WaitGroup
+				retire.Add(1)
+				pts := runAdaptive(t, e, pool, 64, 30*time.Second, 500*time.Millisecond,
+					func() { go func() { defer retire.Done(); pool.retire(workers / 2) }() })
+				t.Logf("%s: service 20ms, 8 workers → 4 at 15s, 64 clients\n%s", alg, formatSeries(pts))
+				for _, p := range pts {
+					if p.at > 20*time.Second {
+						if p.limit < workers/2 || p.limit > workers {
+							t.Errorf("t=%v: limit %d outside [%d, %d]", p.at, p.limit, workers/2, workers)
+						}
+						if p.throughput < 0.85*p.capacity {
+							t.Errorf("t=%v: throughput %.0f/s < 85%% of capacity %.0f/s", p.at, p.throughput, p.capacity)
+						}
+						// Unlimited, 64 in flight on 4 workers would queue for 16 × 20 ms.
+						if p.upstream > 3*service {
+							t.Errorf("t=%v: upstream p50 %v: the limiter did not back off", p.at, p.upstream)
+						}
+					}
+				}
+				retire.Wait()
 			})
 		})
 	}
