@@ -146,8 +146,6 @@ func (c call) returns(want ...uint64) call { c.want = want; return c }
 
 func (c call) traps() call { c.trap = true; return c }
 
-func i64(v int64) uint64 { return uint64(v) }
-
 func i32(v int32) uint64 { return api.EncodeI32(v) }
 
 // TestInstrumentPreservesBehaviour runs the same calls on each fixture and its
