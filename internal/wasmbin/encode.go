@@ -74,7 +74,7 @@ func fuelImport(typeIdx uint32) []byte {
 //
 // What remains costs more in loops whose body makes no call, such as the
 // dispatch loops the Go compiler emits (BenchmarkGoOverhead: about 2x on an
-// empty counting loop). The cause is the call in the slow path: wazevo keeps a
+// empty counting loop; about 1.15x on ordinary Go code). The cause is the call in the slow path: wazevo keeps a
 // value that is live across any call in a stack slot for its whole live range
 // (we read the generated code), so the loop's own variables move from
 // registers to the stack. Keeping the fuel in a local does not avoid that
