@@ -74,14 +74,15 @@ func fuelImport(typeIdx uint32) []byte {
 //
 // What remains costs more in loops whose body makes no call, such as the
 // dispatch loops the Go compiler emits (BenchmarkGoOverhead: about 2x on an
-// empty counting loop; about 1.15x on ordinary Go code). The cause is the call in the slow path: wazevo keeps a
-// value that is live across any call in a stack slot for its whole live range
-// (we read the generated code), so the loop's own variables move from
-// registers to the stack. Keeping the fuel in a local does not avoid that
-// (the local is live across the call too), and moving the call out of the
-// loop would not either (the loop variables would be live across it). Only the
-// compiler could do better, by splitting live ranges around cold calls. Loops
-// that already call functions, which is most real code, do not pay this.
+// empty counting loop, about 1.15x on ordinary Go code). The cause is the call
+// in the slow path: wazevo keeps a value that is live across any call in a
+// stack slot for its whole live range (we read the generated code), so the
+// loop's own variables move from registers to the stack. Keeping the fuel in
+// a local does not avoid that (the local is live across the call too), and
+// moving the call out of the loop would not either (the loop variables would
+// be live across it). Only the compiler could do better, by splitting live
+// ranges around cold calls. Loops that already call functions, which is most
+// real code, do not pay this. See RATIONALE.md.
 func fuelCheck(fuel, fn uint32) []byte {
 	b := []byte{0x02, 0x40}              // block (empty)
 	b = appendU32(append(b, 0x23), fuel) // global.get
