@@ -11,6 +11,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -117,6 +118,17 @@ func (s *rawServer) close() {
 	s.wg.Wait()
 }
 
+// cpuTime returns the CPU time (user + system) this process has used: client, server and
+// the kernel's work on their behalf. Per request it is a steadier figure than the rate on a
+// machine shared with other builds.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // benchRegistry dials with a plain net.Dialer that still refuses anything but 127.0.0.1.
 func benchRegistry(tb testing.TB) *Registry {
 	dial, _ := loopbackOnly(tb)
@@ -187,10 +199,12 @@ func BenchmarkThroughput(b *testing.B) {
 		total := max(b.N, 4*inflight)
 		rawLoop(b, s, inflight, 20*inflight)
 		s.meanService()
+		cpu0 := cpuTime()
 		b.ResetTimer()
 		el, h := rawLoop(b, s, inflight, total)
 		b.StopTimer()
 		reportThroughput(b, float64(total)/el.Seconds(), inflight, s.meanService(), h)
+		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(total), "cpu_µs/req")
 	})
 	for _, alg := range []string{"fixed", "pid"} {
 		b.Run(alg, func(b *testing.B) {
@@ -199,10 +213,12 @@ func BenchmarkThroughput(b *testing.B) {
 			e := open(b, benchRegistry(b), "bench", benchConfig(s.url(), inflight, alg))
 			closedLoop(b, e, inflight, 20*inflight) // warm up: connections, controller
 			s.meanService()
+			cpu0 := cpuTime()
 			b.ResetTimer()
 			el, h := closedLoop(b, e, inflight, max(b.N, 4*inflight))
 			b.StopTimer()
 			reportThroughput(b, float64(max(b.N, 4*inflight))/el.Seconds(), inflight, s.meanService(), h)
+			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(max(b.N, 4*inflight)), "cpu_µs/req")
 			b.ReportMetric(float64(e.Metrics().Limit), "limit")
 		})
 	}
