@@ -49,7 +49,7 @@ type BreakerTransitions struct {
 // Histogram is a log-linear latency histogram: four buckets per power of two from 1µs, so a
 // quantile read from it overestimates by at most 25%.
 type Histogram struct {
-	Counts [histBuckets]uint64 // Counts[i] counts samples in [BucketLow(i), BucketLow(i+1))
+	Counts [histBuckets]uint64 // Counts[i] counts samples in [Bucket(i))
 	Count  uint64
 	Sum    time.Duration
 }
@@ -60,8 +60,13 @@ const (
 	histBuckets = histOctaves * histSub
 )
 
-// BucketLow returns the lower bound of bucket i.
-func BucketLow(i int) time.Duration {
+// Bucket returns the bounds [low, high) of Counts[i]; the last bucket also holds everything
+// larger.
+func (Histogram) Bucket(i int) (low, high time.Duration) {
+	return bucketLow(i), bucketLow(i + 1)
+}
+
+func bucketLow(i int) time.Duration {
 	if i < histSub {
 		return time.Duration(i) * time.Microsecond
 	}
@@ -92,12 +97,12 @@ func (h Histogram) Quantile(q float64) time.Duration {
 		seen += c
 		if seen >= rank {
 			if i+1 < histBuckets {
-				return BucketLow(i + 1)
+				return bucketLow(i + 1)
 			}
-			return BucketLow(i)
+			return bucketLow(i)
 		}
 	}
-	return BucketLow(histBuckets - 1)
+	return bucketLow(histBuckets - 1)
 }
 
 // Mean returns the mean sample.
