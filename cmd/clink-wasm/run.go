@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -60,6 +61,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		ckptEvery  = fs.Duration("checkpoint-interval", 10*time.Second, "time between checkpoints (a final one is always taken at the end)")
 		endpoints  = fs.String("endpoints", "", "JSON file of lookup endpoint definitions (see docs)")
 		order      = fs.String("order", "key", "output order: key (per-key order, keyed state), input or none (unkeyed enrichment)")
+		stats      = fs.Bool("stats", false, "print the run's scheduler, state and lookup metrics as JSON on stderr at the end")
 		quiet      = fs.Bool("quiet", false, "no progress bar and no summary")
 		noCache    = fs.Bool("no-cache", false, "do not use the on-disk compilation cache")
 	)
@@ -174,6 +176,15 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	if !*quiet && sum != nil && sum.Operator != "" && (err == nil || sum.RecordsIn > 0) {
 		printSummary(stderr, sum, err)
+	}
+	if *stats && sum != nil {
+		enc := json.NewEncoder(stderr)
+		enc.SetIndent("", "  ")
+		enc.Encode(struct {
+			Scheduler any `json:"scheduler"`
+			State     any `json:"state,omitempty"`
+			Lookups   any `json:"lookups,omitempty"`
+		}{sum.Scheduler, sum.State, sum.Lookups})
 	}
 	return err
 }

@@ -17,12 +17,15 @@ import (
 
 // openLookups opens the pipeline's endpoints and returns the LookupFunc serving the module's
 // `lookup` import: the guest's endpoint index is its position in the manifest's endpoints.
-func openLookups(reg *lookup.Registry, tenant string, cfgs []lookup.EndpointConfig, declared []string) (scheduler.LookupFunc, func(), error) {
+func openLookups(reg *lookup.Registry, tenant string, cfgs []lookup.EndpointConfig, declared []string) (scheduler.LookupFunc, func() map[string]lookup.Metrics, error) {
 	byName := make(map[string]*lookup.Endpoint, len(cfgs))
-	closeAll := func() {
-		for _, ep := range byName {
+	closeAll := func() map[string]lookup.Metrics {
+		ms := make(map[string]lookup.Metrics, len(byName))
+		for name, ep := range byName {
 			ep.Close()
+			ms[name] = ep.Metrics()
 		}
+		return ms
 	}
 	for _, c := range cfgs {
 		if _, dup := byName[c.Name]; dup {

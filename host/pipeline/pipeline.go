@@ -93,6 +93,8 @@ type Summary struct {
 	Checkpoints     []uint64
 	CheckpointBytes int64
 	State           *state.Metrics // durable pools only
+	// Lookups are the metrics of each endpoint.
+	Lookups map[string]lookup.Metrics
 }
 
 // RecordsPerSecond is the input throughput of the run.
@@ -143,7 +145,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		if err != nil {
 			return sum, err
 		}
-		defer closeLookups()
+		defer func() { sum.Lookups = closeLookups() }()
 		lookupFn = fn
 	}
 	sum.Operator = mod.Name()
