@@ -107,7 +107,7 @@ func (s *slot) Delete(stateID uint32, entry []byte) error {
 // Emit implements abi.Handler.
 func (s *slot) Emit(key, value []byte) error {
 	var src Source
-	ts := int64(0)
+	ts := s.c.watermark // clink_close: the last watermark (docs/abi.md, emit)
 	if t := s.t; t != nil {
 		src = Source{Pos: t.pos, Key: t.key, Timer: t.kind == kindTimer, TS: t.ts}
 		ts = t.ts
