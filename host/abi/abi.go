@@ -22,6 +22,7 @@ package abi
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -132,6 +133,8 @@ func (l Limits) withDefaults() Limits {
 		if *v <= 0 {
 			*v = d
 		}
+		// Lengths return to the guest as signed i32 (docs/abi.md, Limits).
+		*v = min(*v, math.MaxInt32)
 	}
 	def(&l.MaxRecordKey, DefaultMaxRecordKey)
 	def(&l.MaxRecordValue, DefaultMaxRecordValue)
