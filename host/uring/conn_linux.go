@@ -157,9 +157,23 @@ type conn struct {
 
 	mu     sync.Mutex
 	closed bool
-	active [2]map[*opState]*time.Timer // operations in flight per direction, and their deadline timers
-	dl     [2]time.Time                // read and write deadlines; zero means none
-	idle   *sync.Cond                  // on mu: an operation left active
+	active [2]map[*opState]*pending // operations in flight per direction
+	dl     [2]time.Time             // read and write deadlines; zero means none
+	idle   *sync.Cond               // on mu: an operation left active
+}
+
+// pending is an operation of a conn's, from just before it is submitted until its result is
+// back.
+//
+// INVARIANT: nothing cancels an operation before the engine has accepted it (submitted), since
+// the engine has nothing to cancel yet: a cancellation then would be lost, and the operation
+// would run without a deadline, or keep Close waiting for a read that nothing ends. So
+// deadline timers are armed, and Close cancels, only once submitted is true; do itself cancels
+// right after submission if Close came first, and arms the timer with the deadline current at
+// that point.
+type pending struct {
+	submitted bool
+	timer     *time.Timer // deadline timer, armed once submitted; nil when there is no deadline
 }
 
 const (
@@ -187,19 +201,31 @@ func (c *conn) do(dir int, op Op) (int, error) {
 		return 0, os.ErrDeadlineExceeded
 	}
 	if c.active[dir] == nil {
-		c.active[dir] = make(map[*opState]*time.Timer)
+		c.active[dir] = make(map[*opState]*pending)
 	}
-	c.active[dir][o] = c.armLocked(o, dl)
+	p := &pending{}
+	c.active[dir][o] = p
 	c.mu.Unlock()
 
-	if err := c.r.e.submit(o); err != nil {
-		ch <- Result{Err: err}
+	err = c.r.e.submit(o)
+	c.mu.Lock()
+	if err == nil {
+		p.submitted = true
+		if c.closed {
+			c.r.e.cancel(o) // Close ran meanwhile and could not cancel o itself
+		} else {
+			p.timer = c.armLocked(o, c.dl[dir]) // the deadline may have moved meanwhile
+		}
 	}
-	res := <-ch
+	c.mu.Unlock()
+	res := Result{Err: err}
+	if err == nil {
+		res = <-ch
+	}
 
 	c.mu.Lock()
-	if t := c.active[dir][o]; t != nil {
-		t.Stop()
+	if p.timer != nil {
+		p.timer.Stop()
 	}
 	delete(c.active[dir], o)
 	timedOut := !c.dl[dir].IsZero() && !time.Now().Before(c.dl[dir])
@@ -267,8 +293,10 @@ func (c *conn) Close() error {
 	}
 	c.closed = true
 	for dir := range c.active {
-		for o := range c.active[dir] {
-			c.r.e.cancel(o) // lock order: conn.mu before the engine's
+		for o, p := range c.active[dir] {
+			if p.submitted { // do cancels the others once they are (see pending)
+				c.r.e.cancel(o) // lock order: conn.mu before the engine's
+			}
 		}
 	}
 	for len(c.active[dirRead])+len(c.active[dirWrite]) > 0 {
@@ -295,10 +323,13 @@ func (c *conn) setDeadline(dir int, t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dl[dir] = t
-	for o, old := range c.active[dir] {
-		if old != nil {
-			old.Stop()
+	for o, p := range c.active[dir] {
+		if !p.submitted {
+			continue // do arms it with c.dl once it is (see pending)
 		}
-		c.active[dir][o] = c.armLocked(o, t)
+		if p.timer != nil {
+			p.timer.Stop()
+		}
+		p.timer = c.armLocked(o, t)
 	}
 }

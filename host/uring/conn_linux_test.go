@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -207,4 +208,110 @@ func BenchmarkHTTPClient(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestDialerCancelRaces races Close and deadlines with Reads that are just being submitted. A
+// cancellation that reaches the engine before the operation does must not be lost: Close would
+// then wait forever for a read nothing ends, and a Read reported as timed out would still be
+// running, its bytes lost from the stream when they arrive.
+func TestDialerCancelRaces(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, force Option) {
+		r := newReactor(t, force)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		const streamLen = 20_000
+		stream := make([]byte, streamLen)
+		for i := range stream {
+			stream[i] = byte(i * 7)
+		}
+		var served sync.WaitGroup
+		var srvConns []net.Conn
+		var srvMu sync.Mutex
+		served.Go(func() {
+			for i := 0; ; i++ {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				srvMu.Lock()
+				srvConns = append(srvConns, c)
+				srvMu.Unlock()
+				if i > 0 {
+					continue // Close race: never answer
+				}
+				served.Go(func() { // deadline race: the stream in small chunks, a little at a time
+					for off := 0; off < len(stream); off += 100 {
+						if _, err := c.Write(stream[off : off+100]); err != nil {
+							return
+						}
+						time.Sleep(50 * time.Microsecond)
+					}
+				})
+			}
+		})
+		defer func() {
+			ln.Close()
+			srvMu.Lock()
+			for _, c := range srvConns {
+				c.Close()
+			}
+			srvMu.Unlock()
+			served.Wait()
+		}()
+		d := &Dialer{Reactor: r, Control: loopbackOnly(t)}
+		ctx := ctxTimeout(t, 20*time.Second)
+
+		// Deadlines: every Read has one a few microseconds away, so many time out, some
+		// before their operation reaches the engine. The bytes must still arrive in order.
+		c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		var got []byte
+		var timeouts int
+		buf := make([]byte, 64)
+		for i := 0; len(got) < streamLen && ctx.Err() == nil; i++ {
+			c.SetReadDeadline(time.Now().Add(time.Duration(i%8) * 20 * time.Microsecond))
+			n, err := c.Read(buf)
+			got = append(got, buf[:n]...)
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				timeouts++
+			case err != nil:
+				t.Fatalf("Read after %d bytes: %v", len(got), err)
+			}
+		}
+		if !bytes.Equal(got, stream) {
+			t.Fatalf("received %d bytes (%d Reads timed out), not the %d sent in order", len(got), timeouts, streamLen)
+		}
+		t.Logf("%d bytes through %d timed-out Reads", len(got), timeouts)
+
+		// Close: each Read is racing its connection's Close; both must return.
+		for i := range 100 {
+			c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			readErr := make(chan error, 1)
+			go func() { _, err := c.Read(make([]byte, 16)); readErr <- err }()
+			if i%2 == 0 {
+				runtime.Gosched()
+			}
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close() }()
+			for _, ch := range []chan error{readErr, closed} {
+				select {
+				case err := <-ch:
+					if err != nil && !errors.Is(err, net.ErrClosed) {
+						t.Fatalf("round %d: %v", i, err)
+					}
+				case <-time.After(5 * time.Second):
+					t.Fatalf("round %d: Read or Close still blocked after 5s: %s", i, reactorState(r))
+				}
+			}
+		}
+	})
 }

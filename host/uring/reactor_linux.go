@@ -378,7 +378,10 @@ func (e *ringEngine) cancel(o *opState) {
 	}
 	switch o.phase {
 	case phaseQueued:
-		e.mu.queue.remove(o)
+		if !e.mu.queue.remove(o) {
+			e.mu.Unlock() // never submitted: not the engine's to complete
+			return
+		}
 		o.phase = phaseDone
 		e.mu.Unlock()
 		o.done(Result{Err: syscall.ECANCELED})

@@ -190,7 +190,8 @@ type Reactor struct {
 type engine interface {
 	// submit starts o or queues it; it never blocks on capacity.
 	submit(o *opState) error
-	// cancel asks for o to finish early. o still completes exactly once.
+	// cancel asks for o to finish early. o still completes exactly once. Only an operation
+	// submit has accepted can be cancelled; before that, cancel does nothing.
 	cancel(o *opState)
 	close() error
 }

@@ -2,6 +2,7 @@ package uring
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -20,6 +21,32 @@ func maxConcurrency(r *Reactor) int64 {
 		return e.maxInflight.Load()
 	case *poolEngine:
 		return e.maxRunning.Load()
+	}
+	panic("unknown engine")
+}
+
+// reactorState describes what r holds, for failure messages.
+func reactorState(r *Reactor) string {
+	count := func(ops []*opState) map[string]int {
+		m := map[string]int{}
+		for _, o := range ops {
+			if o != nil {
+				m[o.Op.String()]++
+			}
+		}
+		return m
+	}
+	switch e := r.e.(type) {
+	case *ringEngine:
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return fmt.Sprintf("io_uring: %d of %d slots in use %v, %d queued %v", e.mu.inflight, e.capacity,
+			count(e.mu.slots), e.mu.queue.len(), count(e.mu.queue.items[e.mu.queue.head:]))
+	case *poolEngine:
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return fmt.Sprintf("pool: %d running, %d queued %v", e.running.Load(), e.mu.queue.len(),
+			count(e.mu.queue.items[e.mu.queue.head:]))
 	}
 	panic("unknown engine")
 }
