@@ -2,6 +2,7 @@ package uring
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -208,6 +209,129 @@ func BenchmarkHTTPClient(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestDialerMoreConnsThanEntries is the regression test for the hang host/lookup's
+// BenchmarkTransport hit at 256 requests in flight: more connections than the reactor has ring
+// entries (or pool workers), each keeping a Read pending at all times, as http.Transport's
+// readLoop does, while its writer does request/response ping-pong. A pending socket read ends
+// only when the peer answers, and the peer answers only once the request's Write has run, so
+// the Write must never wait behind those reads for capacity.
+//
+// On failure it reports the reactor's state, closes every connection (which cancels what is
+// pending) and waits for its goroutines, so a hang fails this test in bounded time instead of
+// hanging the binary.
+func TestDialerMoreConnsThanEntries(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, force Option) {
+		const entries, conns, rounds, msg = 8, 32, 40, 16
+		r := newReactor(t, force, WithEntries(entries), WithWorkers(entries))
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var served sync.WaitGroup
+		var srvConns []net.Conn
+		var srvMu sync.Mutex
+		served.Go(func() { // echo server on the standard library
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				srvMu.Lock()
+				srvConns = append(srvConns, c)
+				srvMu.Unlock()
+				served.Go(func() { io.Copy(c, c) })
+			}
+		})
+		defer func() {
+			ln.Close()
+			srvMu.Lock()
+			for _, c := range srvConns {
+				c.Close()
+			}
+			srvMu.Unlock()
+			served.Wait()
+		}()
+
+		d := &Dialer{Reactor: r, Control: loopbackOnly(t)}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var clients []net.Conn
+		for range conns {
+			c, err := d.DialContext(ctx, "tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			clients = append(clients, c)
+		}
+
+		var exchanged atomic.Int64
+		var wg sync.WaitGroup
+		for i, c := range clients {
+			echoes := make(chan []byte, 1)
+			wg.Go(func() { // reader: a Read always pending, like http.Transport's readLoop
+				defer close(echoes)
+				var pending []byte
+				buf := make([]byte, 64)
+				for {
+					n, err := c.Read(buf)
+					if err != nil {
+						return
+					}
+					pending = append(pending, buf[:n]...)
+					for len(pending) >= msg {
+						echoes <- pending[:msg:msg]
+						pending = pending[msg:]
+					}
+				}
+			})
+			wg.Go(func() { // writer: one request at a time, waiting for its answer
+				defer c.Close() // ends the reader
+				for j := range rounds {
+					req := fmt.Appendf(nil, "c%03d r%04d      ", i, j)[:msg]
+					if _, err := c.Write(req); err != nil {
+						if ctx.Err() == nil {
+							t.Errorf("conn %d: Write: %v", i, err)
+						}
+						return
+					}
+					select {
+					case got, ok := <-echoes:
+						if !ok || !bytes.Equal(got, req) {
+							if ctx.Err() == nil {
+								t.Errorf("conn %d round %d: echo %q (ok %v), want %q", i, j, got, ok, req)
+							}
+							return
+						}
+					case <-ctx.Done():
+						return
+					}
+					exchanged.Add(1)
+				}
+			})
+		}
+		finished := make(chan struct{})
+		go func() { wg.Wait(); close(finished) }()
+		select {
+		case <-finished:
+		case <-ctx.Done():
+			t.Errorf("no progress after %d of %d exchanges: %s", exchanged.Load(), conns*rounds, reactorState(r))
+			for _, c := range clients {
+				c.Close()
+			}
+			select {
+			case <-finished:
+			case <-time.After(10 * time.Second):
+				buf := make([]byte, 1<<20)
+				t.Fatalf("connections still busy 10s after Close\n%s", buf[:runtime.Stack(buf, true)])
+			}
+		}
+		if got := exchanged.Load(); got != conns*rounds && !t.Failed() {
+			t.Fatalf("%d exchanges, want %d", got, conns*rounds)
+		}
+	})
 }
 
 // TestDialerCancelRaces races Close and deadlines with Reads that are just being submitted. A

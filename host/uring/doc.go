@@ -46,11 +46,20 @@
 //
 // # Backpressure
 //
-// Submit never blocks. The kernel never holds more than WithEntries operations (so the
-// completion ring cannot overflow), the pool never runs more than WithWorkers system calls at
-// once, and the rest wait in a FIFO inside the reactor. A Submit that blocked for room would
-// deadlock the moment a callback, running on the goroutine that frees room, submitted into a
-// full ring. Callers bound their own outstanding work, as the state tier bounds its fetches.
+// Submit never blocks. File reads and writes (Read and Write with an offset, and Nop) are
+// bounded: the kernel never holds more than WithEntries of them, the pool never runs more than
+// WithWorkers at once, and the rest wait in a FIFO inside the reactor. A Submit that blocked
+// for room would deadlock the moment a callback, running on the goroutine that frees room,
+// submitted into a full ring.
+//
+// Operations that wait for something outside the process are open-ended and never wait for
+// room: Read and Write at the current position (sockets, pipes), Accept, Connect and Timeout
+// go to the kernel (or, on the pool, to a goroutine of their own) at once. A socket read may
+// be pending for as long as the peer is silent, and the peer may be waiting for a write that a
+// FIFO would put behind it: with a read pending on every keep-alive connection, a bound on
+// them deadlocks as soon as there are more connections than entries. Sockets and pipes must
+// therefore be read and written with a negative offset. Callers bound their own outstanding
+// work, as the state tier bounds its fetches and a connection pool its connections.
 //
 // # Memory the kernel holds
 //

@@ -12,12 +12,18 @@ import (
 )
 
 // poolEngine is the portable Reactor: a fixed set of worker goroutines, each running one
-// blocking system call (pread, pwrite, accept4, connect) at a time, and the runtime timer for
+// bounded system call (pread, pwrite) at a time, a goroutine of its own for each open-ended
+// operation (Op.openEnded: socket reads and writes, accept4, connect), and the runtime timer for
 // Timeout. It is what New falls back to where io_uring does not work, and the default backend.
 //
+// Open-ended operations do not take workers because they may wait indefinitely, and with a
+// read pending on every keep-alive connection they would take all of them, leaving the writes
+// that make the peers answer queued behind. Each costs a goroutine and, while it waits, an OS
+// thread in poll(2): acceptable for the fallback, and bounded by the caller's connections.
+//
 // An operation on a non-blocking descriptor that would block (EAGAIN, EINPROGRESS) waits in
-// poll(2) on its worker, in slices of pollSlice, so that Do's cancellation and Close are
-// noticed; an operation on a blocking descriptor blocks its worker until the kernel returns.
+// poll(2), in slices of pollSlice, so that Do's cancellation and Close are noticed; an
+// operation on a blocking descriptor blocks its goroutine until the kernel returns.
 type poolEngine struct {
 	mu struct {
 		sync.Mutex
@@ -28,6 +34,7 @@ type poolEngine struct {
 	work    *sync.Cond     // on mu: the queue gained an operation, or the pool closed
 	closed  atomic.Bool    // mirrors mu.closed for poll loops, which run unlocked
 	workers sync.WaitGroup // worker goroutines
+	waiters sync.WaitGroup // goroutines running an open-ended operation each
 	firing  sync.WaitGroup // armed timers whose callback has not finished
 
 	running, maxRunning atomic.Int64 // operations inside a worker, for tests
@@ -59,6 +66,17 @@ func (p *poolEngine) submit(o *opState) error {
 		p.mu.timers[o] = struct{}{}
 		p.firing.Add(1)
 		o.timer = time.AfterFunc(o.dur, func() { p.fire(o) }) // fire waits for mu, so o.timer is set first
+		return nil
+	}
+	if o.openEnded() {
+		o.phase = phaseRunning
+		p.waiters.Go(func() {
+			res := p.run(o)
+			p.mu.Lock()
+			o.phase = phaseDone
+			p.mu.Unlock()
+			o.done(res)
+		})
 		return nil
 	}
 	o.phase = phaseQueued
@@ -256,6 +274,7 @@ func (p *poolEngine) close() error {
 		o.done(Result{Err: ErrClosed})
 	}
 	p.workers.Wait()
+	p.waiters.Wait()
 	p.firing.Wait()
 	return nil
 }

@@ -21,7 +21,7 @@ import (
 // SQEs; an idle reactor pays one io_uring_enter per operation, in the submitter's goroutine.
 type ringEngine struct {
 	r            *ring
-	capacity     int // user operations the kernel may hold at once
+	capacity     int // bounded operations (not Op.openEnded) the kernel may hold at once
 	closeTimeout time.Duration
 
 	mu struct {
@@ -29,14 +29,20 @@ type ringEngine struct {
 		closed    bool
 		abandoned bool // Close gave up waiting; CQEs for emptied slots are expected and ignored
 
-		// INVARIANT: inflight == number of non-nil slots <= capacity. The CQ ring is sized at
-		// 4*capacity, so the user completions plus one cancellation per operation from Do
-		// and one from Close can never overflow it.
-		inflight int
-		slots    []*opState // slot index (low 32 bits of user_data) -> operation in the kernel
-		gens     []uint32   // generation per slot, so a late cancel cannot hit the slot's next tenant
-		free     []uint32
-		queue    fifo // operations waiting for a slot, FIFO
+		// INVARIANT: held == number of non-nil slots; bounded == how many of those are not
+		// open-ended (Op.openEnded), and bounded <= capacity. Only bounded operations wait in
+		// queue. Open-ended ones (socket reads and writes, accept, connect, timers) go to the
+		// kernel at once however many there are, because one of them may be waiting for
+		// something only an operation behind it in the queue would bring about. Their number
+		// is the caller's (one read and one write per connection, say), so held has no fixed
+		// limit, the slot table grows past capacity for them, and the CQ ring, sized at
+		// 4*capacity, can overflow: the kernel then parks CQEs (IORING_FEAT_NODROP, required)
+		// and dispatch moves them in.
+		held, bounded int
+		slots         []*opState // slot index (low 32 bits of user_data) -> operation in the kernel
+		gens          []uint32   // generation per slot, so a late cancel cannot hit the slot's next tenant
+		free          []uint32
+		queue         fifo // bounded operations waiting for capacity, FIFO
 
 		// INVARIANT: while flushing is true, one goroutine is in flush and will submit every
 		// SQE published before it clears the flag, so nobody else needs to call
@@ -48,9 +54,11 @@ type ringEngine struct {
 
 	// Counters for tests and benchmarks; updated once per system call or batch, not per
 	// operation. submitted/enters is the batching the group commit achieves.
-	maxInflight       atomic.Int64 // high-water mark of mu.inflight
+	maxInflight       atomic.Int64 // high-water mark of mu.bounded
+	maxHeld           atomic.Int64 // high-water mark of mu.held
 	enters, submitted atomic.Int64 // io_uring_enter calls that submitted, and SQEs offered to them
 	reaps, reaped     atomic.Int64 // non-empty CQ reaps, and CQEs they returned
+	overflowFlushes   atomic.Int64 // times dispatch found CQEs parked in the kernel's overflow list
 }
 
 // User data of the SQEs the engine issues for itself (cancellations, wake-up NOPs). Their
@@ -99,11 +107,11 @@ func (e *ringEngine) submit(o *opState) error {
 		e.mu.Unlock()
 		return ErrClosed
 	}
-	if e.mu.inflight >= e.capacity || e.mu.queue.len() > 0 {
-		// SQ "full" is handled here: the ring never holds more than capacity operations, and
-		// the rest wait in order. Blocking instead would deadlock a done callback that
-		// submits a follow-up while the ring is full, since only the dispatch goroutine
-		// running that callback can free a slot.
+	if !o.openEnded() && (e.mu.bounded >= e.capacity || e.mu.queue.len() > 0) {
+		// The ring never holds more than capacity bounded operations; the rest wait in order.
+		// Blocking instead would deadlock a done callback that submits a follow-up while the
+		// ring is full, since only the dispatch goroutine running that callback can free a
+		// slot. Open-ended operations never wait here (see Op.openEnded).
 		o.phase = phaseQueued
 		e.mu.queue.push(o)
 		e.mu.Unlock()
@@ -120,15 +128,26 @@ func (e *ringEngine) submit(o *opState) error {
 
 // startLocked gives o a slot and writes its SQE. The SQE reaches the kernel at the next flush.
 func (e *ringEngine) startLocked(o *opState) {
+	if len(e.mu.free) == 0 { // only open-ended operations take the table past capacity
+		e.mu.free = append(e.mu.free, uint32(len(e.mu.slots)))
+		e.mu.slots = append(e.mu.slots, nil)
+		e.mu.gens = append(e.mu.gens, 0)
+	}
 	n := len(e.mu.free) - 1
 	o.slot = e.mu.free[n]
 	e.mu.free = e.mu.free[:n]
 	o.gen = e.mu.gens[o.slot]
 	o.phase = phaseRunning
 	e.mu.slots[o.slot] = o
-	e.mu.inflight++
-	if in := int64(e.mu.inflight); in > e.maxInflight.Load() {
-		e.maxInflight.Store(in)
+	e.mu.held++
+	if h := int64(e.mu.held); h > e.maxHeld.Load() {
+		e.maxHeld.Store(h)
+	}
+	if !o.openEnded() {
+		e.mu.bounded++
+		if b := int64(e.mu.bounded); b > e.maxInflight.Load() {
+			e.maxInflight.Store(b)
+		}
 	}
 
 	s := e.sqeLocked()
@@ -179,8 +198,9 @@ func (e *ringEngine) startLocked(o *opState) {
 }
 
 // sqeLocked returns a free SQE. When every SQ slot holds an SQE the kernel has not consumed
-// (only possible when cancellations pile up on a full ring), it submits them synchronously,
-// still under the lock, which the dispatch goroutine does not need in order to reap.
+// (open-ended operations or cancellations beyond the SQ's size, submitted faster than the
+// flusher drains them), it submits them synchronously, still under the lock, which the
+// dispatch goroutine does not need in order to reap.
 func (e *ringEngine) sqeLocked() *ioSQE {
 	for {
 		if s := e.r.nextSQE(); s != nil {
@@ -258,9 +278,14 @@ func (e *ringEngine) dispatch() {
 		cqes = e.r.reap(cqes[:0])
 		if len(cqes) == 0 {
 			if e.r.overflowed() {
-				// Cannot happen with the in-flight bound, but with IORING_FEAT_NODROP the
-				// kernel parks extra CQEs instead of dropping them; this moves them in.
-				_, _ = ioEnter(e.r.fd, 0, 0, enterGetEvents)
+				// More completions arrived than the CQ ring holds (open-ended operations
+				// are not bounded by capacity). With IORING_FEAT_NODROP the kernel parks
+				// them in its overflow list and sets IORING_SQ_CQ_OVERFLOW; nothing moves
+				// them into the ring but an io_uring_enter with GETEVENTS.
+				e.overflowFlushes.Add(1)
+				if _, err := ioEnter(e.r.fd, 0, 0, enterGetEvents); err != nil {
+					e.waitErr(err)
+				}
 				continue
 			}
 			if e.exiting() {
@@ -276,8 +301,8 @@ func (e *ringEngine) dispatch() {
 				continue
 			}
 			yielded = false
-			if err := e.r.wait(); err != nil && err != unix.EINTR && err != unix.EAGAIN && err != unix.EBUSY {
-				panic(fmt.Sprintf("uring: io_uring_enter wait: %v", err))
+			if err := e.r.wait(); err != nil {
+				e.waitErr(err)
 			}
 			continue
 		}
@@ -297,6 +322,21 @@ func (e *ringEngine) dispatch() {
 	}
 }
 
+// waitErr handles an io_uring_enter(GETEVENTS) error in dispatch, which then loops. EINTR,
+// EAGAIN and EBUSY are transient. EBADR means the kernel dropped a CQE despite
+// IORING_FEAT_NODROP (it could not allocate an overflow entry): an operation will never
+// complete and there is no telling which, so, as with anything else here, crashing beats a
+// silent hang.
+func (e *ringEngine) waitErr(err error) {
+	switch err {
+	case unix.EINTR, unix.EAGAIN, unix.EBUSY:
+	case unix.EBADR:
+		panic("uring: the kernel dropped a completion (io_uring_enter: EBADR)")
+	default:
+		panic(fmt.Sprintf("uring: io_uring_enter wait: %v", err))
+	}
+}
+
 type completion struct {
 	o   *opState
 	res Result
@@ -305,7 +345,7 @@ type completion struct {
 func (e *ringEngine) exiting() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.mu.closed && (e.mu.inflight == 0 || e.mu.abandoned)
+	return e.mu.closed && (e.mu.held == 0 || e.mu.abandoned)
 }
 
 // complete retires the operations behind cqes, refills the ring from the queue, and returns the
@@ -335,12 +375,15 @@ func (e *ringEngine) complete(cqes []ioCQE, ready []completion) (_ []completion,
 		e.mu.slots[idx] = nil
 		e.mu.gens[idx] = (e.mu.gens[idx] + 1) &^ (1 << 31)
 		e.mu.free = append(e.mu.free, idx)
-		e.mu.inflight--
+		e.mu.held--
+		if !o.openEnded() {
+			e.mu.bounded--
+		}
 		o.phase = phaseDone
 		o.pin.Unpin()
 		ready = append(ready, completion{o, e.resultLocked(o, c.res)})
 	}
-	for !e.mu.closed && e.mu.inflight < e.capacity && e.mu.queue.len() > 0 {
+	for !e.mu.closed && e.mu.bounded < e.capacity && e.mu.queue.len() > 0 {
 		e.startLocked(e.mu.queue.pop())
 	}
 	if !e.mu.flushing {
@@ -459,7 +502,10 @@ func (e *ringEngine) abandon() {
 			continue
 		}
 		e.mu.slots[i] = nil
-		e.mu.inflight--
+		e.mu.held--
+		if !o.openEnded() {
+			e.mu.bounded--
+		}
 		o.phase = phaseDone
 		lost = append(lost, o)
 	}

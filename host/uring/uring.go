@@ -69,8 +69,8 @@ func (o Op) String() string { return opNames[o.code] }
 func Nop() Op { return Op{code: opNop} }
 
 // Read reads up to len(buf) bytes from fd at offset off, or at the descriptor's current
-// position (sockets, pipes) when off is negative. Like read(2), it may return fewer bytes than
-// asked, and 0 at end of file.
+// position when off is negative, which sockets and pipes require. Like read(2), it may return
+// fewer bytes than asked, and 0 at end of file.
 func Read(fd int, buf []byte, off int64) Op { return Op{code: opRead, fd: fd, buf: buf, off: off} }
 
 // Write writes up to len(buf) bytes to fd at offset off, or at the current position when off is
@@ -133,12 +133,15 @@ func (f optionFunc) apply(c *config) { f(c) }
 // WithBackend selects the implementation. The default is DefaultBackend.
 func WithBackend(b Backend) Option { return optionFunc(func(c *config) { c.backend = b }) }
 
-// WithEntries sets the io_uring ring size: the number of operations the kernel holds at once.
-// Operations beyond it wait in a FIFO in the process. Default 256; clamped to [1, 4096].
+// WithEntries sets the io_uring ring size: the number of bounded operations (file reads and
+// writes at an offset, Nop) the kernel holds at once. Operations beyond it wait in a FIFO in the
+// process; open-ended ones (sockets, pipes, Accept, Connect, Timeout) never wait and do not
+// count (see Backpressure in the package documentation). Default 256; clamped to [1, 4096].
 func WithEntries(n int) Option { return optionFunc(func(c *config) { c.entries = n }) }
 
-// WithWorkers sets the number of pool goroutines, which bounds the pool's concurrent system
-// calls. Default 32; clamped to [1, 4096].
+// WithWorkers sets the number of pool goroutines for bounded operations, which bounds the
+// pool's concurrent file reads and writes; each open-ended operation gets a goroutine of its
+// own. Default 32; clamped to [1, 4096].
 func WithWorkers(n int) Option { return optionFunc(func(c *config) { c.workers = n }) }
 
 // WithCloseTimeout bounds how long Close waits for the kernel to finish cancelled io_uring
@@ -225,10 +228,12 @@ func (r *Reactor) Backend() Backend { return r.backend }
 // result, on a goroutine of the reactor's (never the caller's, during Submit), unless Submit
 // returns an error, in which case done is not called.
 //
-// Submit never blocks on capacity: beyond WithEntries (io_uring) or WithWorkers (pool)
+// Submit never blocks on capacity: beyond WithEntries (io_uring) or WithWorkers (pool) bounded
 // operations, it queues op in FIFO order. That is what makes it safe to call from inside a
-// done callback, the natural place to chain the next read. Callers bound their own outstanding
-// work (the state tier bounds its fetches); the reactor bounds what reaches the kernel.
+// done callback, the natural place to chain the next read. Open-ended operations (a Read or
+// Write with a negative offset, Accept, Connect, Timeout) are never queued, since what they
+// wait for may depend on an operation behind them. Callers bound their own outstanding work
+// (the state tier bounds its fetches); the reactor bounds the file I/O that reaches the kernel.
 //
 // done runs on the io_uring backend's single dispatch goroutine. While it runs, no other
 // completion is delivered and submissions from other goroutines wait to be flushed with the
@@ -314,6 +319,27 @@ type opState struct {
 	// Pool engine.
 	canceled atomic.Bool
 	timer    *time.Timer
+}
+
+// openEnded reports whether the operation may stay in the kernel for as long as something
+// outside this process takes: a read or write at the current position (a socket or pipe waits
+// for its peer), an accept, a connect, a timer. The engines never make such an operation wait
+// for capacity behind others. A queue would let a socket read take the last slot while the write
+// that makes its peer answer waits behind it, forever: the hang BenchmarkTransport in
+// host/lookup hit with 256 keep-alive connections, each with a read always pending, on a ring
+// of 256 entries.
+//
+// Reads and writes with an offset are the bounded kind: a file's pread completes on its own.
+// A positional read of a socket is not supported (the pool's pread fails with ESPIPE), which
+// is what makes the offset a sound test.
+func (o *Op) openEnded() bool {
+	switch o.code {
+	case opRead, opWrite:
+		return o.off < 0
+	case opAccept, opConnect, opTimeout:
+		return true
+	}
+	return false
 }
 
 func newOpState(op Op, done func(Result)) (*opState, error) {

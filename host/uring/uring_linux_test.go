@@ -40,8 +40,9 @@ func reactorState(r *Reactor) string {
 	case *ringEngine:
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		return fmt.Sprintf("io_uring: %d of %d slots in use %v, %d queued %v", e.mu.inflight, e.capacity,
-			count(e.mu.slots), e.mu.queue.len(), count(e.mu.queue.items[e.mu.queue.head:]))
+		return fmt.Sprintf("io_uring: %d operations in the kernel %v (%d of %d bounded), %d queued %v",
+			e.mu.held, count(e.mu.slots), e.mu.bounded, e.capacity,
+			e.mu.queue.len(), count(e.mu.queue.items[e.mu.queue.head:]))
 	case *poolEngine:
 		e.mu.Lock()
 		defer e.mu.Unlock()
@@ -168,4 +169,51 @@ func TestCloseAbandon(t *testing.T) {
 		}
 	}
 	t.Logf("%d operations abandoned over 20 closes", abandoned)
+}
+
+// TestCQOverflow has more completions arrive at once than the CQ ring holds, which open-ended
+// operations (here timers) make possible since they are not held to WithEntries. The first
+// callback holds the dispatch goroutine while the timers fire, so the kernel must park the
+// surplus in its overflow list (IORING_FEAT_NODROP), and dispatch must move it in: every
+// callback runs once.
+func TestCQOverflow(t *testing.T) {
+	if err := Available(); err != nil {
+		t.Skipf("io_uring unavailable here: %v", err)
+	}
+	r := newReactor(t, WithBackend(BackendIOUring), WithEntries(1))
+	e := r.e.(*ringEngine)
+	n := 16 * int(e.r.cqEntries)
+	release := make(chan struct{})
+	if err := r.Submit(Nop(), func(Result) { <-release }); err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	all := make(chan struct{})
+	for range n {
+		err := r.Submit(Timeout(time.Millisecond), func(res Result) {
+			if res.Err != nil {
+				t.Errorf("timer: %v", res.Err)
+			}
+			if calls.Add(1) == int64(n) {
+				close(all)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond) // every timer has fired; the dispatcher is still held
+	close(release)
+	select {
+	case <-all:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%d of %d timers delivered after 10s (CQ ring of %d): %s", calls.Load(), n, e.r.cqEntries, reactorState(r))
+	}
+	if e.overflowFlushes.Load() == 0 {
+		t.Errorf("%d completions into a CQ ring of %d without an overflow", n, e.r.cqEntries)
+	}
+	if h := e.maxHeld.Load(); h <= int64(e.capacity) {
+		t.Errorf("at most %d operations in the kernel, want more than capacity %d", h, e.capacity)
+	}
+	t.Logf("%d timers, CQ ring of %d, %d overflow flushes, up to %d in the kernel", n, e.r.cqEntries, e.overflowFlushes.Load(), e.maxHeld.Load())
 }
