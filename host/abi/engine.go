@@ -106,7 +106,7 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 	b := e.rt.NewHostModuleBuilder(ImportModule)
 	for _, imp := range clinkImports {
 		b.NewFunctionBuilder().
-			WithGoModuleFunction(imp.fn, imp.params, imp.results).
+			WithGoFunction(imp.fn, imp.params, imp.results).
 			WithParameterNames(imp.paramNames...).
 			Export(imp.name)
 	}
@@ -115,7 +115,7 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 	}
 	fb := e.rt.NewHostModuleBuilder(wasmbin.FuelImportModule)
 	fb.NewFunctionBuilder().
-		WithGoModuleFunction(api.GoModuleFunc(fuelExhausted), nil, []api.ValueType{api.ValueTypeI32}).
+		WithGoFunction(api.GoFunc(fuelExhausted), nil, []api.ValueType{api.ValueTypeI32}).
 		Export(wasmbin.FuelImportName)
 	if _, err := fb.Instantiate(ctx); err != nil {
 		return fmt.Errorf("abi: instantiating %s: %w", wasmbin.FuelImportModule, err)

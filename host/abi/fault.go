@@ -20,6 +20,7 @@ const (
 	FaultOutOfMemory                  // the guest could not allocate (input buffer, memory limit)
 	FaultHost                         // a host-side refusal that must stop the call (e.g. invalid output)
 	FaultCancelled                    // the instance's context was cancelled mid-call
+	FaultABI                          // the guest broke the ABI (a malformed output area or frame)
 )
 
 func (k FaultKind) String() string {
@@ -38,6 +39,8 @@ func (k FaultKind) String() string {
 		return "host error"
 	case FaultCancelled:
 		return "cancelled"
+	case FaultABI:
+		return "ABI violation"
 	}
 	return "fault"
 }
@@ -81,6 +84,8 @@ func (f *Fault) Detail() string {
 		b.WriteString(" ran out of memory")
 	case FaultHost:
 		b.WriteString(" was stopped by the host")
+	case FaultABI:
+		b.WriteString(" broke the ABI")
 	default:
 		b.WriteString(" trapped")
 	}
@@ -130,6 +135,10 @@ func (e *budgetError) Unwrap() error { return e.cause }
 
 // fault classifies the error of a failed export call.
 func (in *Instance) fault(k callKind, err error) error {
+	var inner *Fault
+	if errors.As(err, &inner) {
+		return inner // raised by the host inside the call (output area, frames)
+	}
 	f := &Fault{Operator: in.m.Manifest.Name, Export: callExport[k], Kind: FaultTrap, Err: err, GuestMessage: in.guestMessage()}
 	var be *budgetError
 	var he *HostError

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/tetratelabs/wazero/api"
 )
 
 // Runaway guests
@@ -30,11 +28,8 @@ var clockBase = time.Now()
 
 func monotonic() time.Duration { return time.Since(clockBase) }
 
-func fuelExhausted(ctx context.Context, _ api.Module, stack []uint64) {
-	in, _ := ctx.Value(instanceKey{}).(*Instance)
-	if in == nil {
-		panic(fmt.Errorf("clink: fuel check outside a clink instance"))
-	}
+func fuelExhausted(ctx context.Context, stack []uint64) {
+	in := instance(ctx)
 	if err := in.checkBudget(); err != nil {
 		panic(err)
 	}

@@ -15,7 +15,7 @@ type importDef struct {
 	params     []api.ValueType
 	results    []api.ValueType
 	paramNames []string
-	fn         api.GoModuleFunc
+	fn         api.GoFunc
 }
 
 // clinkImports is the whole clink_v1 import module (docs/abi.md, "Imports").
@@ -38,6 +38,8 @@ var clinkImports = []importDef{
 	{"lookup", []api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i64},
 		[]string{"endpoint", "req_ptr", "req_len", "buf_ptr", "buf_cap"}, hostLookup},
 	{"set_resume_order", []api.ValueType{i64}, nil, []string{"order"}, hostSetResumeOrder},
+	{"output_area", []api.ValueType{i32, i32}, []api.ValueType{i32}, []string{"ptr", "cap"}, hostOutputArea},
+	{"flush_output", nil, []api.ValueType{i32}, nil, hostFlushOutput},
 }
 
 var importByName = func() map[string]*importDef {
@@ -79,6 +81,9 @@ func (in *Instance) allowed(c capability) bool {
 }
 
 func instance(ctx context.Context) *Instance {
+	if c, ok := ctx.(*instanceCtx); ok {
+		return c.in
+	}
 	in, _ := ctx.Value(instanceKey{}).(*Instance)
 	if in == nil {
 		panic(errors.New("clink: import called outside a clink instance"))
@@ -101,7 +106,7 @@ func hostErr(err error) uint64 {
 	panic(&HostError{Err: err})
 }
 
-func hostGet(ctx context.Context, _ api.Module, stack []uint64) {
+func hostGet(ctx context.Context, stack []uint64) {
 	in := instance(ctx)
 	state, kp, kl, bp, bc := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3]), uint32(stack[4])
 	stack[0] = in.get(state, kp, kl, bp, bc)
@@ -146,7 +151,7 @@ func (in *Instance) setPending(v []byte) {
 	in.hasPending = true
 }
 
-func hostPut(ctx context.Context, _ api.Module, stack []uint64) {
+func hostPut(ctx context.Context, stack []uint64) {
 	in := instance(ctx)
 	state, kp, kl, vp, vl := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3]), uint32(stack[4])
 	stack[0] = in.put(state, kp, kl, vp, vl)
@@ -176,7 +181,7 @@ func (in *Instance) put(state, kp, kl, vp, vl uint32) uint64 {
 	return 0
 }
 
-func hostDelete(ctx context.Context, _ api.Module, stack []uint64) {
+func hostDelete(ctx context.Context, stack []uint64) {
 	in := instance(ctx)
 	state, kp, kl := uint32(stack[0]), uint32(stack[1]), uint32(stack[2])
 	stack[0] = in.delete(state, kp, kl)
@@ -202,7 +207,7 @@ func (in *Instance) delete(state, kp, kl uint32) uint64 {
 	return 0
 }
 
-func hostTakeResult(ctx context.Context, _ api.Module, stack []uint64) {
+func hostTakeResult(ctx context.Context, stack []uint64) {
 	in := instance(ctx)
 	stack[0] = in.takeResult(uint32(stack[0]), uint32(stack[1]))
 }
@@ -223,7 +228,7 @@ func (in *Instance) takeResult(bp, bc uint32) uint64 {
 	return uint64(n)
 }
 
-func hostEmit(ctx context.Context, _ api.Module, stack []uint64) {
+func hostEmit(ctx context.Context, stack []uint64) {
 	in := instance(ctx)
 	kp, kl, vp, vl := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3])
 	stack[0] = in.emit(kp, kl, vp, vl)
@@ -248,12 +253,12 @@ func (in *Instance) emit(kp, kl, vp, vl uint32) uint64 {
 	return 0
 }
 
-func hostTimerRegister(ctx context.Context, _ api.Module, stack []uint64) {
+func hostTimerRegister(ctx context.Context, stack []uint64) {
 	in := instance(ctx)
 	stack[0] = in.timer(int64(stack[0]), true)
 }
 
-func hostTimerDelete(ctx context.Context, _ api.Module, stack []uint64) {
+func hostTimerDelete(ctx context.Context, stack []uint64) {
 	in := instance(ctx)
 	stack[0] = in.timer(int64(stack[0]), false)
 }
@@ -274,15 +279,15 @@ func (in *Instance) timer(ts int64, register bool) uint64 {
 	return 0
 }
 
-func hostWatermark(ctx context.Context, _ api.Module, stack []uint64) {
+func hostWatermark(ctx context.Context, stack []uint64) {
 	stack[0] = uint64(instance(ctx).h.Watermark())
 }
 
-func hostProcessingTime(_ context.Context, _ api.Module, stack []uint64) {
+func hostProcessingTime(_ context.Context, stack []uint64) {
 	stack[0] = uint64(time.Now().UnixMilli())
 }
 
-func hostLog(ctx context.Context, _ api.Module, stack []uint64) {
+func hostLog(ctx context.Context, stack []uint64) {
 	in := instance(ctx)
 	level, mp, ml := LogLevel(int32(uint32(stack[0]))), uint32(stack[1]), uint32(stack[2])
 	if uint64(ml) > uint64(in.limits.MaxLogMessage) {
@@ -295,7 +300,7 @@ func hostLog(ctx context.Context, _ api.Module, stack []uint64) {
 	in.log(level, msg)
 }
 
-func hostLookup(ctx context.Context, _ api.Module, stack []uint64) {
+func hostLookup(ctx context.Context, stack []uint64) {
 	in := instance(ctx)
 	ep, rp, rl, bp, bc := uint32(stack[0]), uint32(stack[1]), uint32(stack[2]), uint32(stack[3]), uint32(stack[4])
 	stack[0] = in.lookup(ep, rp, rl, bp, bc)
@@ -341,9 +346,18 @@ func (in *Instance) lookup(ep, rp, rl, bp, bc uint32) uint64 {
 	return uint64(status)<<32 | uint64(n)
 }
 
-func hostSetResumeOrder(ctx context.Context, _ api.Module, stack []uint64) {
+func hostSetResumeOrder(ctx context.Context, stack []uint64) {
 	in := instance(ctx)
 	if in.allowed(capKeyed) {
 		in.h.SetResumeOrder(int64(stack[0]))
 	}
+}
+
+func hostOutputArea(ctx context.Context, stack []uint64) {
+	in := instance(ctx)
+	stack[0] = in.outputArea(uint32(stack[0]), uint32(stack[1]))
+}
+
+func hostFlushOutput(ctx context.Context, stack []uint64) {
+	stack[0] = instance(ctx).flushOutput()
 }

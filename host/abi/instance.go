@@ -39,10 +39,24 @@ var callExport = [...]string{
 	callClose: ExportClose,
 }
 
-// instanceKey is the context key under which host functions find their Instance. Each instance
-// owns one context for all of its calls, so the lookup is a single valueCtx hop and no call
-// allocates.
+// instanceCtx is the context every call of an instance runs with: its parent context plus the
+// instance itself. Host functions find their Instance with one type assertion on the context
+// wazero hands them (ctx.Value would walk a chain), and no call allocates.
+type instanceCtx struct {
+	context.Context
+	in *Instance
+}
+
+// instanceKey is the context key under which host functions find their Instance when a context
+// wraps an instance context.
 type instanceKey struct{}
+
+func (c *instanceCtx) Value(key any) any {
+	if key == (instanceKey{}) {
+		return c.in
+	}
+	return c.Context.Value(key)
+}
 
 // Instance is one instantiation of a Module with the per-instance state the ABI needs: the input
 // buffer, the pending result, and the current call. It is not safe for concurrent use, and is
@@ -59,6 +73,9 @@ type Instance struct {
 	stack                                                           []uint64
 
 	inPtr, inCap uint32 // guest-owned input buffer from clink_input
+
+	pf             prefetch // frames of prefetched values (fastpath.go)
+	outPtr, outCap uint32   // the registered output area, if any (fastpath.go)
 
 	kind       callKind
 	emits      int
@@ -99,7 +116,10 @@ func (m *Module) Instantiate(ctx context.Context, h Handler) (*Instance, error) 
 func (m *Module) instantiate(ctx context.Context, h Handler, purpose callKind) (*Instance, error) {
 	lim := m.e.limits
 	in := &Instance{m: m, h: h, limits: &lim, stack: make([]uint64, 4)}
-	in.ctx = context.WithValue(ctx, instanceKey{}, in)
+	if n := len(m.prefetchIDs); n > 0 {
+		in.pf = prefetch{ids: m.prefetchIDs, lens: make([]int64, n), caps: make([]uint32, n), at: make([]uint32, n)}
+	}
+	in.ctx = &instanceCtx{Context: ctx, in: in}
 	in.stdout = lineWriter{in: in, level: LevelInfo}
 	in.stderr = lineWriter{in: in, level: LevelError}
 	cfg := wazero.NewModuleConfig().
@@ -159,18 +179,45 @@ func (in *Instance) NoteResumed() { in.seq++ }
 // MemoryBytes returns the current size of the instance's linear memory.
 func (in *Instance) MemoryBytes() uint64 { return uint64(in.mem.Size()) }
 
-// Process delivers one record to clink_process. key and value are copied into guest memory.
+// Process delivers one record to clink_process. key and value are copied into guest memory,
+// followed by the frames of the prefetched values; after a successful call the frames the guest
+// wrote are applied and the output area is drained.
 func (in *Instance) Process(key, value []byte, ts int64) error {
-	if err := in.ensureInput(len(key) + len(value)); err != nil {
+	base := len(key) + len(value)
+	need := base
+	if len(in.pf.ids) > 0 {
+		var err error
+		if need, err = in.gather(base); err != nil {
+			return err
+		}
+	}
+	if err := in.ensureInput(need); err != nil {
 		return err
 	}
 	in.mem.Write(in.inPtr, key)
 	in.mem.Write(in.inPtr+uint32(len(key)), value)
+	if len(in.pf.ids) > 0 {
+		in.writeFrames(base)
+	}
 	in.begin(callProcess)
 	in.stack[0] = uint64(len(key))
 	in.stack[1] = uint64(len(value))
 	in.stack[2] = uint64(ts)
-	return in.end(in.fnProcess.CallWithStack(in.ctx, in.stack))
+	if err := in.end(in.fnProcess.CallWithStack(in.ctx, in.stack)); err != nil {
+		return err
+	}
+	return in.afterKeyed(callProcess)
+}
+
+// afterKeyed completes a successful clink_process or clink_on_timer: frame write-back, then the
+// output area.
+func (in *Instance) afterKeyed(k callKind) error {
+	if len(in.pf.ids) > 0 {
+		if err := in.writeBack(k); err != nil {
+			return err
+		}
+	}
+	return in.drainOutput(k)
 }
 
 // OnTimer fires the timer (key, ts) through clink_on_timer.
@@ -178,14 +225,27 @@ func (in *Instance) OnTimer(key []byte, ts int64) error {
 	if in.fnTimer == nil {
 		return &Fault{Operator: in.m.Manifest.Name, Export: ExportOnTimer, Kind: FaultTrap, Err: errors.New("a timer fired but the module does not export clink_on_timer")}
 	}
-	if err := in.ensureInput(len(key)); err != nil {
+	need := len(key)
+	if len(in.pf.ids) > 0 {
+		var err error
+		if need, err = in.gather(len(key)); err != nil {
+			return err
+		}
+	}
+	if err := in.ensureInput(need); err != nil {
 		return err
 	}
 	in.mem.Write(in.inPtr, key)
+	if len(in.pf.ids) > 0 {
+		in.writeFrames(len(key))
+	}
 	in.begin(callTimer)
 	in.stack[0] = uint64(len(key))
 	in.stack[1] = uint64(ts)
-	return in.end(in.fnTimer.CallWithStack(in.ctx, in.stack))
+	if err := in.end(in.fnTimer.CallWithStack(in.ctx, in.stack)); err != nil {
+		return err
+	}
+	return in.afterKeyed(callTimer)
 }
 
 // ErrKeyRejected is returned by Key when the guest's key function rejects a record.
@@ -254,7 +314,9 @@ func (in *Instance) Close(ctx context.Context) error {
 	var err error
 	if !in.broken && in.fnClose != nil {
 		in.begin(callClose)
-		err = in.end(in.fnClose.CallWithStack(in.ctx, in.stack))
+		if err = in.end(in.fnClose.CallWithStack(in.ctx, in.stack)); err == nil {
+			err = in.drainOutput(callClose)
+		}
 	}
 	in.discard(ctx)
 	return err

@@ -14,6 +14,7 @@ const ManifestSection = "clink.manifest"
 // Limits on what a manifest may declare (docs/abi.md, "Declaring the module").
 const (
 	MaxStates    = 256
+	MaxPrefetch  = 16
 	MaxEndpoints = 64
 	maxManifest  = 64 << 10
 )
@@ -23,6 +24,7 @@ type Manifest struct {
 	ABI       int      `json:"abi"`
 	Name      string   `json:"name"`
 	States    []string `json:"states,omitempty"`
+	Prefetch  []string `json:"prefetch,omitempty"`
 	Endpoints []string `json:"endpoints,omitempty"`
 }
 
@@ -62,7 +64,33 @@ func (m Manifest) Validate() error {
 	if err := checkNames("states", m.States, MaxStates); err != nil {
 		return err
 	}
+	if err := checkNames("prefetch", m.Prefetch, MaxPrefetch); err != nil {
+		return err
+	}
+	for _, p := range m.Prefetch {
+		if m.stateIndex(p) < 0 {
+			return fmt.Errorf("manifest prefetches %q, which is not among its states", p)
+		}
+	}
 	return checkNames("endpoints", m.Endpoints, MaxEndpoints)
+}
+
+func (m Manifest) stateIndex(name string) int {
+	for i, s := range m.States {
+		if s == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// PrefetchIDs returns the state indices of the prefetched states, in prefetch order.
+func (m Manifest) PrefetchIDs() []uint32 {
+	ids := make([]uint32, len(m.Prefetch))
+	for i, p := range m.Prefetch {
+		ids[i] = uint32(m.stateIndex(p))
+	}
+	return ids
 }
 
 func checkNames(what string, names []string, max int) error {

@@ -157,6 +157,7 @@ type Module struct {
 
 	hasOnTimer, hasOpen, hasClose, hasKey, hasInitialize bool
 	manifestFromExport                                   bool
+	prefetchIDs                                          []uint32
 }
 
 // Load checks bin against the ABI, instruments it, compiles it and reads its manifest. A module
@@ -218,6 +219,7 @@ func (e *Engine) load(ctx context.Context, bin []byte, opts LoadOptions) (*Modul
 	}
 	if rep.Manifest != nil {
 		m.Manifest = *rep.Manifest
+		m.prefetchIDs = m.Manifest.PrefetchIDs()
 	}
 	return m, rep
 }

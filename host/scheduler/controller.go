@@ -35,6 +35,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
@@ -202,7 +203,8 @@ type Controller struct {
 	barrier   *uint64
 	timers    *timerService
 
-	pendingReads []*task
+	pendingReads []pendingRead
+	prefetch     []uint32 // state ids the module prefetches (docs/abi.md, "Fast paths")
 	maxBatch     int
 	ready        []*task
 	suspended    map[*task]struct{}
@@ -233,6 +235,7 @@ type epoch struct {
 
 // completions is the hand-back from IO goroutines to the runner.
 type completions struct {
+	n    atomic.Int32 // len(q), readable without the lock: the loop checks it every iteration
 	mu   sync.Mutex
 	q    []completion
 	wake chan struct{} // cap 1
@@ -245,14 +248,23 @@ type completion struct {
 }
 
 type readBatch struct {
-	tasks   []*task
+	reads   []pendingRead
 	results []state.Fetched
 	err     error
+}
+
+// pendingRead is one cold key waiting for the next batched Fetch: either the read of a task
+// suspended inside its guest call, or a prefetched value a task needs before its call starts.
+type pendingRead struct {
+	t        *task
+	key      state.Key
+	prefetch bool
 }
 
 func (q *completions) post(c completion) {
 	q.mu.Lock()
 	q.q = append(q.q, c)
+	q.n.Store(int32(len(q.q)))
 	q.mu.Unlock()
 	select {
 	case q.wake <- struct{}{}:
@@ -261,7 +273,11 @@ func (q *completions) post(c completion) {
 }
 
 func (q *completions) take(dst []completion) []completion {
+	if q.n.Load() == 0 {
+		return dst
+	}
 	q.mu.Lock()
+	q.n.Store(0)
 	dst = append(dst, q.q...)
 	clear(q.q)
 	q.q = q.q[:0]
@@ -300,6 +316,9 @@ func New(cfg Config) (*Controller, error) {
 	}
 	c.comp.wake = make(chan struct{}, 1)
 	c.epochs = []*epoch{{startWM: math.MinInt64}}
+	if !cfg.Synchronous && cfg.Order == OrderPerKey {
+		c.prefetch = cfg.Module.Manifest.PrefetchIDs()
+	}
 	if err := c.timers.unmarshal(cfg.Backend.OperatorState(timersStateName)); err != nil {
 		return nil, err
 	}
@@ -512,6 +531,12 @@ func (c *Controller) submit(t *task, front bool) {
 		c.execute(t)
 		return
 	}
+	// The gate holds only keys whose task suspended: while nothing is suspended or parked (the
+	// all-hits path) it is empty and the lookup is skipped.
+	if len(c.gate) == 0 {
+		c.execute(t)
+		return
+	}
 	if g, ok := c.gate[string(t.key)]; ok {
 		if front {
 			g.queue = slices.Insert(g.queue, 0, t)
@@ -571,6 +596,9 @@ func (c *Controller) execute(t *task) {
 	if c.err != nil {
 		c.finish(t, nil)
 		return
+	}
+	if len(c.prefetch) > 0 && !t.prefetched && c.awaitPrefetch(t) {
+		return // runnable again once its prefetched values are loaded
 	}
 	s, err := c.acquireSlot()
 	if err != nil {
@@ -721,6 +749,29 @@ func (c *Controller) PendingTimers() int { return c.timers.len() }
 
 // --- async imports ---
 
+// awaitPrefetch checks that t's prefetched values are hot. If some are cold it queues their
+// loads, enters t's key in the gate (later records of the key park behind it) and reports true:
+// t waits without an instance, and goes to the runnable queue when the loads complete.
+func (c *Controller) awaitPrefetch(t *task) bool {
+	t.prefetched = true
+	for _, id := range c.prefetch {
+		k := state.Key{State: state.StateID(id), Record: t.key}
+		if _, _, hot := c.cfg.Backend.Get(k); !hot {
+			c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
+			t.prefetchWait++
+		}
+	}
+	if t.prefetchWait == 0 {
+		return false
+	}
+	c.metrics.PrefetchWaits.Add(1)
+	c.markKeyBusy(t)
+	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch {
+		c.flushReads()
+	}
+	return true
+}
+
 // readCold suspends t until k has been loaded. It runs on the holder, inside t's guest call.
 func (c *Controller) readCold(t *task, k state.Key) ([]byte, bool, error) {
 	t.readKey = state.Key{State: k.State, Record: t.key, Entry: bytes.Clone(k.Entry)}
@@ -736,7 +787,7 @@ func (c *Controller) readCold(t *task, k state.Key) ([]byte, bool, error) {
 		c.cfg.Backend.Fill(b.results)
 		return b.results[0].Value, b.results[0].Found, nil
 	}
-	c.pendingReads = append(c.pendingReads, t)
+	c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: t.readKey})
 	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch {
 		c.flushReads()
 	}
@@ -751,22 +802,22 @@ func (c *Controller) readCold(t *task, k state.Key) ([]byte, bool, error) {
 
 // flushReads issues every pending cold read as one batched Fetch.
 func (c *Controller) flushReads() {
-	tasks := c.pendingReads
+	reads := c.pendingReads
 	c.pendingReads = nil
-	keys := make([]state.Key, len(tasks))
-	for i, t := range tasks {
-		keys[i] = t.readKey
+	keys := make([]state.Key, len(reads))
+	for i, r := range reads {
+		keys[i] = r.key
 	}
-	n := int64(len(tasks))
+	n := int64(len(reads))
 	c.metrics.ReadBatches.Add(1)
 	c.metrics.ReadBatchKeys.Add(n)
 	if n > c.metrics.MaxReadBatch.Load() {
 		c.metrics.MaxReadBatch.Store(n)
 	}
-	b := &readBatch{tasks: tasks}
+	b := &readBatch{reads: reads}
 	c.cfg.Backend.Fetch(keys, func(res []state.Fetched, err error) {
-		if err == nil && len(res) != len(tasks) {
-			err = fmt.Errorf("state backend returned %d results for %d keys", len(res), len(tasks))
+		if err == nil && len(res) != len(reads) {
+			err = fmt.Errorf("state backend returned %d results for %d keys", len(res), len(reads))
 		}
 		b.results, b.err = res, err
 		c.comp.post(completion{batch: b, at: time.Now()})
@@ -781,7 +832,14 @@ func (c *Controller) complete(cp completion) {
 			return // the tasks are aborted with everything else
 		}
 		c.cfg.Backend.Fill(b.results)
-		for i, t := range b.tasks {
+		for i, r := range b.reads {
+			t := r.t
+			if r.prefetch {
+				if t.prefetchWait--; t.prefetchWait == 0 {
+					c.runnable = append(c.runnable, t)
+				}
+				continue
+			}
 			t.fetched = b.results[i]
 			t.waitFrom = cp.at
 			c.ready = append(c.ready, t)

@@ -134,13 +134,28 @@ func feed(elems []Element, batch int) <-chan []Element {
 // watermarks never overtaking earlier records, timers firing after the records before them,
 // and barriers seeing a consistent cut.
 func TestPropertiesRandomLatency(t *testing.T) {
-	m := loadModule(t, "testdata/accum.wasm")
+	testProperties(t, "testdata/accum.wasm", false)
+}
+
+// TestPropertiesPrefetch runs the same properties with the fast paths: the count is a prefetched
+// value written back through its frame, outputs go through the output area. Cold values are
+// loaded before calls start, so nothing suspends.
+func TestPropertiesPrefetch(t *testing.T) {
+	testProperties(t, "testdata/accumpf.wasm", true)
+}
+
+func testProperties(t *testing.T, module string, prefetch bool) {
+	m := loadModule(t, module)
 	for seed := uint64(1); seed <= 12; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(seed, 7))
 				w := genWorkload(rng, 1500, 1+rng.IntN(300))
-				tier := newFakeTier(seed, 0, time.Duration(1+rng.IntN(3))*time.Millisecond, rng.Float64()*0.9)
+				evict := rng.Float64() * 0.9
+				if seed%4 == 0 {
+					evict = 0
+				}
+				tier := newFakeTier(seed, 0, time.Duration(1+rng.IntN(3))*time.Millisecond, evict)
 				sink := &collectSink{}
 				var barrierErr error
 				cfg := Config{
@@ -182,7 +197,14 @@ func TestPropertiesRandomLatency(t *testing.T) {
 				if s.Instances != 0 || s.InFlight != 0 || s.Parked != 0 {
 					t.Errorf("leftovers after Run: %+v", s)
 				}
-				if s.Suspensions == 0 || s.Records != int64(len(w.perKey)) && s.Records == 0 {
+				if prefetch {
+					// Prefetched values load before calls start. Only a value evicted between
+					// its load and its call is read inside the call (and suspends): never when
+					// the tier does not evict.
+					if s.PrefetchWaits == 0 || (tier.evictP == 0 && s.Suspensions != 0) {
+						t.Errorf("prefetch: %d suspensions, %d prefetch waits", s.Suspensions, s.PrefetchWaits)
+					}
+				} else if s.Suspensions == 0 {
 					t.Errorf("nothing suspended: %+v", s)
 				}
 				if !cfg.NoCoalesce && cfg.MaxInFlight > 8 && s.MeanReadBatch < 1.5 {

@@ -50,7 +50,7 @@ func (f *fakeLookup) do(_ context.Context, ep uint32, req []byte, done func(int,
 }
 
 type enrichOut struct {
-	key, body    string
+	key, body     string
 	getRC, status int32
 }
 

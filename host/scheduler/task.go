@@ -32,6 +32,9 @@ type task struct {
 	inGate    bool        // the task's key has an entry in the gate
 	held      *heldOutput // OrderInput: where the task's outputs wait for earlier records
 
+	prefetched   bool // its prefetched values were checked (and, if cold, loaded)
+	prefetchWait int  // prefetched values still loading
+
 	// Result of the async operation the task is suspended on. Written by the holder (state
 	// reads are installed on the runner) or, for lookups, by an IO goroutine before the
 	// completion is posted; read by the task's carrier after it resumes.
@@ -48,6 +51,7 @@ type task struct {
 func (t *task) reset() {
 	t.kind, t.key, t.value, t.ts, t.pos, t.seq, t.ep, t.wm = 0, nil, nil, 0, 0, 0, nil, 0
 	t.slot, t.carrier, t.suspended, t.inGate, t.held = nil, nil, false, false, nil
+	t.prefetched, t.prefetchWait = false, 0
 	t.fetched, t.readKey, t.lookup, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, 0, time.Time{}
 	t.done.Store(0)
 }

@@ -1,0 +1,228 @@
+package abi
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Fast paths (docs/abi.md, "Fast paths")
+//
+// Import calls are transitions between Wasm and Go, and on wazero each one costs more than a
+// typical operator's per-record work. Two mechanisms let the common case run with none:
+//
+//   - Prefetched values: before a keyed call the host writes one frame per prefetched state
+//     (the per-key value, entry "") into the input buffer after the record; after the call it
+//     applies the frames the guest marked DIRTY as puts or deletes.
+//   - The output area: a guest-owned buffer of emitted records that the host drains when the
+//     call returns (or on flush_output).
+//
+// Both are read and written only around export calls, with bounds-checked memory access, and
+// never trusted: the host keeps its own record of each frame's capacity, and a malformed frame
+// or area is a fault of the call.
+
+const (
+	frameHeader   = 16
+	frameMinCap   = 64
+	frameAbsent   = math.MaxUint32
+	frameDirty    = 1
+	outHeader     = 4
+	minOutputArea = 8
+)
+
+// prefetch holds the values gathered for the frames of the next call.
+type prefetch struct {
+	ids    []uint32 // state indices, in manifest prefetch order
+	buf    []byte   // the values, back to back
+	lens   []int64  // per frame: value length, or -1 when absent
+	caps   []uint32 // per frame: the capacity the host reserved (the guest's copy is not trusted)
+	at     []uint32 // per frame: guest address of the frame header in this call
+	noKeys bool     // keyed state is not available: frames are absent and must stay clean
+}
+
+func align8(n int) int { return (n + 7) &^ 7 }
+
+// gather reads the prefetched values through the handler (the scheduler has made them hot) and
+// returns the input-buffer bytes the frames need after a record of base bytes.
+func (in *Instance) gather(base int) (int, error) {
+	p := &in.pf
+	p.buf = p.buf[:0]
+	p.noKeys = false
+	total := align8(base)
+	for i, id := range p.ids {
+		v, found, err := in.h.Get(id, nil)
+		if err != nil {
+			var c Code
+			if !errors.As(err, &c) {
+				return 0, &Fault{Operator: in.m.Manifest.Name, Kind: FaultHost, Err: fmt.Errorf("prefetching state %q: %w", in.m.Manifest.States[id], err)}
+			}
+			found, p.noKeys = false, true
+		}
+		if !found {
+			p.lens[i] = -1
+			p.caps[i] = frameMinCap
+		} else {
+			p.lens[i] = int64(len(v))
+			p.buf = append(p.buf, v...)
+			c := max(frameMinCap, align8(len(v)+len(v)/2))
+			if c > math.MaxInt32 {
+				return 0, &Fault{Operator: in.m.Manifest.Name, Kind: FaultHost, Err: errors.New("prefetched value too large")}
+			}
+			p.caps[i] = uint32(c)
+		}
+		total += frameHeader + int(p.caps[i])
+	}
+	return total, nil
+}
+
+// writeFrames writes the gathered frames into the input buffer from offset base.
+func (in *Instance) writeFrames(base int) {
+	p := &in.pf
+	at := in.inPtr + uint32(align8(base))
+	off := 0
+	var hdr [frameHeader]byte
+	for i := range p.ids {
+		p.at[i] = at
+		l := uint32(frameAbsent)
+		if p.lens[i] >= 0 {
+			l = uint32(p.lens[i])
+		}
+		binary.LittleEndian.PutUint32(hdr[0:], l)
+		binary.LittleEndian.PutUint32(hdr[4:], p.caps[i])
+		binary.LittleEndian.PutUint32(hdr[8:], 0)
+		binary.LittleEndian.PutUint32(hdr[12:], 0)
+		in.mem.Write(at, hdr[:])
+		if p.lens[i] > 0 {
+			in.mem.Write(at+frameHeader, p.buf[off:off+int(p.lens[i])])
+			off += int(p.lens[i])
+		}
+		at += frameHeader + p.caps[i]
+	}
+}
+
+// writeBack applies the frames the guest marked DIRTY, after a successful keyed call.
+func (in *Instance) writeBack(k callKind) error {
+	p := &in.pf
+	for i, id := range p.ids {
+		flags, ok := in.mem.ReadUint32Le(p.at[i] + 8)
+		if !ok {
+			return in.abiFault(k, "prefetch frame %d is outside memory", i)
+		}
+		if flags&frameDirty == 0 {
+			continue
+		}
+		if p.noKeys {
+			return in.abiFault(k, "prefetch frame %d written, but keyed state is not available in this pipeline", i)
+		}
+		l, _ := in.mem.ReadUint32Le(p.at[i])
+		var err error
+		switch {
+		case l == frameAbsent:
+			err = in.h.Delete(id, nil)
+		case l > p.caps[i]:
+			return in.abiFault(k, "prefetch frame %d has length %d over its capacity %d", i, l, p.caps[i])
+		default:
+			v, ok := in.view(p.at[i]+frameHeader, l)
+			if !ok {
+				return in.abiFault(k, "prefetch frame %d is outside memory", i)
+			}
+			err = in.h.Put(id, nil, v)
+		}
+		if err != nil {
+			return in.hostFault(k, err)
+		}
+	}
+	return nil
+}
+
+// drainOutput delivers the records in the output area, in order, and empties it.
+func (in *Instance) drainOutput(k callKind) error {
+	if in.outCap == 0 {
+		return nil
+	}
+	used, ok := in.mem.ReadUint32Le(in.outPtr)
+	if !ok {
+		return in.abiFault(k, "the output area is outside memory")
+	}
+	if used == 0 {
+		return nil
+	}
+	if used > in.outCap-outHeader {
+		return in.abiFault(k, "the output area says %d bytes are used, but holds only %d", used, in.outCap-outHeader)
+	}
+	data, ok := in.mem.Read(in.outPtr+outHeader, used)
+	if !ok {
+		return in.abiFault(k, "the output area is outside memory")
+	}
+	for len(data) > 0 {
+		if len(data) < 8 {
+			return in.abiFault(k, "the output area ends inside a record header")
+		}
+		kl, vl := binary.LittleEndian.Uint32(data), binary.LittleEndian.Uint32(data[4:])
+		if uint64(kl)+uint64(vl) > uint64(len(data)-8) {
+			return in.abiFault(k, "an output-area record runs past the used bytes")
+		}
+		if int(kl) > in.limits.MaxRecordKey || int(vl) > in.limits.MaxEmitValue || in.emits >= in.limits.MaxEmitsPerCall {
+			return in.abiFault(k, "an output-area record exceeds the emit limits")
+		}
+		key, val := data[8:8+kl], data[8+kl:8+kl+vl]
+		if err := in.h.Emit(key, val); err != nil {
+			return in.hostFault(k, err)
+		}
+		in.emits++
+		data = data[8+kl+vl:]
+	}
+	in.mem.WriteUint32Le(in.outPtr, 0)
+	return nil
+}
+
+func (in *Instance) abiFault(k callKind, format string, args ...any) error {
+	in.broken = true
+	return &Fault{Operator: in.m.Manifest.Name, Export: callExport[k], Kind: FaultABI, Err: fmt.Errorf(format, args...), GuestMessage: in.guestMessage()}
+}
+
+func (in *Instance) hostFault(k callKind, err error) error {
+	in.broken = true
+	var he *HostError
+	if errors.As(err, &he) {
+		err = he.Err
+	}
+	return &Fault{Operator: in.m.Manifest.Name, Export: callExport[k], Kind: FaultHost, Err: err, GuestMessage: in.guestMessage()}
+}
+
+// outputArea serves the output_area import.
+func (in *Instance) outputArea(ptr, n uint32) uint64 {
+	switch in.kind {
+	case callManifest, callKey, callInput:
+		return i32result(NotAllowed)
+	}
+	if (ptr != 0 || n != 0) && n < minOutputArea {
+		return i32result(InvalidArgument)
+	}
+	if n != 0 && !in.inBounds(ptr, n) {
+		return i32result(OutOfBounds)
+	}
+	if in.outCap != 0 {
+		if in.allowed(capEmit) {
+			if err := in.drainOutput(in.kind); err != nil {
+				panic(err)
+			}
+		} else if used, _ := in.mem.ReadUint32Le(in.outPtr); used != 0 {
+			return i32result(NotAllowed) // records there could not be delivered now
+		}
+	}
+	in.outPtr, in.outCap = ptr, n
+	return 0
+}
+
+// flushOutput serves the flush_output import.
+func (in *Instance) flushOutput() uint64 {
+	if !in.allowed(capEmit) {
+		return i32result(NotAllowed)
+	}
+	if err := in.drainOutput(in.kind); err != nil {
+		panic(err)
+	}
+	return 0
+}
