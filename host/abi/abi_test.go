@@ -155,7 +155,7 @@ func TestInspectReport(t *testing.T) {
 		strings.Join(rep.Manifest.States, ",") != "s0,s1" || rep.ManifestSource != "custom section clink.manifest" {
 		t.Fatalf("report: %+v", rep)
 	}
-	if len(rep.Imports) != 11 {
+	if len(rep.Imports) != 13 {
 		t.Errorf("imports: %v (the instrumenter's fuel import must not be listed)", rep.Imports)
 	}
 	rep = e.Inspect(context.Background(), fixture(t, "counter"), LoadOptions{})

@@ -7,7 +7,7 @@
 ;;   op 0 get_async(a,b,c,d,e)  1 put(a,b,c,d,e)  2 delete(a,b,c)  3 take_result(a,b)
 ;;   4 emit(a,b,c,d)  5 timer_register(a)  6 timer_delete(a)  7 watermark()
 ;;   8 processing_time()  9 log(a,b,c)  10 lookup(a,b,c,d,e)  11 memory.grow(a)
-;;   12 store8 mem[a] = b   other: unreachable
+;;   12 store8 mem[a] = b   13 output_area(a,b)   14 flush_output()   other: unreachable
 (module
   (import "clink_v1" "get_async" (func $get_async (param i32 i32 i32 i32 i32) (result i32)))
   (import "clink_v1" "put" (func $put (param i32 i32 i32 i32 i32) (result i32)))
@@ -20,6 +20,8 @@
   (import "clink_v1" "processing_time" (func $pt (result i64)))
   (import "clink_v1" "log" (func $log (param i32 i32 i32)))
   (import "clink_v1" "lookup" (func $lookup (param i32 i32 i32 i32 i32) (result i64)))
+  (import "clink_v1" "output_area" (func $oarea (param i32 i32) (result i32)))
+  (import "clink_v1" "flush_output" (func $oflush (result i32)))
   (memory (export "memory") 2)
   ;; clink.manifest: {"abi":1,"name":"probe","states":["s0","s1"],"endpoints":["ep"]}
 
@@ -37,55 +39,41 @@
         (br_if $done (i32.ge_u (local.get $i) (local.get $n)))
         (local.set $op (i64.load (local.get $p)))
         (local.set $r (i64.const 0))
-        (block $b12 (block $b11 (block $b10 (block $b9 (block $b8 (block $b7 (block $b6
-        (block $b5 (block $b4 (block $b3 (block $b2 (block $b1 (block $b0 (block $bad
-          (br_table $b0 $b1 $b2 $b3 $b4 $b5 $b6 $b7 $b8 $b9 $b10 $b11 $b12 $bad
-            (i32.wrap_i64 (select (local.get $op) (i64.const 13) (i64.lt_u (local.get $op) (i64.const 13))))))
+        (block $sw
+        (block $c14 (block $c13 (block $c12 (block $c11 (block $c10 (block $c9 (block $c8 (block $c7 (block $c6 (block $c5 (block $c4 (block $c3 (block $c2 (block $c1 (block $c0 (block $bad
+          (br_table $c0 $c1 $c2 $c3 $c4 $c5 $c6 $c7 $c8 $c9 $c10 $c11 $c12 $c13 $c14 $bad
+            (i32.wrap_i64 (select (local.get $op) (i64.const 15) (i64.lt_u (local.get $op) (i64.const 15))))))
           unreachable)
-          (local.set $r (i64.extend_i32_s (call $get_async
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1)))
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 3)))
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 4))))))
-          (br $b12))
-          (local.set $r (i64.extend_i32_s (call $put
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1)))
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 3)))
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 4))))))
-          (br $b12))
-          (local.set $r (i64.extend_i32_s (call $delete
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1)))
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))))))
-          (br $b12))
-          (local.set $r (i64.extend_i32_s (call $take
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))))))
-          (br $b12))
-          (local.set $r (i64.extend_i32_s (call $emit
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1)))
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 3))))))
-          (br $b12))
+          (local.set $r (i64.extend_i32_s (call $get_async (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 3))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 4))))))
+          (br $sw))
+          (local.set $r (i64.extend_i32_s (call $put (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 3))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 4))))))
+          (br $sw))
+          (local.set $r (i64.extend_i32_s (call $delete (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))))))
+          (br $sw))
+          (local.set $r (i64.extend_i32_s (call $take (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))))))
+          (br $sw))
+          (local.set $r (i64.extend_i32_s (call $emit (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 3))))))
+          (br $sw))
           (local.set $r (i64.extend_i32_s (call $treg (call $arg (local.get $p) (i32.const 0)))))
-          (br $b12))
+          (br $sw))
           (local.set $r (i64.extend_i32_s (call $tdel (call $arg (local.get $p) (i32.const 0)))))
-          (br $b12))
+          (br $sw))
           (local.set $r (call $wm))
-          (br $b12))
+          (br $sw))
           (local.set $r (call $pt))
-          (br $b12))
-          (call $log
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1)))
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))))
-          (br $b12))
-          (local.set $r (call $lookup
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1)))
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 3)))
-            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 4)))))
-          (br $b12))
+          (br $sw))
+          (call $log (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))))
+          (br $sw))
+          (local.set $r (call $lookup (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 2))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 3))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 4)))))
+          (br $sw))
           (local.set $r (i64.extend_i32_s (memory.grow (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))))))
-          (br $b12))
-        ;; op 12 (and fallthrough of every case above via br $b12): store8 only for op 12
-        (if (i64.eq (local.get $op) (i64.const 12))
-          (then (i32.store8 (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0)))
-                            (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))))))
+          (br $sw))
+          (i32.store8 (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))))
+          (br $sw))
+          (local.set $r (i64.extend_i32_s (call $oarea (i32.wrap_i64 (call $arg (local.get $p) (i32.const 0))) (i32.wrap_i64 (call $arg (local.get $p) (i32.const 1))))))
+          (br $sw))
+          (local.set $r (i64.extend_i32_s (call $oflush)))
+          (br $sw))
         (i64.store (i32.add (i32.const 98304) (i32.mul (local.get $i) (i32.const 8))) (local.get $r))
         (local.set $p (i32.add (local.get $p) (i32.const 48)))
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
