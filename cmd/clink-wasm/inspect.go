@@ -63,6 +63,9 @@ func printReport(w io.Writer, path string, rep *abi.Report) {
 		fmt.Fprintf(w, "operator:   %s\n", m.Name)
 		fmt.Fprintf(w, "manifest:   from %s\n", rep.ManifestSource)
 		fmt.Fprintf(w, "states:     %s\n", listOrNone(m.States))
+		if len(m.Prefetch) > 0 {
+			fmt.Fprintf(w, "prefetch:   %s\n", listOrNone(m.Prefetch))
+		}
 		fmt.Fprintf(w, "endpoints:  %s\n", listOrNone(m.Endpoints))
 	}
 	if rep.Memory != "" {

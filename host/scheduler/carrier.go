@@ -47,15 +47,30 @@ func (c *Controller) carry(self *carrier) {
 	c.loop(self)
 }
 
-// suspendCurrent parks the task running on the current holder until resume hands the role
-// back. It runs on the holder, inside a host function called by the guest.
-func (c *Controller) suspendCurrent(t *task) {
-	self := c.cur
-	t.carrier = self
-	t.suspended = true
+// suspend parks t, whose guest call is waiting in an async import, until resumeTask continues
+// it: inside its slot's coroutine a yield back to the runner, on a carrier a hand-off of the
+// runner role. It runs inside t's guest call, holding the runner role.
+func (c *Controller) suspend(t *task) {
+	t.suspended, t.suspendedOnce, t.async = true, true, true
 	c.suspended[t] = struct{}{}
 	c.metrics.Suspensions.Add(1)
 	c.markKeyBusy(t)
+	if t.inCoro {
+		if !t.slot.co.yield(coSuspended) {
+			t.aborted = ErrAborted // the coroutine is being stopped
+		}
+	} else {
+		c.suspendCarrier(t)
+	}
+	t.suspended = false
+	delete(c.suspended, t)
+	t.slot.inst.NoteResumed()
+}
+
+// suspendCarrier parks the current carrier inside t's call and hands the runner role on.
+func (c *Controller) suspendCarrier(t *task) {
+	self := c.cur
+	t.carrier = self
 	var next *carrier
 	spawn := false
 	if n := len(c.idle); n > 0 {
@@ -66,10 +81,6 @@ func (c *Controller) suspendCurrent(t *task) {
 		spawn = true
 	}
 	c.handOff(self, next, spawn)
-	// Resumed: the value (or an abort) is in t.
-	t.suspended = false
-	delete(c.suspended, t)
-	t.slot.inst.NoteResumed()
 }
 
 // resume hands the role to the carrier of suspended task t and parks self as idle until some

@@ -99,9 +99,15 @@ type Config struct {
 	MaxInFlight          int
 	InstanceMemoryBudget int64
 
-	// Coalesce batches cold reads into one Fetch when the runner is stuck (default on; set
-	// NoCoalesce to issue each read at once). MaxReadBatch bounds a batch (default 4096).
+	// Cold reads are coalesced into batched Fetches (set NoCoalesce to issue each read at
+	// once). A batch goes out when it reaches ReadBatch keys (default 32), or earlier when the
+	// runner is stuck: every in-flight task waiting, nothing ready, no input it may take.
+	// Waiting for bigger batches would hold every miss back by the time it takes to fill one,
+	// and leave a single batch in flight; 32 keeps tens of batches overlapping at 512 in
+	// flight while each remote request still serves many keys. MaxReadBatch caps what a stuck
+	// runner sends at once (default 4096).
 	NoCoalesce   bool
+	ReadBatch    int
 	MaxReadBatch int
 
 	// Synchronous makes every cold read and lookup block the runner: the baseline the async
@@ -112,6 +118,9 @@ type Config struct {
 
 	// Order is the output order guarantee (default OrderPerKey).
 	Order Order
+
+	// ExecMode chooses between direct and coroutine guest calls (default: adaptive).
+	ExecMode ExecMode
 
 	// TimerLimit bounds timers per key (default 65536).
 	TimerLimit int
@@ -205,7 +214,9 @@ type Controller struct {
 
 	pendingReads []pendingRead
 	prefetch     []uint32 // state ids the module prefetches (docs/abi.md, "Fast paths")
-	maxBatch     int
+	pfTask       *task     // the task whose prefetched values are in pfHot
+	pfHot        []pfValue // hot answers of its prefetch check, valid until the backend is used
+	maxBatch     int      // pending reads that trigger a Fetch without waiting for the runner to be stuck
 	ready        []*task
 	suspended    map[*task]struct{}
 
@@ -220,6 +231,7 @@ type Controller struct {
 
 	metrics Metrics
 	hot     hotCounts
+	mode    execMode // direct or coroutine calls (coro.go)
 }
 
 type gateEntry struct{ queue []*task }
@@ -251,6 +263,13 @@ type readBatch struct {
 	reads   []pendingRead
 	results []state.Fetched
 	err     error
+}
+
+// pfValue is a hot prefetched value found by the prefetch check. value aliases backend memory.
+type pfValue struct {
+	state uint32
+	value []byte
+	found bool
 }
 
 // pendingRead is one cold key waiting for the next batched Fetch: either the read of a task
@@ -297,6 +316,10 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.MaxReadBatch <= 0 {
 		cfg.MaxReadBatch = 4096
 	}
+	if cfg.ReadBatch <= 0 {
+		cfg.ReadBatch = 32
+	}
+	cfg.ReadBatch = min(cfg.ReadBatch, cfg.MaxReadBatch)
 	if cfg.InstanceMemoryBudget <= 0 {
 		cfg.InstanceMemoryBudget = DefaultInstanceMemoryBudget
 	}
@@ -309,12 +332,13 @@ func New(cfg Config) (*Controller, error) {
 		gate:      make(map[string]*gateEntry),
 		suspended: make(map[*task]struct{}),
 		timers:    newTimerService(cfg.TimerLimit),
-		maxBatch:  cfg.MaxReadBatch,
+		maxBatch:  cfg.ReadBatch,
 		watermark: math.MinInt64,
 		lastWM:    math.MinInt64,
 		out:       newOutBuffer(cfg.Sink),
 	}
 	c.comp.wake = make(chan struct{}, 1)
+	c.mode.coro = cfg.ExecMode == ExecCoroutine
 	c.epochs = []*epoch{{startWM: math.MinInt64}}
 	if !cfg.Synchronous && cfg.Order == OrderPerKey {
 		c.prefetch = cfg.Module.Manifest.PrefetchIDs()
@@ -525,7 +549,7 @@ func (c *Controller) keyOf(value []byte) ([]byte, error) {
 func (c *Controller) submit(t *task, front bool) {
 	if c.cfg.Order != OrderPerKey {
 		if c.cfg.Order == OrderInput && t.kind == kindRecord {
-			t.held = &heldOutput{}
+			t.held, t.async = &heldOutput{}, true
 			c.reorder = append(c.reorder, t.held)
 		}
 		c.execute(t)
@@ -544,7 +568,7 @@ func (c *Controller) submit(t *task, front bool) {
 			g.queue = append(g.queue, t)
 		}
 		c.parked++
-		t.waitFrom = time.Now()
+		t.waitFrom, t.async = time.Now(), true
 		return
 	}
 	c.execute(t)
@@ -607,14 +631,31 @@ func (c *Controller) execute(t *task) {
 	}
 	s.t, t.slot = t, s
 	c.running++
-	switch t.kind {
-	case kindRecord:
-		err = s.inst.Process(t.key, t.value, t.ts)
-		c.hot.records++
-	case kindTimer:
-		err = s.inst.OnTimer(t.key, t.ts)
-		c.hot.timers++
+	if c.mode.coro {
+		t.inCoro = true
+		c.metrics.CoroutineCalls.Add(1)
+		if c.runInCoroutine(s) {
+			c.afterCall(t, s, s.co.err)
+		}
+		return // otherwise suspended inside the coroutine: resumeTask continues it
 	}
+	c.afterCall(t, s, c.callGuest(s))
+}
+
+// callGuest runs the guest call of s's task, on the current carrier or inside s's coroutine.
+func (c *Controller) callGuest(s *slot) error {
+	t := s.t
+	if t.kind == kindTimer {
+		c.hot.timers++
+		return s.inst.OnTimer(t.key, t.ts)
+	}
+	c.hot.records++
+	return s.inst.Process(t.key, t.value, t.ts)
+}
+
+// afterCall accounts a finished guest call and completes its task.
+func (c *Controller) afterCall(t *task, s *slot, err error) {
+	c.noteExecution(t.suspendedOnce)
 	c.running--
 	s.t, t.slot = nil, nil
 	c.releaseSlot(s)
@@ -754,14 +795,22 @@ func (c *Controller) PendingTimers() int { return c.timers.len() }
 // t waits without an instance, and goes to the runnable queue when the loads complete.
 func (c *Controller) awaitPrefetch(t *task) bool {
 	t.prefetched = true
+	c.pfHot = c.pfHot[:0]
 	for _, id := range c.prefetch {
 		k := state.Key{State: state.StateID(id), Record: t.key}
-		if _, _, hot := c.cfg.Backend.Get(k); !hot {
+		v, found, hot := c.cfg.Backend.Get(k)
+		if !hot {
 			c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
 			t.prefetchWait++
+			t.async = true
+			continue
 		}
+		c.pfHot = append(c.pfHot, pfValue{state: id, value: v, found: found})
 	}
 	if t.prefetchWait == 0 {
+		// All hot: the call starts right away, and the frames can take these answers instead
+		// of asking the backend again (nothing touches it in between).
+		c.pfTask = t
 		return false
 	}
 	c.metrics.PrefetchWaits.Add(1)
@@ -774,6 +823,7 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 
 // readCold suspends t until k has been loaded. It runs on the holder, inside t's guest call.
 func (c *Controller) readCold(t *task, k state.Key) ([]byte, bool, error) {
+	t.async = true
 	t.readKey = state.Key{State: k.State, Record: t.key, Entry: bytes.Clone(k.Entry)}
 	if c.cfg.Synchronous {
 		ch := make(chan readBatch, 1)
@@ -791,7 +841,7 @@ func (c *Controller) readCold(t *task, k state.Key) ([]byte, bool, error) {
 	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch {
 		c.flushReads()
 	}
-	c.suspendCurrent(t)
+	c.suspend(t)
 	if t.aborted != nil {
 		return nil, false, t.aborted
 	}
@@ -887,6 +937,10 @@ func (c *Controller) resumeTask(self *carrier, t *task) {
 	if !t.waitFrom.IsZero() {
 		c.metrics.ResumeLatencyNanos.Add(int64(time.Since(t.waitFrom)))
 	}
+	if t.inCoro {
+		c.resumeCoroutine(t)
+		return
+	}
 	c.resume(self, t)
 }
 
@@ -894,6 +948,7 @@ func (c *Controller) resumeTask(self *carrier, t *task) {
 // the lookup layer answers synchronously, e.g. from its cache).
 func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []byte, error) {
 	c.metrics.Lookups.Add(1)
+	t.async = true
 	if c.cfg.Synchronous {
 		return c.lookupBlocking(endpoint, req)
 	}
@@ -906,7 +961,7 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 		c.comp.post(completion{task: t, at: time.Now()})
 	})
 	if t.done.CompareAndSwap(0, 1) {
-		c.suspendCurrent(t)
+		c.suspend(t)
 		if t.aborted != nil {
 			return 0, nil, t.aborted
 		}
@@ -950,6 +1005,7 @@ func (c *Controller) acquireSlot() (*slot, error) {
 // releaseSlot returns an instance to the pool, or discards it after a fault.
 func (c *Controller) releaseSlot(s *slot) {
 	if s.inst.Broken() {
+		s.stopCoroutine()
 		_ = s.inst.Close(c.ctx)
 		c.instances--
 		return
@@ -962,6 +1018,7 @@ func (c *Controller) releaseSlot(s *slot) {
 func (c *Controller) shutdown(self *carrier) {
 	ctx := context.WithoutCancel(c.ctx)
 	for _, s := range c.pool {
+		s.stopCoroutine()
 		if c.err == nil {
 			if err := s.inst.Close(ctx); err != nil {
 				c.fail(&OperatorError{Operator: c.name, Where: "clink_close", Err: err})
@@ -996,6 +1053,9 @@ func (c *Controller) newTask() *task {
 }
 
 func (c *Controller) freeTask(t *task) {
+	if c.pfTask == t {
+		c.pfTask = nil // its stashed prefetch answers must not reach the task struct's next use
+	}
 	t.reset()
 	c.taskPool = append(c.taskPool, t)
 }

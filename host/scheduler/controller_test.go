@@ -165,6 +165,7 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 					MaxInFlight: 1 + rng.IntN(64),
 					NoCoalesce:  seed%3 == 0,
 					ResumeOrder: ResumeOrder(seed % 2),
+					ExecMode:    ExecMode(seed % 3),
 				}
 				cfg.OnBarrier = func(id uint64) error {
 					// Consistent cut: state must count exactly the records before the barrier.
@@ -210,8 +211,11 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 				if !cfg.NoCoalesce && cfg.MaxInFlight > 8 && s.MeanReadBatch < 1.5 {
 					t.Errorf("coalescing did not batch: mean %.2f keys per read", s.MeanReadBatch)
 				}
-				t.Logf("cap %d coalesce %v: %d suspensions, %d gate waits, %d read batches (mean %.1f keys), %d timers",
-					cfg.MaxInFlight, !cfg.NoCoalesce, s.Suspensions, s.GateWaits, s.ReadBatches, s.MeanReadBatch, s.Timers)
+				if cfg.ExecMode == ExecCoroutine && s.CoroutineCalls == 0 || cfg.ExecMode == ExecDirect && s.CoroutineCalls != 0 {
+					t.Errorf("mode %d: %d coroutine calls", cfg.ExecMode, s.CoroutineCalls)
+				}
+				t.Logf("cap %d coalesce %v mode %d: %d suspensions (%d coroutine calls), %d gate waits, %d read batches (mean %.1f keys), %d timers",
+					cfg.MaxInFlight, !cfg.NoCoalesce, cfg.ExecMode, s.Suspensions, s.CoroutineCalls, s.GateWaits, s.ReadBatches, s.MeanReadBatch, s.Timers)
 			})
 		})
 	}
@@ -353,7 +357,7 @@ func TestCancellationLeaksNothing(t *testing.T) {
 		w := genWorkload(rng, 3000, 500)
 		tier := newFakeTier(3, 50*time.Millisecond, 100*time.Millisecond, 0)
 		ctx, cancel := context.WithCancel(context.Background())
-		c, err := New(Config{Module: m, Backend: tier, Sink: &collectSink{}, MaxInFlight: 256})
+		c, err := New(Config{Module: m, Backend: tier, Sink: &collectSink{}, MaxInFlight: 256, ExecMode: ExecCoroutine})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,11 +17,12 @@ type Metrics struct {
 	Suspended atomic.Int64 // tasks suspended in an async import, gauge
 	Instances atomic.Int64 // live instances, gauge
 
-	Suspensions   atomic.Int64 // total suspensions
-	PrefetchWaits atomic.Int64 // tasks that waited, without an instance, for prefetched values
-	StateHits     atomic.Int64
-	StateMisses   atomic.Int64
-	Lookups       atomic.Int64
+	Suspensions    atomic.Int64 // total suspensions
+	PrefetchWaits  atomic.Int64 // tasks that waited, without an instance, for prefetched values
+	CoroutineCalls atomic.Int64 // guest calls run inside their instance's coroutine
+	StateHits      atomic.Int64
+	StateMisses    atomic.Int64
+	Lookups        atomic.Int64
 
 	GateWaits     atomic.Int64 // records that parked behind a busy key
 	GateWaitNanos atomic.Int64 // total time parked
@@ -42,7 +43,7 @@ type Snapshot struct {
 	Records, Timers                          int64
 	InFlight, Parked, Suspended, Instances   int64
 	Suspensions, StateHits, StateMisses      int64
-	PrefetchWaits                            int64
+	PrefetchWaits, CoroutineCalls            int64
 	Lookups                                  int64
 	GateWaits                                int64
 	GateWait                                 time.Duration // mean
@@ -58,7 +59,7 @@ func (m *Metrics) Snapshot() Snapshot {
 	s := Snapshot{
 		Records: m.Records.Load(), Timers: m.Timers.Load(),
 		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), Suspended: m.Suspended.Load(),
-		Instances: m.Instances.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(),
+		Instances: m.Instances.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
 		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(),
 		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
 		ReadBatches: m.ReadBatches.Load(), ReadBatchKeys: m.ReadBatchKeys.Load(), MaxReadBatch: m.MaxReadBatch.Load(),

@@ -32,6 +32,10 @@ type task struct {
 	inGate    bool        // the task's key has an entry in the gate
 	held      *heldOutput // OrderInput: where the task's outputs wait for earlier records
 
+	async         bool // it used a field of the slow paths below: reset clears them
+	inCoro        bool // its call runs inside its slot's coroutine (coro.go)
+	suspendedOnce bool // its call suspended at least once
+
 	prefetched   bool // its prefetched values were checked (and, if cold, loaded)
 	prefetchWait int  // prefetched values still loading
 
@@ -47,13 +51,20 @@ type task struct {
 	done     atomic.Int32 // lookup completion state, see Lookup
 }
 
-// reset clears t for reuse. (A plain `*t = task{}` would copy the atomic.)
+// reset clears t for reuse. (A plain `*t = task{}` would copy the atomic.) A task that stayed
+// on the fast path (no suspension, lookup, wait or held output) touched only the first group
+// of fields: clearing just those keeps the all-hits path cheap.
 func (t *task) reset() {
-	t.kind, t.key, t.value, t.ts, t.pos, t.seq, t.ep, t.wm = 0, nil, nil, 0, 0, 0, nil, 0
-	t.slot, t.carrier, t.suspended, t.inGate, t.held = nil, nil, false, false, nil
-	t.prefetched, t.prefetchWait = false, 0
+	t.key, t.value, t.ep, t.slot = nil, nil, nil, nil
+	t.prefetched, t.inCoro, t.inGate = false, false, false
+	if !t.async {
+		return
+	}
+	t.async = false
+	t.carrier, t.suspended, t.held = nil, false, nil
 	t.fetched, t.readKey, t.lookup, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, 0, time.Time{}
 	t.done.Store(0)
+	t.prefetchWait, t.suspendedOnce = 0, false
 }
 
 type lookupResult struct {
@@ -67,6 +78,7 @@ type slot struct {
 	c    *Controller
 	inst *abi.Instance
 	t    *task
+	co   coState // the slot's coroutine, created on first use (coro.go)
 }
 
 var _ abi.Handler = (*slot)(nil)
@@ -79,6 +91,22 @@ func (s *slot) key(stateID uint32, entry []byte) state.Key {
 func (s *slot) Get(stateID uint32, entry []byte) ([]byte, bool, error) {
 	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return nil, false, abi.NotAllowed
+	}
+	if c := s.c; c.pfTask == s.t && len(entry) == 0 {
+		// A frame of the prefetch check that just ran for this task (host/abi gathers frames
+		// before any other backend call of the task).
+		for i := range c.pfHot {
+			if c.pfHot[i].state == stateID {
+				v := c.pfHot[i]
+				c.pfHot[i] = c.pfHot[len(c.pfHot)-1]
+				c.pfHot = c.pfHot[:len(c.pfHot)-1]
+				if len(c.pfHot) == 0 {
+					c.pfTask = nil
+				}
+				s.c.hot.hits++
+				return v.value, v.found, nil
+			}
+		}
 	}
 	k := s.key(stateID, entry)
 	v, found, hot := s.c.cfg.Backend.Get(k)
@@ -95,6 +123,7 @@ func (s *slot) Put(stateID uint32, entry, value []byte) error {
 	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return abi.NotAllowed
 	}
+	s.c.pfTask = nil
 	s.c.cfg.Backend.Put(s.key(stateID, entry), value)
 	return nil
 }
@@ -104,6 +133,7 @@ func (s *slot) Delete(stateID uint32, entry []byte) error {
 	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return abi.NotAllowed
 	}
+	s.c.pfTask = nil
 	s.c.cfg.Backend.Delete(s.key(stateID, entry))
 	return nil
 }
@@ -176,6 +206,7 @@ func (s *slot) Log(level abi.LogLevel, msg []byte) {
 // SetResumeOrder implements abi.Handler.
 func (s *slot) SetResumeOrder(order int64) {
 	if s.t != nil {
+		s.t.async = true
 		s.t.order = order
 	}
 }
