@@ -213,10 +213,10 @@ type Controller struct {
 	timers    *timerService
 
 	pendingReads []pendingRead
-	prefetch     []uint32 // state ids the module prefetches (docs/abi.md, "Fast paths")
+	prefetch     []uint32  // state ids the module prefetches (docs/abi.md, "Fast paths")
 	pfTask       *task     // the task whose prefetched values are in pfHot
 	pfHot        []pfValue // hot answers of its prefetch check, valid until the backend is used
-	maxBatch     int      // pending reads that trigger a Fetch without waiting for the runner to be stuck
+	maxBatch     int       // pending reads that trigger a Fetch without waiting for the runner to be stuck
 	ready        []*task
 	suspended    map[*task]struct{}
 
