@@ -17,10 +17,10 @@ func TestASCollects(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i == 1000 {
-			pages = in.mod.Memory().Size() / 65536
+			pages = uint32(in.in.MemoryBytes() / 65536)
 		}
 	}
-	if got := in.mod.Memory().Size() / 65536; got > pages {
+	if got := uint32(in.in.MemoryBytes() / 65536); got > pages {
 		t.Errorf("linear memory grew from %d pages (after 1,000 records) to %d (after 50,000)", pages, got)
 	}
 	t.Logf("linear memory: %d pages", pages)

@@ -6,28 +6,26 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/tetratelabs/wazero/api"
+	"github.com/clink-wasm/clink-wasm/host/abi"
 )
 
-// BenchmarkInstance reports what one instance of each counter module costs: the time to
-// instantiate it and run _initialize and clink_open (ns/op), its linear memory after one
-// record (linear-B/instance), and the growth of the Go heap per live instance
-// (heap-B/instance: linear memory plus wazero's own structures), over 200 live instances.
+// BenchmarkInstance reports what one instance of each counter module costs in the production
+// host: the time to instantiate it and run _initialize and clink_open (ns/op), its linear
+// memory after one record (linear-B/instance), and the growth of the Go heap per live instance
+// (heap-B/instance: linear memory plus wazero's and the host's structures), over 200 live
+// instances.
 func BenchmarkInstance(b *testing.B) {
 	ctx := context.Background()
 	for _, name := range []string{"counter-go.wasm", "counter-as.wasm"} {
 		b.Run(name, func(b *testing.B) {
-			in := load(b, filepath.Join(examplesDir, "counter", name)) // compiles the module
-			rt, compiled := in.runtime, in.compiled
-			instantiate := func() api.Module {
-				mod, err := rt.InstantiateModule(ctx, compiled, moduleConfig())
+			m := module(b, filepath.Join(examplesDir, "counter", name)) // compiles the module
+			h := newHandler(b)
+			instantiate := func() *abi.Instance {
+				in, err := m.Instantiate(ctx, h)
 				if err != nil {
 					b.Fatal(err)
 				}
-				if _, err := mod.ExportedFunction("clink_open").Call(ctx); err != nil {
-					b.Fatal(err)
-				}
-				return mod
+				return in
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -40,22 +38,22 @@ func BenchmarkInstance(b *testing.B) {
 			var before, after runtime.MemStats
 			runtime.GC()
 			runtime.ReadMemStats(&before)
-			mods := make([]*instance, live)
+			ins := make([]*instance, live)
 			var linear uint64
-			for i := range mods {
-				mods[i] = &instance{t: b, h: in.h, mod: instantiate()}
-				// One record, so the input and result buffers exist.
-				if _, err := mods[i].process("k", `{"user":"k"}`, 0); err != nil {
+			for i := range ins {
+				ins[i] = &instance{t: b, h: h, in: instantiate()}
+				// One record, so the input buffer, the output area and the frames exist.
+				if _, err := ins[i].process("k", `{"user":"k"}`, 0); err != nil {
 					b.Fatal(err)
 				}
-				linear += uint64(mods[i].mod.Memory().Size())
+				linear += ins[i].in.MemoryBytes()
 			}
 			runtime.GC()
 			runtime.ReadMemStats(&after)
 			b.ReportMetric(float64(linear)/live, "linear-B/instance")
 			b.ReportMetric(float64(int64(after.HeapInuse)-int64(before.HeapInuse))/live, "heap-B/instance")
-			for _, m := range mods {
-				m.mod.Close(ctx)
+			for _, in := range ins {
+				in.in.Close(ctx)
 			}
 		})
 	}

@@ -1,88 +1,173 @@
 package sdktest
 
 import (
+	"bytes"
 	"context"
-	"os"
+	"math"
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink"
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/jsonx"
+	"github.com/clink-wasm/clink-wasm/host/abi"
 )
 
-// BenchmarkProcess measures the guest side of one counter record: clink_process with its
-// get_async, put and emit served by the leanest host possible (a map, no checks, emit
-// discarded), so that what differs between the modules is the code the SDKs generate. The
-// baseline is host/abi/testdata/counter.wasm, a hand-written WAT counter (which emits
-// {"count":N} without the key).
-func BenchmarkProcess(b *testing.B) {
-	for _, tc := range []struct{ name, path string }{
-		{"wat", "../../host/abi/testdata/counter.wasm"},
-		{"as", examplesDir + "/counter/counter-as.wasm"},
-		{"go", examplesDir + "/counter/counter-go.wasm"},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			bin, err := os.ReadFile(tc.path)
-			if err != nil {
-				b.Skip(err)
-			}
-			ctx := context.Background()
-			rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
-			defer rt.Close(ctx)
-			wasi_snapshot_preview1.MustInstantiate(ctx, rt)
-			state := map[string][]byte{}
-			var key string
-			i32 := api.ValueTypeI32
-			hb := rt.NewHostModuleBuilder("clink_v1")
-			fn := func(name string, params, results []api.ValueType, f api.GoModuleFunc) {
-				hb.NewFunctionBuilder().WithGoModuleFunction(f, params, results).Export(name)
-			}
-			fn("get_async", []api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i32}, func(_ context.Context, m api.Module, s []uint64) {
-				v, ok := state[key]
-				if !ok {
-					s[0] = api.EncodeI32(-1)
-					return
-				}
-				m.Memory().Write(uint32(s[3]), v)
-				s[0] = uint64(len(v))
-			})
-			fn("put", []api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i32}, func(_ context.Context, m api.Module, s []uint64) {
-				v, _ := m.Memory().Read(uint32(s[3]), uint32(s[4]))
-				state[key] = append(state[key][:0], v...)
-				s[0] = 0
-			})
-			fn("emit", []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}, func(_ context.Context, m api.Module, s []uint64) { s[0] = 0 })
-			fn("take_result", []api.ValueType{i32, i32}, []api.ValueType{i32}, func(_ context.Context, m api.Module, s []uint64) { s[0] = api.EncodeI32(-6) })
-			fn("log", []api.ValueType{i32, i32, i32}, nil, func(_ context.Context, m api.Module, s []uint64) {})
-			if _, err := hb.Instantiate(ctx); err != nil {
-				b.Fatal(err)
-			}
-			mod, err := rt.InstantiateWithConfig(ctx, bin, moduleConfig())
-			if err != nil {
-				b.Fatal(err)
-			}
-			keys := make([]string, 1000)
-			for i := range keys {
-				keys[i] = "user-" + strconv.Itoa(i)
-			}
-			value := []byte(`{"user":"user-000","page":"/checkout","n":12345}`)
-			ptr, err := mod.ExportedFunction("clink_input").Call(ctx, 256)
-			if err != nil {
-				b.Fatal(err)
-			}
-			process := mod.ExportedFunction("clink_process")
-			stack := make([]uint64, 3)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				key = keys[i%len(keys)]
-				mod.Memory().WriteString(uint32(ptr[0]), key)
-				mod.Memory().Write(uint32(ptr[0])+uint32(len(key)), value)
-				stack[0], stack[1], stack[2] = uint64(len(key)), uint64(len(value)), 0
-				if err := process.CallWithStack(ctx, stack); err != nil || stack[0] != 0 {
-					b.Fatal(err, stack[0])
-				}
-			}
-		})
+// leanHandler is the cheapest Handler that runs a counter: one map of per-key values, emits
+// counted and dropped. With it, what differs between the variants of BenchmarkCounter is the
+// guest code and the ABI traffic it causes, not the state tier or the output path.
+type leanHandler struct {
+	key   []byte
+	state map[string][]byte
+	emits int
+}
+
+func (h *leanHandler) Get(_ uint32, _ []byte) ([]byte, bool, error) {
+	v, ok := h.state[string(h.key)]
+	return v, ok, nil
+}
+
+func (h *leanHandler) Put(_ uint32, _, v []byte) error {
+	if old, ok := h.state[string(h.key)]; ok && len(old) == len(v) {
+		copy(old, v)
+		return nil
 	}
+	h.state[string(h.key)] = bytes.Clone(v)
+	return nil
+}
+
+func (h *leanHandler) Delete(uint32, []byte) error { delete(h.state, string(h.key)); return nil }
+func (h *leanHandler) Emit(_, _ []byte) error      { h.emits++; return nil }
+func (h *leanHandler) RegisterTimer(int64) error   { return nil }
+func (h *leanHandler) DeleteTimer(int64) error     { return nil }
+func (h *leanHandler) Watermark() int64            { return math.MinInt64 }
+func (h *leanHandler) Log(abi.LogLevel, []byte)    {}
+func (h *leanHandler) SetResumeOrder(int64)        {}
+func (h *leanHandler) Lookup(uint32, []byte) (int, []byte, error) {
+	return 0, nil, abi.LookupUnavailable
+}
+
+type counterRecord struct{ key, value []byte }
+
+func counterRecords(n, keys int) []counterRecord {
+	recs := make([]counterRecord, n)
+	for i := range recs {
+		k := "user-" + strconv.Itoa((i*7919)%keys)
+		recs[i] = counterRecord{[]byte(k), []byte(`{"user":"` + k + `","page":"/checkout","n":` + strconv.Itoa(i) + `}`)}
+	}
+	return recs
+}
+
+// runWasm runs recs through one instance of m and returns the time per record.
+func runWasm(b *testing.B, m *abi.Module, recs []counterRecord, valuePrefix byte) float64 {
+	h := &leanHandler{state: map[string][]byte{}}
+	in, err := m.Instantiate(context.Background(), h)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer in.Close(context.Background())
+	start := time.Now()
+	for _, r := range recs {
+		h.key = r.key
+		v := r.value
+		if valuePrefix != 0 {
+			v[0] = valuePrefix
+		}
+		if err := in.Process(r.key, v, 0); err != nil {
+			b.Fatal(err)
+		}
+		if valuePrefix != 0 {
+			v[0] = '{'
+		}
+	}
+	if h.emits != len(recs) {
+		b.Fatalf("%d emits for %d records", h.emits, len(recs))
+	}
+	return float64(time.Since(start).Nanoseconds()) / float64(len(recs))
+}
+
+// runNative is the counter example as plain Go over the same kind of map: the baseline for
+// "what does running it as WebAssembly cost".
+func runNative(recs []counterRecord) float64 {
+	h := &leanHandler{state: map[string][]byte{}}
+	var js []byte
+	var num [8]byte
+	start := time.Now()
+	for _, r := range recs {
+		h.key = r.key
+		var n int64
+		if v, ok, _ := h.Get(0, nil); ok && len(v) == 8 {
+			n = clink.Int64(v)
+		}
+		n++
+		clink.PutInt64(num[:], n)
+		h.Put(0, nil, num[:])
+		js = append(js[:0], `{"key":`...)
+		js = jsonx.AppendString(js, r.key)
+		js = append(js, `,"count":`...)
+		js = jsonx.AppendInt(js, n)
+		js = append(js, '}')
+		h.Emit(r.key, js)
+	}
+	return float64(time.Since(start).Nanoseconds()) / float64(len(recs))
+}
+
+// BenchmarkCounter runs the counter example natively and as each built module in the
+// production host (host/abi, lean handler), alternating the order round by round, and reports
+// the median time per record and the median throughput ratio to native Go of each:
+//
+//	go test ./guest-sdk/sdktest -run '^$' -bench Counter -benchtime 1x
+//
+// wat is host/abi/testdata/counter.wasm, a hand-written counter that makes the three import
+// calls (get_async, put, emit) per record; wat-fast is host/abi/testdata/fast.wasm, which does
+// the same through a prefetch frame and the output area with no import call: the floors for
+// each way of talking to the host.
+func BenchmarkCounter(b *testing.B) {
+	variants := []struct {
+		name   string
+		path   string
+		prefix byte // replaces the value's first byte: fast.wasm takes its command from it
+	}{
+		{"wat", "../../host/abi/testdata/counter.wasm", 0},
+		{"wat-fast", "../../host/abi/testdata/fast.wasm", 'c'},
+		{"as", examplesDir + "/counter/counter-as.wasm", 0},
+		{"go", examplesDir + "/counter/counter-go.wasm", 0},
+	}
+	mods := make([]*abi.Module, len(variants))
+	for i, v := range variants {
+		mods[i] = module(b, v.path)
+	}
+	recs := counterRecords(50_000, 10_000)
+	for b.Loop() {
+		native := []float64{}
+		times := make([][]float64, len(variants))
+		for round := range 7 {
+			runs := []func(){func() { native = append(native, runNative(recs)) }}
+			for i, v := range variants {
+				runs = append(runs, func() { times[i] = append(times[i], runWasm(b, mods[i], recs, v.prefix)) })
+			}
+			if round%2 == 1 {
+				slices.Reverse(runs)
+			}
+			for _, run := range runs {
+				run()
+			}
+		}
+		b.ReportMetric(median(native), "native-ns/rec")
+		for i, v := range variants {
+			b.ReportMetric(median(times[i]), v.name+"-ns/rec")
+			ratios := make([]float64, len(native))
+			for r := range native {
+				ratios[r] = native[r] / times[i][r]
+			}
+			b.ReportMetric(median(ratios), v.name+"/native")
+		}
+	}
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
