@@ -11,14 +11,16 @@ import (
 // when no state URL is given for a throwaway run, and the reference model in tests.
 type Memory struct {
 	names   []string
-	m       map[string][]byte
+	m       map[string]*memEntry // one lookup per operation: values change in place
 	opState map[string][]byte
 	scratch []byte
 }
 
+type memEntry struct{ v []byte }
+
 // NewMemory returns an empty in-memory backend.
 func NewMemory() *Memory {
-	return &Memory{m: make(map[string][]byte), opState: make(map[string][]byte)}
+	return &Memory{m: make(map[string]*memEntry), opState: make(map[string][]byte)}
 }
 
 var _ Backend = (*Memory)(nil)
@@ -44,18 +46,20 @@ func AppendKey(dst []byte, k Key) []byte {
 // Get implements Backend.
 func (b *Memory) Get(k Key) ([]byte, bool, bool) {
 	b.scratch = AppendKey(b.scratch[:0], k)
-	v, ok := b.m[string(b.scratch)]
-	return v, ok, true
+	if e := b.m[string(b.scratch)]; e != nil {
+		return e.v, true, true
+	}
+	return nil, false, true
 }
 
 // Put implements Backend.
 func (b *Memory) Put(k Key, value []byte) {
 	b.scratch = AppendKey(b.scratch[:0], k)
-	if old, ok := b.m[string(b.scratch)]; ok && cap(old) >= len(value) {
-		b.m[string(b.scratch)] = append(old[:0], value...)
+	if e := b.m[string(b.scratch)]; e != nil {
+		e.v = append(e.v[:0], value...)
 		return
 	}
-	b.m[string(b.scratch)] = append([]byte(nil), value...)
+	b.m[string(b.scratch)] = &memEntry{v: append(make([]byte, 0, len(value)), value...)}
 }
 
 // Delete implements Backend.
