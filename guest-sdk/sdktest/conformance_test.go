@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,9 +25,37 @@ type step struct {
 	advance  int64 // when cmd is empty: move the watermark here and fire timers
 	want     []string
 	check    func(got []string) error // instead of want, for output that is not fixed
+	// stored, when set, is what the host must hold for state "pf", entry "", after the step
+	// ("absent" for no entry, "empty" for an empty value): what the frame write-back applied.
+	stored string
 }
 
 var bigBody = strings.Repeat("x", 5000)
+
+// Values for the prefetch steps: the host reserves a frame of at least 64 bytes, and 1.5x the
+// value's size, so values of these sizes are certainly larger than any frame the previous
+// step's value got.
+var (
+	huge  = strings.Repeat("h", 100_000)
+	huge2 = strings.Repeat("i", 300_000)
+	f64   = strings.Repeat("f", 64)
+)
+
+func get(v string) string { return `{"get":` + strconv.Quote(v) + `}` }
+
+// padded is what the conformance modules' padded(i, size) builds: a JSON string of size bytes.
+func padded(i, size int) string {
+	s := `"` + strconv.Itoa(i)
+	return s + strings.Repeat(" ", max(0, size-1-len(s))) + `"`
+}
+
+func paddedSeq(n, size int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, padded(i, size))
+	}
+	return out
+}
 
 // checkTime accepts {"time":T} with T the wall-clock time in ms: the production host serves
 // processing_time from its clock.
@@ -91,6 +120,46 @@ var script = []step{
 	{key: "a", cmd: "order -17"},
 	{key: "ü", cmd: "hot", want: []string{`{"key":"ü","hot":1}`}},
 	{key: "ü", cmd: "hot", want: []string{`{"key":"ü","hot":2}`}},
+
+	// Prefetched values (docs/abi.md, "Prefetched values"): pf and pf2 are prefetched.
+	{key: "p", cmd: "pget", want: []string{`{"get":null}`}, stored: "absent"},
+	{key: "p", cmd: "phas", want: []string{`{"has":false}`}},
+	{key: "p", cmd: "pcount", want: []string{`{"pf":1,"pf2":10}`}},
+	{key: "p", cmd: "pcount", want: []string{`{"pf":2,"pf2":20}`}},
+	{key: "q", cmd: "pcount", want: []string{`{"pf":1,"pf2":10}`}}, // frames are per key
+	{key: "p", cmd: "phas", want: []string{`{"has":true}`}},
+	{key: "p", cmd: "pputs v1", want: []string{get("v1")}, stored: "v1"}, // write-back
+	{key: "p", cmd: "pget", want: []string{get("v1")}},
+	{key: "p", cmd: "pputs " + f64, want: []string{get(f64)}, stored: f64},
+	// Larger than the frame: through put, read back in the same call.
+	{key: "p", cmd: "pputs " + huge, want: []string{get(huge)}, stored: huge},
+	{key: "p", cmd: "pget", want: []string{get(huge)}}, // delivered whole in the next frame
+	// Small, large, small in one call: every read sees the write before it, the last wins.
+	{key: "p", cmd: "pputs s1 " + huge2 + " s2", want: []string{get("s1"), get(huge2), get("s2")}, stored: "s2"},
+	{key: "p", cmd: "pputs " + huge + " " + huge2, want: []string{get(huge), get(huge2)}, stored: huge2},
+	{key: "p", cmd: "pputs s3", want: []string{get("s3")}, stored: "s3"},
+	{key: "p", cmd: "pputs s4 " + huge, want: []string{get("s4"), get(huge)}, stored: huge},
+	{key: "p", cmd: "pdel", want: []string{`{"get":null}`}, stored: "absent"},
+	{key: "p", cmd: "pputs " + huge + " x", want: []string{get(huge), get("x")}, stored: "x"},
+	{key: "p", cmd: "pputdel " + huge2, want: []string{`{"get":null}`}, stored: "absent"},
+	{key: "p", cmd: "pputdel y", want: []string{`{"get":null}`}, stored: "absent"},
+	{key: "p", cmd: "pputs ", want: []string{get("")}, stored: "empty"}, // an empty value is a value
+	{key: "p", cmd: "phas", want: []string{`{"has":true}`}},
+	{key: "p", cmd: "pentry 7", want: []string{`{"entry":"7"}`}, stored: "empty"},
+	{key: "p", cmd: "pget", want: []string{get("")}},
+	// A timer gets frames: onTimer reads pf2 and writes pf2+timestamp back.
+	{key: "t", cmd: "pcount", want: []string{`{"pf":1,"pf2":10}`}},
+	{key: "t", cmd: "timer 300"},
+	{advance: 400, want: []string{`{"timer":300,"key":"t","pf2":10}`}},
+	{key: "t", cmd: "pcount", want: []string{`{"pf":2,"pf2":320}`}},
+
+	// The output area (docs/abi.md, "The output area"): 1,000 records of 200 bytes overflow it
+	// (64 KiB in Go, 4 KiB in AssemblyScript), records larger than it go through the emit
+	// import, and the order holds throughout.
+	{key: "e", cmd: "emitmany 1000 200", want: paddedSeq(1000, 200)},
+	{key: "e", cmd: "emitmany 3 70000", want: paddedSeq(3, 70000)},
+	{key: "e", cmd: "emitmix", want: []string{padded(0, 4), padded(1, 70000), padded(2, 4), padded(3, 5000), padded(4, 4)}},
+	{key: "e", cmd: "emitmany 0 1"},
 }
 
 func TestConformance(t *testing.T) {
@@ -100,12 +169,16 @@ func TestConformance(t *testing.T) {
 				t.Skip("-short: skipping the Go module")
 			}
 			in := load(t, path)
-			if m := in.manifest; m.Name != "conformance" || strings.Join(m.States, ",") != "kv,map,big" || strings.Join(m.Endpoints, ",") != "echo" {
+			if m := in.manifest; m.Name != "conformance" || strings.Join(m.States, ",") != "kv,map,big,pf,pf2" ||
+				strings.Join(m.Prefetch, ",") != "pf,pf2" || strings.Join(m.Endpoints, ",") != "echo" {
 				t.Fatalf("manifest %+v", m)
 			}
-			if !slices.Contains(in.h.logs, logLine{1, "open: put NOT_ALLOWED"}) {
-				t.Errorf("clink_open: state put was not refused with NOT_ALLOWED: logs %v", in.h.logs)
+			for _, l := range []string{"open: put NOT_ALLOWED", "open: emit NOT_ALLOWED", "open: prefetched put NOT_ALLOWED"} {
+				if !slices.Contains(in.h.logs, logLine{1, l}) {
+					t.Errorf("clink_open: want log %q, got %v", l, in.h.logs)
+				}
 			}
+			pfIndex := uint32(slices.Index(in.manifest.States, "pf"))
 			for i, s := range script {
 				var out []output
 				var err error
@@ -130,6 +203,18 @@ func TestConformance(t *testing.T) {
 					}
 				} else if !slices.Equal(got, s.want) {
 					t.Errorf("step %d (%.40q): got %.200q, want %.200q", i, s.cmd, got, s.want)
+				}
+				if s.stored != "" {
+					v, ok := in.h.stored(s.key, pfIndex, "")
+					switch {
+					case !ok:
+						v = "absent"
+					case v == "":
+						v = "empty"
+					}
+					if v != s.stored {
+						t.Errorf("step %d (%.40q): host holds %.40q, want %.40q", i, s.cmd, v, s.stored)
+					}
 				}
 			}
 			if in.h.order != -17 {
@@ -185,8 +270,9 @@ func TestKeyFunction(t *testing.T) {
 }
 
 // TestGoHotPathAllocations checks that the Go SDK's hot path allocates nothing: 10,000
-// records through the counter logic (state read and write, JSON output, emit) leave the Go
-// runtime's malloc count where it was.
+// records through the counter logic (state read and write, JSON output, emit), through the
+// imports (hot) and through a prefetch frame (phot), leave the Go runtime's malloc count where
+// it was.
 func TestGoHotPathAllocations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the Go module")
@@ -199,17 +285,19 @@ func TestGoHotPathAllocations(t *testing.T) {
 		}
 		return out[0].value
 	}
-	for range 10 { // warm up: buffers reach their final size
-		in.process("k", "hot", 0)
-	}
-	before := mallocs()
-	for range 10_000 {
-		if _, err := in.process("k", "hot", 0); err != nil {
-			t.Fatal(err)
+	for _, cmd := range []string{"hot", "phot"} {
+		for range 10 { // warm up: buffers reach their final size, the output area exists
+			in.process("k", cmd, 0)
 		}
-	}
-	if after := mallocs(); after != before {
-		t.Errorf("hot path allocated: %s before, %s after 10,000 records", before, after)
+		before := mallocs()
+		for range 10_000 {
+			if _, err := in.process("k", cmd, 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if after := mallocs(); after != before {
+			t.Errorf("%s: hot path allocated: %s before, %s after 10,000 records", cmd, before, after)
+		}
 	}
 }
 
@@ -225,12 +313,28 @@ func TestConformanceFault(t *testing.T) {
 			for _, tc := range []struct{ cmd, msg string }{
 				{"fail boom", "failed on purpose: boom"},
 				{"nonsense", `unknown command "nonsense"`},
+				// A failed call's frame writes and area records are discarded.
+				{"pfail lost", "failed on purpose after a write"},
 			} {
 				in := load(t, path)
-				_, err := in.process("k", tc.cmd, 0)
+				out, err := in.process("k", tc.cmd, 0)
 				if msg := guestMessage(err); !strings.HasPrefix(msg, tc.msg) {
 					t.Errorf("%s: got %v, want a fault with message %q", tc.cmd, err, tc.msg)
 				}
+				if len(out) != 0 {
+					t.Errorf("%s: a failed call delivered %q", tc.cmd, out)
+				}
+				if len(in.h.state) != 0 {
+					t.Errorf("%s: a failed call changed the state: %q", tc.cmd, in.h.state)
+				}
+			}
+			// GetInt64 of a prefetched value that is not 8 bytes fails the record.
+			in := load(t, path)
+			if _, err := in.process("k", "pputs v1", 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := in.process("k", "pint", 0); err == nil {
+				t.Errorf("pint of a 2-byte value: no fault")
 			}
 		})
 	}

@@ -96,3 +96,25 @@ export declare function lookup(endpoint: u32, reqPtr: usize, reqLen: u32, bufPtr
 // @ts-ignore: decorator
 @external("clink_v1", "set_resume_order")
 export declare function set_resume_order(order: i64): void;
+
+// @ts-ignore: decorator
+@external("clink_v1", "output_area")
+export declare function output_area(ptr: usize, cap: u32): i32;
+
+// @ts-ignore: decorator
+@external("clink_v1", "flush_output")
+export declare function flush_output(): i32;
+
+/** Prefetch frames and the output area (docs/abi.md, "Fast paths"). */
+export namespace Frame {
+  /** Size of a frame's header: u32 len, u32 cap, u32 flags, u32 reserved. */
+  export const HEADER: u32 = 16;
+  /** A frame's len when the entry is absent, and what the guest writes to delete it. */
+  export const ABSENT: u32 = 0xFFFFFFFF;
+  /** The flags bit that makes the host write the frame back. */
+  export const DIRTY: u32 = 1;
+  /** The smallest value area the host reserves. */
+  export const MIN_CAP: u32 = 64;
+  /** The most states a manifest may prefetch. */
+  export const MAX_PREFETCH: i32 = 16;
+}

@@ -125,7 +125,7 @@ export class Buffer extends Bytes {
   appendRaw(ptr: usize, n: i32): this {
     if (n <= 0) return this;
     this.reserve(n);
-    memory.copy(this.ptr + <usize>this.length, ptr, <usize>n);
+    copyBytes(this.ptr + <usize>this.length, ptr, <usize>n);
     this.length += n;
     return this;
   }
@@ -242,6 +242,50 @@ export class Buffer extends Bytes {
 }
 
 const digitScratch = memory.data(20);
+
+/**
+ * Copies n bytes from src to dst (the ranges must not overlap). Up to 32 bytes, the common size
+ * of keys, literals and small values, are copied with overlapping loads and stores: memory.copy
+ * is a call out of the compiled guest code in wazero, which costs more than the copy itself.
+ */
+// @ts-ignore: decorator
+@inline
+export function copyBytes(dst: usize, src: usize, n: usize): void {
+  if (n >= 8) {
+    if (n > 16) {
+      if (n > 32) {
+        memory.copy(dst, src, n);
+        return;
+      }
+      let a = load<u64>(src);
+      let b = load<u64>(src, 8);
+      let c = load<u64>(src + n - 16);
+      let d = load<u64>(src + n - 8);
+      store<u64>(dst, a);
+      store<u64>(dst, b, 8);
+      store<u64>(dst + n - 16, c);
+      store<u64>(dst + n - 8, d);
+      return;
+    }
+    let a = load<u64>(src);
+    let b = load<u64>(src + n - 8);
+    store<u64>(dst, a);
+    store<u64>(dst + n - 8, b);
+  } else if (n >= 4) {
+    let a = load<u32>(src);
+    let b = load<u32>(src + n - 4);
+    store<u32>(dst, a);
+    store<u32>(dst + n - 4, b);
+  } else if (n != 0) {
+    // 1-3 bytes: first, middle and last (some of them the same byte).
+    let a = load<u8>(src);
+    let b = load<u8>(src + (n >> 1));
+    let c = load<u8>(src + n - 1);
+    store<u8>(dst, a);
+    store<u8>(dst + (n >> 1), b);
+    store<u8>(dst + n - 1, c);
+  }
+}
 
 // @ts-ignore: decorator
 @inline

@@ -2,20 +2,26 @@
 
 import * as abi from "./abi";
 import { Bytes, view, keyScratch, valueScratch } from "./bytes";
+import { emitRecord } from "./fastpath";
 
 const keyView = new Bytes();
 const valueView = new Bytes();
 
 /**
  * Emits an output record with the given key (may be empty) and value, stamped with the
- * timestamp of the record or timer being processed. The host copies both. For JSON Lines
+ * timestamp of the record or timer being processed. The SDK copies both. For JSON Lines
  * output the value must be one JSON value without a newline, or the host fails the pipeline.
  * Allowed in process, onTimer and close. Returns 0 or a negative Code.
+ *
+ * Records are buffered in the output area (docs/abi.md, "The output area") and delivered, in
+ * order, when the call returns. The host checks them then: a record over the pipeline's emit
+ * limits fails the call rather than return TOO_LARGE, except a record larger than the area
+ * (4 KiB), which goes to the emit import directly.
  */
 export function emit<K, V>(key: K, value: V): i32 {
   let k = view<K>(key, keyView, keyScratch);
   let v = view<V>(value, valueView, valueScratch);
-  return abi.emit(k.ptr, <u32>k.length, v.ptr, <u32>v.length);
+  return emitRecord(k.ptr, <u32>k.length, v.ptr, <u32>v.length);
 }
 
 /**

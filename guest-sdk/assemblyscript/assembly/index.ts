@@ -8,7 +8,7 @@
 export { Code, ABI_VERSION } from "./abi";
 export { Bytes, Buffer } from "./bytes";
 export { Record, Operator, register, name } from "./operator";
-export { State } from "./state";
+export { State, StateOptions } from "./state";
 export { Endpoint, Header, Response } from "./lookup";
 export { emit, registerTimer, deleteTimer, setResumeOrder, watermark, processingTime, WATERMARK_NONE, WATERMARK_END } from "./core";
 export { setKeyFunction } from "./keyfunc";

@@ -2,6 +2,7 @@
 
 import * as abi from "./abi";
 import { Bytes, Buffer } from "./bytes";
+import { prefetchNames, beginKeyedCall, beginCloseCall, endCall } from "./fastpath";
 // The abort/trace/seed replacements must be compiled into every module (see runtime.ts).
 import "./runtime";
 
@@ -128,19 +129,33 @@ export function clink_input(cap: u32): usize {
   return inputPtr;
 }
 
+// The prefetch frames follow the record (or the timer's key) at the next multiple of 8
+// (docs/abi.md, "Prefetched values").
+// @ts-ignore: decorator
+@inline
+function framesAt(n: u32): usize {
+  return inputPtr + ((<usize>n + 7) & ~<usize>7);
+}
+
+// A call that traps never reaches endCall, and needs not: the host discards the instance.
+
 export function clink_process(keyLen: u32, valueLen: u32, timestamp: i64): i32 {
   sealed = true;
   record.key.set(inputPtr, <i32>keyLen);
   record.value.set(inputPtr + <usize>keyLen, <i32>valueLen);
   record.timestamp = timestamp;
+  beginKeyedCall(framesAt(keyLen + valueLen), inputPtr + <usize>inputCap);
   op().process(record);
+  endCall();
   afterCall();
   return 0;
 }
 
 export function clink_on_timer(keyLen: u32, timestamp: i64): i32 {
   sealed = true;
+  beginKeyedCall(framesAt(keyLen), inputPtr + <usize>inputCap);
   op().onTimer(timerKey.set(inputPtr, <i32>keyLen), timestamp);
+  endCall();
   afterCall();
   return 0;
 }
@@ -153,7 +168,9 @@ export function clink_open(): i32 {
 }
 
 export function clink_close(): i32 {
+  beginCloseCall();
   op().close();
+  endCall();
   afterCall();
   return 0;
 }
@@ -166,6 +183,10 @@ export function clink_manifest(): i64 {
     m = new Buffer();
     m.append('{"abi":').appendInt(abi.ABI_VERSION).append(',"name":"').append(operatorName).append('","states":[');
     appendNames(m, stateNames);
+    if (prefetchNames.length > 0) {
+      m.append('],"prefetch":[');
+      appendNames(m, prefetchNames);
+    }
     m.append('],"endpoints":[');
     appendNames(m, endpointNames);
     m.append("]}");

@@ -131,6 +131,17 @@ func buildManifest() []byte {
 	sealed = true
 	b := []byte(`{"abi":` + strconv.Itoa(ABIVersion) + `,"name":"` + opName + `","states":[`)
 	b = appendNames(b, stateNames)
+	if len(prefetched) > 0 {
+		b = append(b, `],"prefetch":[`...)
+		for i, st := range prefetched {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, '"')
+			b = append(b, st.name...)
+			b = append(b, '"')
+		}
+	}
 	b = append(b, `],"endpoints":[`...)
 	b = appendNames(b, endpointNames)
 	manifest = append(b, "]}"...)
@@ -156,21 +167,30 @@ func init() {
 		Open:     open,
 		Close:    closeOp,
 		Manifest: buildManifest,
+		Reset:    func() { area, areaState = nil, 0 },
 	}
 }
 
 // The dispatchers below are what the exports run. Each recovers a panic, logs it at error
 // level and returns 1: a panic escaping a //go:wasmexport function would abort the instance
-// with only a runtime trace on stderr.
+// with only a runtime trace on stderr. guard also ends the call for the fast paths: frames
+// and the output area belong to the host again once the export returns.
 
 func process(keyLen, valueLen uint32, timestamp int64) (rc int32) {
 	defer guard(&rc)
 	sealed = true
 	in := abi.Input
 	end := keyLen + valueLen
+	// Capacities stop at the record: appending to Key or Value cannot overwrite the frames.
 	rec.Key = in[:keyLen:keyLen]
 	rec.Value = in[keyLen:end:end]
 	rec.Timestamp = timestamp
+	if len(prefetched) > 0 {
+		if err := loadFrames(abi.Align8(end)); err != nil {
+			return fail(err)
+		}
+	}
+	emitting = true
 	return fail(op.Process(&rec))
 }
 
@@ -181,6 +201,12 @@ func onTimer(keyLen uint32, timestamp int64) (rc int32) {
 	if !ok {
 		return fail(errors.New("clink: a timer fired but operator " + strconv.Quote(opName) + " does not implement clink.TimerHandler"))
 	}
+	if len(prefetched) > 0 {
+		if err := loadFrames(abi.Align8(keyLen)); err != nil {
+			return fail(err)
+		}
+	}
+	emitting = true
 	return fail(th.OnTimer(abi.Input[:keyLen:keyLen], timestamp))
 }
 
@@ -195,6 +221,7 @@ func open() (rc int32) {
 
 func closeOp() (rc int32) {
 	defer guard(&rc)
+	emitting = true
 	if c, ok := op.(Closer); ok {
 		return fail(c.Close())
 	}
@@ -210,6 +237,10 @@ func fail(err error) int32 {
 }
 
 func guard(rc *int32) {
+	emitting = false
+	if len(prefetched) > 0 {
+		endFrames()
+	}
 	r := recover()
 	if r == nil {
 		return

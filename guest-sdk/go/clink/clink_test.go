@@ -5,6 +5,7 @@ package clink_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,9 @@ var (
 	kv  = clink.NewState("kv")
 	big = clink.NewState("big.values")
 	geo = clink.NewEndpoint("geo")
+	// Two prefetched states, so that the second frame's offset depends on the first's cap.
+	pf  = clink.NewState("pf", clink.Prefetch())
+	pf2 = clink.NewState("pf2", clink.Prefetch())
 )
 
 type testOp struct{ opened, closed int }
@@ -26,10 +30,26 @@ var op = &testOp{}
 
 func init() { clink.Register("sdk-test", op) }
 
-func (o *testOp) Open() error  { o.opened++; return nil }
+func (o *testOp) Open() error {
+	o.opened++
+	if err := clink.Emit(nil, []byte(`"open"`)); !errors.Is(err, clink.ErrNotAllowed) {
+		return errors.New("Emit in Open: got " + fmt.Sprint(err) + ", want ErrNotAllowed")
+	}
+	if _, _, err := pf.Get(nil); !errors.Is(err, clink.ErrNotAllowed) {
+		return errors.New("prefetched Get in Open: got " + fmt.Sprint(err) + ", want ErrNotAllowed")
+	}
+	return nil
+}
 func (o *testOp) Close() error { o.closed++; return clink.Emit(nil, []byte(`"closed"`)) }
 
 func (o *testOp) OnTimer(key []byte, ts int64) error {
+	if n, found, err := pf.GetInt64(nil); err != nil || found {
+		// A timer gets the key's frames too: read, write back.
+		if err := pf.PutInt64(nil, n+ts); err != nil {
+			return err
+		}
+		return clink.Emit(key, []byte(`{"timer":`+strconv.FormatInt(ts, 10)+`,"pf":`+strconv.FormatInt(n, 10)+`}`))
+	}
 	return clink.Emit(key, []byte(`{"timer":`+strconv.FormatInt(ts, 10)+`}`))
 }
 
@@ -93,6 +113,8 @@ func (o *testOp) Process(r *clink.Record) error {
 		return errors.New("header injection not refused")
 	case "log":
 		clink.Logf(clink.LevelWarn, "watermark %d", clink.Watermark())
+	default:
+		return fastPath(r, cmd, arg)
 	}
 	return nil
 }
@@ -102,7 +124,8 @@ func TestSDK(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := h.Manifest(); m.Name != "sdk-test" || strings.Join(m.States, ",") != "kv,big.values" || strings.Join(m.Endpoints, ",") != "geo" {
+	if m := h.Manifest(); m.Name != "sdk-test" || strings.Join(m.States, ",") != "kv,big.values,pf,pf2" ||
+		strings.Join(m.Prefetch, ",") != "pf,pf2" || strings.Join(m.Endpoints, ",") != "geo" {
 		t.Fatalf("manifest %+v", m)
 	}
 	if op.opened != 1 {

@@ -1,6 +1,11 @@
 package clink
 
-import "github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
+import (
+	"errors"
+	"strconv"
+
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
+)
 
 // State is a named keyed state: a map from entry (state key) to value, one map per record key.
 // Inside a call for record key K, every method reads or writes K's map only. Use a nil entry for
@@ -11,20 +16,72 @@ import "github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
 //	var seen = clink.NewState("seen")
 //
 // State methods are allowed in Process and OnTimer only (ErrNotAllowed elsewhere).
+//
+// # Prefetched states
+//
+// A state declared with [Prefetch] has its per-key value (the nil entry) delivered by the host
+// with every record and timer, in a frame of the input buffer (docs/abi.md, "Prefetched
+// values"). Get, GetInt64, Put, PutInt64 and Delete of the nil entry then read and write that
+// frame and make no import call; the host writes a changed value back when the call returns.
+// A value larger than the frame's room goes through the put import instead, and the reads that
+// follow in the same call go through get_async until the entry is written again, so a call
+// always reads what it wrote. Other entries of a prefetched state use the imports as usual.
 type State struct {
 	name  string
 	index uint32
+
+	// Prefetched states only.
+	prefetch bool
+	// frame is the offset in abi.Input of this state's frame header during Process and
+	// OnTimer, and -1 outside them.
+	// INVARIANT: frame >= 0 only while the frame belongs to the current call (set by
+	// loadFrames, reset by endCall), so a stale frame is never read or written.
+	frame int
+	// stale is set when the entry was written with the put import (a value larger than the
+	// frame): the frame is not DIRTY and no longer holds the value, so reads go through
+	// get_async until the next write to the frame.
+	stale bool
 }
 
+// A StateOption configures a State when it is declared.
+type StateOption interface{ applyState(*State) }
+
+type prefetchOption struct{}
+
+func (prefetchOption) applyState(s *State) { s.prefetch = true }
+
+// Prefetch declares a state whose per-key value (the nil entry) the operator reads on (nearly)
+// every record: the host delivers it with the record and takes it back written, so a
+// read-modify-write makes no import call. A module may prefetch at most 16 states; prefetch only
+// those read on most records, since every prefetched value is loaded for every record and timer.
+func Prefetch() StateOption { return prefetchOption{} }
+
+// prefetched are the prefetched states, in manifest order: the order of their frames.
+var prefetched []*State
+
 // NewState declares a state. name is what the host persists: 1-128 characters of
-// [A-Za-z0-9_.-], unique within the module. It panics on an invalid or duplicate name, or when
-// called after initialisation.
-func NewState(name string) *State {
-	return &State{name: name, index: uint32(declare("State", &stateNames, name, 256))}
+// [A-Za-z0-9_.-], unique within the module. It panics on an invalid or duplicate name, when more
+// than 16 states are prefetched, or when called after initialisation.
+func NewState(name string, opts ...StateOption) *State {
+	s := &State{name: name, frame: -1}
+	for _, o := range opts {
+		o.applyState(s)
+	}
+	s.index = uint32(declare("State", &stateNames, name, 256))
+	if s.prefetch {
+		if len(prefetched) == abi.MaxPrefetch {
+			panic("clink: more than 16 prefetched states (NewState(" + strconv.Quote(name) + ", clink.Prefetch()))")
+		}
+		prefetched = append(prefetched, s)
+	}
+	return s
 }
 
 // Name returns the state's name.
 func (s *State) Name() string { return s.name }
+
+// Prefetched reports whether the state was declared with Prefetch.
+func (s *State) Prefetched() bool { return s.prefetch }
 
 // result is the SDK's result buffer, shared by Get and Lookup. It grows to the largest value
 // read and is never shrunk.
@@ -63,6 +120,10 @@ func (s *State) Get(entry []byte) (value []byte, found bool, err error) {
 // AppendGet appends the value of entry to dst and returns the extended slice. found is false
 // when the entry is absent (dst is returned unchanged).
 func (s *State) AppendGet(dst, entry []byte) (_ []byte, found bool, err error) {
+	if len(entry) == 0 && s.frame >= 0 && !s.stale {
+		v, found, err := s.frameValue()
+		return append(dst, v...), found, err
+	}
 	p, c := abi.Spare(dst)
 	n := abi.GetAsync(s.index, abi.Ptr(entry), uint32(len(entry)), p, c)
 	switch {
@@ -80,6 +141,9 @@ func (s *State) AppendGet(dst, entry []byte) (_ []byte, found bool, err error) {
 // Put sets entry of the current key's state to a copy of value. An empty value is a value, not
 // a delete.
 func (s *State) Put(entry, value []byte) error {
+	if len(entry) == 0 && s.frame >= 0 {
+		return s.putFrame(value)
+	}
 	if rc := abi.Put(s.index, abi.Ptr(entry), uint32(len(entry)), abi.Ptr(value), uint32(len(value))); rc < 0 {
 		return codeErr("put "+s.name, int64(rc))
 	}
@@ -88,6 +152,10 @@ func (s *State) Put(entry, value []byte) error {
 
 // Delete removes entry from the current key's state. Deleting an absent entry succeeds.
 func (s *State) Delete(entry []byte) error {
+	if len(entry) == 0 && s.frame >= 0 {
+		s.writeFrame(abi.FrameAbsent, nil)
+		return nil
+	}
 	if rc := abi.Delete(s.index, abi.Ptr(entry), uint32(len(entry))); rc < 0 {
 		return codeErr("delete "+s.name, int64(rc))
 	}
@@ -98,7 +166,12 @@ func (s *State) Delete(entry []byte) error {
 // entry is absent (v is then 0). A value of another length is an ErrInvalidArgument error.
 func (s *State) GetInt64(entry []byte) (v int64, found bool, err error) {
 	var b [8]byte
-	got, found, err := s.AppendGet(b[:0], entry)
+	var got []byte
+	if len(entry) == 0 && s.frame >= 0 && !s.stale {
+		got, found, err = s.frameValue() // decoded in place: no copy
+	} else {
+		got, found, err = s.AppendGet(b[:0], entry)
+	}
 	if err != nil || !found {
 		return 0, found, err
 	}
@@ -128,5 +201,79 @@ func PutInt64(b []byte, v int64) {
 	_ = b[7]
 	for i := range 8 {
 		b[i] = byte(v >> (8 * i))
+	}
+}
+
+// frameValue returns the value in the state's frame, a view of the input buffer.
+func (s *State) frameValue() (value []byte, found bool, err error) {
+	h := abi.Input[s.frame:]
+	n := abi.Le32(h)
+	if n == abi.FrameAbsent {
+		return nil, false, nil
+	}
+	// loadFrames checked the host's len against cap, and writeFrame keeps len <= cap.
+	return h[abi.FrameHeader : abi.FrameHeader+n], true, nil
+}
+
+// putFrame writes value to the state's frame if it fits, and otherwise with the put import.
+func (s *State) putFrame(value []byte) error {
+	h := abi.Input[s.frame:]
+	if uint64(len(value)) <= uint64(abi.Le32(h[4:])) {
+		s.writeFrame(uint32(len(value)), value)
+		return nil
+	}
+	// Too large for the frame (docs/abi.md: such a value must be written with put, and the
+	// frame must then stay un-DIRTY, or the write-back would overwrite the put). A failed
+	// put changes nothing: the frame keeps the call's earlier write, if any.
+	if rc := abi.Put(s.index, nil, 0, abi.Ptr(value), uint32(len(value))); rc < 0 {
+		return codeErr("put "+s.name, int64(rc))
+	}
+	abi.PutLe32(h[8:], abi.Le32(h[8:])&^abi.FrameDirty)
+	s.stale = true
+	return nil
+}
+
+// writeFrame sets the frame's value (n = FrameAbsent deletes it) and marks it DIRTY.
+func (s *State) writeFrame(n uint32, value []byte) {
+	h := abi.Input[s.frame:]
+	copy(h[abi.FrameHeader:], value)
+	abi.PutLe32(h, n)
+	abi.PutLe32(h[8:], abi.Le32(h[8:])|abi.FrameDirty)
+	s.stale = false
+}
+
+// loadFrames locates the frames of the prefetched states in the input buffer, starting at off
+// (docs/abi.md, "Prefetched values"), and checks what the host wrote. A malformed frame most
+// likely means a host that does not know the manifest's prefetch field.
+func loadFrames(off uint32) error {
+	in := abi.Input
+	o := uint64(off)
+	for _, s := range prefetched {
+		if o+abi.FrameHeader > uint64(len(in)) {
+			return frameError(s, "its frame lies outside the input buffer")
+		}
+		h := in[o:]
+		n, c := abi.Le32(h), abi.Le32(h[4:])
+		switch {
+		case c < abi.FrameMinCap || c%8 != 0 || o+abi.FrameHeader+uint64(c) > uint64(len(in)):
+			return frameError(s, "its frame has an invalid cap")
+		case n != abi.FrameAbsent && n > c:
+			return frameError(s, "its frame has len > cap")
+		}
+		s.frame, s.stale = int(o), false
+		o += abi.FrameHeader + uint64(c)
+	}
+	return nil
+}
+
+func frameError(s *State, what string) error {
+	return errors.New("clink: prefetched state " + strconv.Quote(s.name) + ": " + what +
+		" (does the host support the manifest's prefetch field? docs/abi.md, \"Prefetched values\")")
+}
+
+// endFrames closes the frames of the call that is returning: they belong to the host again.
+func endFrames() {
+	for _, s := range prefetched {
+		s.frame = -1
 	}
 }

@@ -47,14 +47,3 @@ func DeleteTimer(timestamp int64) error {
 	}
 	return nil
 }
-
-// Emit emits an output record with the given key (may be empty) and value, stamped with the
-// timestamp of the record or timer being processed. The host copies both before Emit returns.
-// For JSON Lines output the value must be one JSON value without a newline, or the host fails
-// the pipeline. Allowed in Process, OnTimer and Close.
-func Emit(key, value []byte) error {
-	if rc := abi.Emit(abi.Ptr(key), uint32(len(key)), abi.Ptr(value), uint32(len(value))); rc < 0 {
-		return codeErr("emit", int64(rc))
-	}
-	return nil
-}

@@ -5,8 +5,9 @@
 import { Operator, Record, State, Buffer, JsonValue, register, emit, json, log } from "../../../../guest-sdk/assemblyscript/assembly";
 export * from "../../../../guest-sdk/assemblyscript/assembly/exports";
 
-// Per record key: count, sum, min and max as four little-endian i64s.
-const aggs = new State("agg");
+// Per record key: count, sum, min and max as four little-endian i64s. Prefetched: delivered
+// with each record and written back by the host, with no import call.
+const aggs = new State("agg", { prefetch: true });
 const agg = new Buffer(32);
 const value = new JsonValue();
 const out = new Buffer(128);

@@ -15,8 +15,9 @@ import (
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/jsonx"
 )
 
-// aggs holds, per record key, count, sum, min and max as four little-endian int64s.
-var aggs = clink.NewState("agg")
+// aggs holds, per record key, count, sum, min and max as four little-endian int64s. Prefetched:
+// delivered with each record and written back by the host, with no import call.
+var aggs = clink.NewState("agg", clink.Prefetch())
 
 var (
 	buf [32]byte

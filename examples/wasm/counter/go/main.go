@@ -9,8 +9,9 @@ import (
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/jsonx"
 )
 
-// counts holds one int64 per record key, under the empty entry.
-var counts = clink.NewState("count")
+// counts holds one int64 per record key, under the empty entry. Prefetched: the host delivers
+// it with each record and takes it back written, so the read-modify-write makes no import call.
+var counts = clink.NewState("count", clink.Prefetch())
 
 // out is the output buffer, reused for every record.
 var out []byte

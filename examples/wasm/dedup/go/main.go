@@ -6,8 +6,9 @@ package main
 
 import "github.com/clink-wasm/clink-wasm/guest-sdk/go/clink"
 
-// seen holds an empty value for every key already emitted.
-var seen = clink.NewState("seen")
+// seen holds an empty value for every key already emitted. Prefetched: the host delivers it
+// with each record, so checking and marking a key makes no import call.
+var seen = clink.NewState("seen", clink.Prefetch())
 
 func init() { clink.Register("dedup", clink.ProcessFunc(process)) }
 

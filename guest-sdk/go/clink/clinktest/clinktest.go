@@ -46,6 +46,7 @@ type Manifest struct {
 	ABI       int      `json:"abi"`
 	Name      string   `json:"name"`
 	States    []string `json:"states"`
+	Prefetch  []string `json:"prefetch,omitempty"`
 	Endpoints []string `json:"endpoints"`
 }
 
@@ -81,6 +82,7 @@ func New() (*Harness, error) {
 	}
 	h := &Harness{host: abi.NewNativeHost()}
 	abi.Host = h.host
+	abi.Exports.Reset()
 	abi.NativeProcessingTime = 0
 
 	var m []byte
@@ -94,6 +96,13 @@ func New() (*Harness, error) {
 		return nil, fmt.Errorf("clinktest: manifest declares ABI %d, want %d", h.manifest.ABI, abi.Version)
 	}
 	h.host.NumStates, h.host.NumEndpoints = len(h.manifest.States), len(h.manifest.Endpoints)
+	for _, p := range h.manifest.Prefetch {
+		i := slices.Index(h.manifest.States, p)
+		if i < 0 {
+			return nil, fmt.Errorf("clinktest: manifest prefetches %q, which is not among its states", p)
+		}
+		h.host.Prefetch = append(h.host.Prefetch, uint32(i))
+	}
 	h.host.Lookups = h.serveLookup
 	if err := h.call(abi.CallOpen, "clink_open", abi.Exports.Open); err != nil {
 		return nil, err
@@ -136,13 +145,26 @@ func (h *Harness) State(key []byte, state string, entry []byte) (value []byte, f
 
 // Process runs one record through the operator and returns what it emitted.
 func (h *Harness) Process(key, value []byte, timestamp int64) ([]Output, error) {
-	abi.GrowInput(uint32(len(key) + len(value)))
-	copy(abi.Input, key)
-	copy(abi.Input[len(key):], value)
 	h.host.Key, h.host.Timestamp = string(key), timestamp
-	return h.collect(abi.CallProcess, "clink_process", func() int32 {
+	frames := h.writeInput(uint32(len(key)+len(value)), key, value)
+	return h.collect(abi.CallProcess, "clink_process", frames, func() int32 {
 		return abi.Exports.Process(uint32(len(key)), uint32(len(value)), timestamp)
 	})
+}
+
+// writeInput writes the record (parts, n bytes in all) and, after it, the prefetch frames of
+// the current key into the input buffer, as the host does (docs/abi.md, "Prefetched values").
+// It returns the frames' place in the input buffer.
+func (h *Harness) writeInput(n uint32, parts ...[]byte) (frames []byte) {
+	f := h.host.Frames()
+	off := abi.Align8(n)
+	abi.GrowInput(off + uint32(len(f)))
+	p := 0
+	for _, b := range parts {
+		p += copy(abi.Input[p:], b)
+	}
+	copy(abi.Input[off:], f)
+	return abi.Input[off : off+uint32(len(f))]
 }
 
 // AdvanceWatermark moves the watermark to wm (it never moves backwards) and fires every timer
@@ -172,10 +194,9 @@ func (h *Harness) AdvanceWatermark(wm int64) ([]Output, error) {
 	var out []Output
 	for _, d := range fire {
 		delete(h.host.Timers[d.key], d.ts)
-		abi.GrowInput(uint32(len(d.key)))
-		copy(abi.Input, d.key)
 		h.host.Key, h.host.Timestamp = d.key, d.ts
-		o, err := h.collect(abi.CallTimer, "clink_on_timer", func() int32 {
+		frames := h.writeInput(uint32(len(d.key)), []byte(d.key))
+		o, err := h.collect(abi.CallTimer, "clink_on_timer", frames, func() int32 {
 			return abi.Exports.OnTimer(uint32(len(d.key)), d.ts)
 		})
 		out = append(out, o...)
@@ -194,13 +215,27 @@ func (h *Harness) Close() ([]Output, error) {
 		return out, err
 	}
 	h.host.Key, h.host.Timestamp = "", 0
-	o, err := h.collect(abi.CallClose, "clink_close", abi.Exports.Close)
+	o, err := h.collect(abi.CallClose, "clink_close", nil, abi.Exports.Close)
 	return append(out, o...), err
 }
 
-func (h *Harness) collect(c abi.Call, export string, f func() int32) ([]Output, error) {
+// collect runs an export that may emit. When it succeeds, the host drains the output area and
+// then writes back the DIRTY frames (in frames, a view of the input buffer), as docs/abi.md
+// orders them; when it fails, the undrained records are discarded.
+func (h *Harness) collect(c abi.Call, export string, frames []byte, f func() int32) ([]Output, error) {
 	h.host.Outputs = nil
 	err := h.call(c, export, f)
+	if err != nil {
+		h.host.DiscardOutput()
+	} else {
+		h.host.Drain()
+		if len(frames) > 0 {
+			h.host.WriteBack(frames)
+		}
+		if msg := h.host.TakeFault(); msg != "" {
+			err = &FaultError{Export: export, Message: "host: " + msg}
+		}
+	}
 	out := make([]Output, len(h.host.Outputs))
 	for i, o := range h.host.Outputs {
 		out[i] = Output{Key: o.Key, Value: o.Value, Timestamp: o.Timestamp}

@@ -12,6 +12,9 @@ const kv = new State("kv");
 const dict = new State("map");
 const big = new State("big");
 const echo = new Endpoint("echo");
+// Two prefetched states: the second frame's place depends on the first frame's cap.
+const pf = new State("pf", { prefetch: true });
+const pf2 = new State("pf2", { prefetch: true });
 
 const out = new Buffer();
 const tmp = new Buffer();
@@ -27,9 +30,25 @@ function lookupResult(key: Bytes, r: Response): void {
   emit(key, out);
 }
 
+/** Emits {"get":V} for pf's value, or {"get":null}. */
+function emitGet(key: Bytes): void {
+  let v = pf.get("");
+  if (v === null) emit(key, '{"get":null}');
+  else emit(key, out.clear().append('{"get":').appendJsonString(v).append("}"));
+}
+
+/** A JSON string of size bytes that starts with i: "17     ". */
+function padded(i: i32, size: i32): Buffer {
+  tmp.clear().appendByte(0x22).appendInt(i);
+  while (tmp.length < size - 1) tmp.appendByte(0x20);
+  return tmp.appendByte(0x22);
+}
+
 class Conformance extends Operator {
   open(): void {
     if (kv.put("", "x") == Code.NOT_ALLOWED) log.info("open: put NOT_ALLOWED");
+    if (emit("", "1") == Code.NOT_ALLOWED) log.info("open: emit NOT_ALLOWED");
+    if (pf.put("", "x") == Code.NOT_ALLOWED) log.info("open: prefetched put NOT_ALLOWED");
   }
 
   close(): void {
@@ -37,8 +56,14 @@ class Conformance extends Operator {
   }
 
   onTimer(key: Bytes, timestamp: i64): void {
-    out.clear().append('{"timer":').appendInt(timestamp).append(',"key":').appendJsonString(key).append("}");
-    emit(key, out);
+    out.clear().append('{"timer":').appendInt(timestamp).append(',"key":').appendJsonString(key);
+    // A timer gets its key's frames too: read pf2, write pf2+timestamp back.
+    if (pf2.has("")) {
+      let n = pf2.getI64("");
+      pf2.putI64("", n + timestamp);
+      out.append(',"pf2":').appendInt(n);
+    }
+    emit(key, out.append("}"));
   }
 
   process(record: Record): void {
@@ -88,6 +113,57 @@ class Conformance extends Operator {
       let n = kv.getI64("hot") + 1;
       kv.putI64("hot", n);
       emit(k, out.clear().append('{"key":').appendJsonString(k).append(',"hot":').appendInt(n).append("}"));
+    } else if (cmd == "phot") {
+      // The counter example's hot path on a prefetched state: no import call.
+      let n = pf2.getI64("") + 1;
+      pf2.putI64("", n);
+      emit(k, out.clear().append('{"key":').appendJsonString(k).append(',"phot":').appendInt(n).append("}"));
+    } else if (cmd == "pcount") {
+      let n = pf.getI64("") + 1;
+      pf.putI64("", n);
+      let m = pf2.getI64("") + 10;
+      pf2.putI64("", m);
+      emit(k, out.clear().append('{"pf":').appendInt(n).append(',"pf2":').appendInt(m).append("}"));
+    } else if (cmd == "pget") {
+      emitGet(k);
+    } else if (cmd == "phas") {
+      emit(k, out.clear().append('{"has":').append(pf.has("") ? "true" : "false").append("}"));
+    } else if (cmd == "pputs") {
+      // Each space-separated value in turn: write it, read it back.
+      let parts = arg.split(" ");
+      for (let i = 0; i < parts.length; i++) {
+        check(pf.put("", parts[i]));
+        emitGet(k);
+      }
+    } else if (cmd == "pdel") {
+      check(pf.delete(""));
+      emitGet(k);
+    } else if (cmd == "pputdel") {
+      // Write (maybe larger than the frame), then delete, in one call.
+      check(pf.put("", arg));
+      check(pf.delete(""));
+      emitGet(k);
+    } else if (cmd == "pentry") {
+      // Another entry of a prefetched state: through the imports.
+      check(pf.put("x", arg));
+      let v = pf.get("x");
+      emit(k, out.clear().append('{"entry":').appendJsonString(v === null ? new Bytes() : v).append("}"));
+    } else if (cmd == "pint") {
+      emit(k, out.clear().append('{"int":').appendInt(pf.getI64("")).append("}"));
+    } else if (cmd == "pfail") {
+      // Write and emit, then fail: neither may reach the host.
+      check(pf.put("", arg));
+      emit(k, '{"before":true}');
+      throw new Error("failed on purpose after a write");
+    } else if (cmd == "emitmany") {
+      let sp2 = arg.indexOf(" ");
+      let n = I32.parseInt(arg.substring(0, sp2));
+      let size = I32.parseInt(arg.substring(sp2 + 1));
+      for (let i = 0; i < n; i++) emit(k, padded(i, size));
+    } else if (cmd == "emitmix") {
+      // Small and large records interleaved: order must hold.
+      let sizes: i32[] = [4, 70000, 4, 5000, 4];
+      for (let i = 0; i < sizes.length; i++) emit(k, padded(i, sizes[i]));
     } else if (cmd == "mallocs") {
       emit(k, '{"mallocs":-1}'); // no allocation counter in the AssemblyScript runtime
     } else if (cmd == "order") {

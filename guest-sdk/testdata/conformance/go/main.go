@@ -20,6 +20,9 @@ var (
 	dict = clink.NewState("map")
 	big  = clink.NewState("big")
 	echo = clink.NewEndpoint("echo")
+	// Two prefetched states: the second frame's place depends on the first frame's cap.
+	pf  = clink.NewState("pf", clink.Prefetch())
+	pf2 = clink.NewState("pf2", clink.Prefetch())
 )
 
 type op struct{}
@@ -45,6 +48,12 @@ func (op) Open() error {
 	if err := kv.Put(nil, []byte("x")); errors.Is(err, clink.ErrNotAllowed) {
 		clink.Log(clink.LevelInfo, "open: put NOT_ALLOWED")
 	}
+	if err := clink.Emit(nil, []byte("1")); errors.Is(err, clink.ErrNotAllowed) {
+		clink.Log(clink.LevelInfo, "open: emit NOT_ALLOWED")
+	}
+	if err := pf.Put(nil, []byte("x")); errors.Is(err, clink.ErrNotAllowed) {
+		clink.Log(clink.LevelInfo, "open: prefetched put NOT_ALLOWED")
+	}
 	return nil
 }
 
@@ -55,8 +64,41 @@ func (op) OnTimer(key []byte, ts int64) error {
 	out = jsonx.AppendInt(out, ts)
 	out = append(out, `,"key":`...)
 	out = jsonx.AppendString(out, key)
+	// A timer gets its key's frames too: read pf2, write pf2+ts back.
+	n, found, err := pf2.GetInt64(nil)
+	if err != nil {
+		return err
+	}
+	if found {
+		if err := pf2.PutInt64(nil, n+ts); err != nil {
+			return err
+		}
+		out = append(out, `,"pf2":`...)
+		out = jsonx.AppendInt(out, n)
+	}
 	out = append(out, '}')
 	return clink.Emit(key, out)
+}
+
+// emitGet emits {"get":V} for pf's value, or {"get":null}.
+func emitGet(key []byte) error {
+	v, found, err := pf.Get(nil)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return emitf(key, `{"get":null}`)
+	}
+	return emitf(key, `{"get":`, string(jsonx.AppendString(nil, v)), `}`)
+}
+
+// padded is a JSON string of size bytes that starts with i: "17     ".
+func padded(i, size int) []byte {
+	b := append([]byte{'"'}, strconv.Itoa(i)...)
+	for len(b) < size-1 {
+		b = append(b, ' ')
+	}
+	return append(b, '"')
 }
 
 func emitf(key []byte, parts ...string) error {
@@ -164,6 +206,113 @@ func (op) Process(r *clink.Record) error {
 		out = jsonx.AppendInt(out, n)
 		out = append(out, '}')
 		return clink.Emit(k, out)
+	case "phot":
+		// The counter example's hot path on a prefetched state: no import call.
+		n, _, err := pf2.GetInt64(nil)
+		if err != nil {
+			return err
+		}
+		n++
+		if err := pf2.PutInt64(nil, n); err != nil {
+			return err
+		}
+		out = append(out[:0], `{"key":`...)
+		out = jsonx.AppendString(out, k)
+		out = append(out, `,"phot":`...)
+		out = jsonx.AppendInt(out, n)
+		out = append(out, '}')
+		return clink.Emit(k, out)
+	case "pcount":
+		n, _, err := pf.GetInt64(nil)
+		if err != nil {
+			return err
+		}
+		if err := pf.PutInt64(nil, n+1); err != nil {
+			return err
+		}
+		m, _, err := pf2.GetInt64(nil)
+		if err != nil {
+			return err
+		}
+		if err := pf2.PutInt64(nil, m+10); err != nil {
+			return err
+		}
+		return emitf(k, `{"pf":`, itoa(n+1), `,"pf2":`, itoa(m+10), `}`)
+	case "pget":
+		return emitGet(k)
+	case "phas":
+		_, found, err := pf.Get(nil)
+		if err != nil {
+			return err
+		}
+		return emitf(k, `{"has":`, strconv.FormatBool(found), `}`)
+	case "pputs": // each space-separated value in turn: write it, read it back
+		// (strings.Cut, not strings.Split: Split would make the command string escape, and
+		// TestGoHotPathAllocations counts the module's allocations.)
+		for rest, more := arg, true; more; {
+			var v string
+			v, rest, more = strings.Cut(rest, " ")
+			if err := pf.Put(nil, []byte(v)); err != nil {
+				return err
+			}
+			if err := emitGet(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "pdel":
+		if err := pf.Delete(nil); err != nil {
+			return err
+		}
+		return emitGet(k)
+	case "pputdel": // write (maybe larger than the frame), then delete, in one call
+		if err := pf.Put(nil, []byte(arg)); err != nil {
+			return err
+		}
+		if err := pf.Delete(nil); err != nil {
+			return err
+		}
+		return emitGet(k)
+	case "pentry": // another entry of a prefetched state: through the imports
+		if err := pf.Put([]byte("x"), []byte(arg)); err != nil {
+			return err
+		}
+		v, _, err := pf.Get([]byte("x"))
+		if err != nil {
+			return err
+		}
+		return emitf(k, `{"entry":`, string(jsonx.AppendString(nil, v)), `}`)
+	case "pint":
+		n, _, err := pf.GetInt64(nil)
+		if err != nil {
+			return err
+		}
+		return emitf(k, `{"int":`, itoa(n), `}`)
+	case "pfail": // write and emit, then fail: neither may reach the host
+		if err := pf.Put(nil, []byte(arg)); err != nil {
+			return err
+		}
+		if err := emitf(k, `{"before":true}`); err != nil {
+			return err
+		}
+		return errors.New("failed on purpose after a write")
+	case "emitmany": // emitmany N SIZE: N records of SIZE bytes
+		ns, ss, _ := strings.Cut(arg, " ")
+		n, _ := strconv.Atoi(ns)
+		size, _ := strconv.Atoi(ss)
+		for i := range n {
+			if err := clink.Emit(k, padded(i, size)); err != nil {
+				return err
+			}
+		}
+		return nil
+	case "emitmix": // small and large records interleaved: order must hold
+		for i, size := range []int{4, 70000, 4, 5000, 4} {
+			if err := clink.Emit(k, padded(i, size)); err != nil {
+				return err
+			}
+		}
+		return nil
 	case "mallocs":
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)

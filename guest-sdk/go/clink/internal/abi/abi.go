@@ -31,6 +31,41 @@ const (
 // Version is the ABI version this package speaks.
 const Version = 1
 
+// Fast paths (docs/abi.md, "Fast paths").
+const (
+	// FrameHeader is the size of a prefetch frame's header: u32 len, u32 cap, u32 flags,
+	// u32 reserved.
+	FrameHeader = 16
+	// FrameAbsent is a frame's len when the entry is absent (and what the guest writes to
+	// delete it).
+	FrameAbsent = 0xFFFFFFFF
+	// FrameDirty is the flags bit that makes the host write the frame back.
+	FrameDirty = 1
+	// FrameMinCap is the smallest value area the host reserves in a frame.
+	FrameMinCap = 64
+	// MaxPrefetch is the most states a manifest may prefetch.
+	MaxPrefetch = 16
+	// RecordHeader is the size of a record's header in the output area: u32 key_len,
+	// u32 value_len.
+	RecordHeader = 8
+)
+
+// Align8 rounds n up to a multiple of 8: where the first prefetch frame starts after the
+// record in the input buffer.
+func Align8(n uint32) uint32 { return (n + 7) &^ 7 }
+
+// Le32 reads a little-endian u32 at b[0:4].
+func Le32(b []byte) uint32 {
+	_ = b[3]
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// PutLe32 writes v little-endian to b[0:4].
+func PutLe32(b []byte, v uint32) {
+	_ = b[3]
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}
+
 // Hooks are the guest's entry points, installed by package clink at init. The wasip1 exports
 // and the native test host both call through them, so there is one implementation of each.
 type Hooks struct {
@@ -39,6 +74,10 @@ type Hooks struct {
 	Open     func() int32
 	Close    func() int32
 	Manifest func() []byte
+	// Reset forgets what the guest registered with its host (the output area). Only the
+	// native host calls it, when clinktest starts what is a new instance to the operator but
+	// the same process to the SDK.
+	Reset func()
 }
 
 // Exports is set once by package clink's init.
@@ -89,7 +128,7 @@ func StrPtr(s string) unsafe.Pointer {
 	return unsafe.Pointer(unsafe.StringData(s))
 }
 
-// Cap returns the address and capacity of b's spare room past len(b).
+// Spare returns the address and capacity of b's spare room past len(b).
 func Spare(b []byte) (unsafe.Pointer, uint32) {
 	n := cap(b) - len(b)
 	if n == 0 {

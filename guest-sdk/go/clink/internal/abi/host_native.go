@@ -47,6 +47,7 @@ type NativeHost struct {
 	Timestamp int64  // timestamp of the current record or timer
 
 	NumStates, NumEndpoints int
+	Prefetch                []uint32                       // state indices, in manifest prefetch order
 	State                   map[string][]map[string][]byte // record key -> state index -> entry -> value
 	Timers                  map[string]map[int64]bool      // record key -> timestamps
 	WatermarkValue          int64
@@ -57,6 +58,10 @@ type NativeHost struct {
 
 	pending    []byte
 	hasPending bool
+
+	area      []byte   // registered output area (a view of guest memory), nil when none
+	frameCaps []uint32 // value areas of the frames of the current call, as Frames wrote them
+	fault     string   // set by a drain that found a malformed area: the call faults
 }
 
 // Host is the native host every import talks to.
@@ -87,6 +92,11 @@ func (h *NativeHost) entries(state uint32) (map[string][]byte, int32) {
 	if int(state) >= h.NumStates {
 		return nil, InvalidArgument
 	}
+	return h.entriesOf(state), 0
+}
+
+// entriesOf is the current key's map of state, created if needed.
+func (h *NativeHost) entriesOf(state uint32) map[string][]byte {
 	s := h.State[h.Key]
 	if s == nil {
 		s = make([]map[string][]byte, h.NumStates)
@@ -95,7 +105,7 @@ func (h *NativeHost) entries(state uint32) (map[string][]byte, int32) {
 	if s[state] == nil {
 		s[state] = map[string][]byte{}
 	}
-	return s[state], 0
+	return s[state]
 }
 
 func (h *NativeHost) deliver(v []byte, bufPtr unsafe.Pointer, bufCap uint32) {
@@ -222,6 +232,129 @@ func Lookup(endpoint uint32, reqPtr unsafe.Pointer, reqLen uint32, bufPtr unsafe
 	}
 	h.deliver(body, bufPtr, bufCap)
 	return int64(status)<<32 | int64(uint32(len(body)))
+}
+
+// OutputArea registers memory[ptr, ptr+capacity) as the output area (docs/abi.md, "The
+// output area"), draining the previous one first.
+func OutputArea(ptr unsafe.Pointer, capacity uint32) int32 {
+	h := Host
+	if h.Call == CallManifest || h.Call == CallKey {
+		return NotAllowed
+	}
+	if capacity != 0 && capacity < 8 || capacity == 0 && ptr != nil {
+		return InvalidArgument
+	}
+	h.Drain()
+	h.area = bytesAt(ptr, capacity)
+	return 0
+}
+
+// FlushOutput drains the output area now.
+func FlushOutput() int32 {
+	h := Host
+	if h.Call != CallProcess && h.Call != CallTimer && h.Call != CallClose {
+		return NotAllowed
+	}
+	h.Drain()
+	return 0
+}
+
+// Drain delivers the records in the output area, as if each had been passed to emit, and
+// empties it. A malformed area sets Fault (the real host faults the call).
+func (h *NativeHost) Drain() {
+	a := h.area
+	if len(a) == 0 {
+		return
+	}
+	used := uint64(Le32(a))
+	if used > uint64(len(a)-4) {
+		h.fault = "output area: used exceeds cap - 4"
+		return
+	}
+	recs := a[4 : 4+used]
+	for len(recs) > 0 {
+		if len(recs) < RecordHeader {
+			h.fault = "output area: a record runs past used"
+			return
+		}
+		kl, vl := uint64(Le32(recs)), uint64(Le32(recs[4:]))
+		if RecordHeader+kl+vl > uint64(len(recs)) {
+			h.fault = "output area: a record runs past used"
+			return
+		}
+		k, v := recs[RecordHeader:RecordHeader+kl], recs[RecordHeader+kl:RecordHeader+kl+vl]
+		h.Outputs = append(h.Outputs, Output{Key: append([]byte{}, k...), Value: append([]byte{}, v...), Timestamp: h.Timestamp})
+		recs = recs[RecordHeader+kl+vl:]
+	}
+	PutLe32(a, 0)
+}
+
+// DiscardOutput empties the output area without delivering it: the real host discards a
+// faulted instance together with its undrained records.
+func (h *NativeHost) DiscardOutput() {
+	if len(h.area) >= 4 {
+		PutLe32(h.area, 0)
+	}
+}
+
+// TakeFault returns and clears the fault a drain or a write-back found.
+func (h *NativeHost) TakeFault() string {
+	f := h.fault
+	h.fault = ""
+	return f
+}
+
+// FrameCap is the value area the native host reserves for a value of n bytes (absent: n < 0):
+// the smallest the ABI allows, so that tests reach the "larger than the frame" path easily.
+func FrameCap(n int) uint32 { return max(FrameMinCap, Align8(uint32(max(n, 0)))) }
+
+// Frames returns the prefetch frames for the current key (h.Key), laid out as the host
+// writes them into the input buffer after the record.
+func (h *NativeHost) Frames() []byte {
+	var b []byte
+	h.frameCaps = h.frameCaps[:0]
+	for _, st := range h.Prefetch {
+		v, found := h.State[h.Key], false
+		var val []byte
+		if v != nil && v[st] != nil {
+			val, found = v[st][""]
+		}
+		n := uint32(FrameAbsent)
+		if found {
+			n = uint32(len(val))
+		}
+		c := FrameCap(len(val))
+		h.frameCaps = append(h.frameCaps, c)
+		hdr := make([]byte, FrameHeader+c)
+		PutLe32(hdr, n)
+		PutLe32(hdr[4:], c)
+		copy(hdr[FrameHeader:], val)
+		b = append(b, hdr...)
+	}
+	return b
+}
+
+// WriteBack applies the DIRTY frames in frames (a view of the input buffer after the call) as
+// puts and deletes of entry "", in prefetch order.
+func (h *NativeHost) WriteBack(frames []byte) {
+	for i, st := range h.Prefetch {
+		// The host trusts its own caps, not the header the guest could have changed.
+		c := h.frameCaps[i]
+		n, flags := Le32(frames), Le32(frames[8:])
+		if flags&FrameDirty != 0 {
+			m := h.entriesOf(st)
+			switch {
+			case n == FrameAbsent:
+				delete(m, "")
+			case n > c:
+				h.fault = "prefetch frame: DIRTY with len > cap"
+				return
+			default:
+				m[""] = append([]byte{}, frames[FrameHeader:FrameHeader+n]...)
+			}
+		}
+		frames = frames[FrameHeader+c:]
+	}
 }
 
 func SetResumeOrder(order int64) {

@@ -49,3 +49,12 @@ func Lookup(endpoint uint32, reqPtr unsafe.Pointer, reqLen uint32, bufPtr unsafe
 
 //go:wasmimport clink_v1 set_resume_order
 func SetResumeOrder(order int64)
+
+// output_area keeps the pointer after it returns (docs/abi.md, "The output area"): the caller
+// keeps the buffer reachable for as long as it is registered, so it is not //go:noescape.
+//
+//go:wasmimport clink_v1 output_area
+func OutputArea(ptr unsafe.Pointer, capacity uint32) int32
+
+//go:wasmimport clink_v1 flush_output
+func FlushOutput() int32
