@@ -75,6 +75,7 @@ type Instance struct {
 	inPtr, inCap uint32 // guest-owned input buffer from clink_input
 
 	pf             prefetch // frames of prefetched values (fastpath.go)
+	scratch        []byte   // the composed input of the next call (fastpath.go)
 	outPtr, outCap uint32   // the registered output area, if any (fastpath.go)
 
 	kind       callKind
@@ -194,10 +195,11 @@ func (in *Instance) Process(key, value []byte, ts int64) error {
 	if err := in.ensureInput(need); err != nil {
 		return err
 	}
-	in.mem.Write(in.inPtr, key)
-	in.mem.Write(in.inPtr+uint32(len(key)), value)
 	if len(in.pf.ids) > 0 {
-		in.writeFrames(base)
+		in.writeInput(key, value)
+	} else {
+		in.mem.Write(in.inPtr, key)
+		in.mem.Write(in.inPtr+uint32(len(key)), value)
 	}
 	in.begin(callProcess)
 	in.stack[0] = uint64(len(key))
@@ -235,9 +237,10 @@ func (in *Instance) OnTimer(key []byte, ts int64) error {
 	if err := in.ensureInput(need); err != nil {
 		return err
 	}
-	in.mem.Write(in.inPtr, key)
 	if len(in.pf.ids) > 0 {
-		in.writeFrames(len(key))
+		in.writeInput(key)
+	} else {
+		in.mem.Write(in.inPtr, key)
 	}
 	in.begin(callTimer)
 	in.stack[0] = uint64(len(key))
