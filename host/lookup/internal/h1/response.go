@@ -1,0 +1,533 @@
+package h1
+
+import (
+	"bufio"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// readResponse reads the final response to req from c (interim 1xx responses are skipped)
+// and returns it with a body that reads from c. nothingRead reports that the connection
+// failed before a single byte of a response arrived.
+func (c *conn) readResponse(req *http.Request) (_ *http.Response, nothingRead bool, _ error) {
+	t := c.t
+	budget := t.MaxResponseHeaderBytes
+	for interim := 0; ; interim++ {
+		head, fields, err := readHead(c.br, c.hbuf[:0], budget, t.MaxHeaderCount, false)
+		if err != nil {
+			if interim == 0 && len(head) == 0 {
+				if err == io.EOF {
+					err = errServerClosed
+				}
+				return nil, true, err
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, false, err
+		}
+		if cap(head) <= 2*readBufSize {
+			c.hbuf = head[:0]
+		}
+		budget -= len(head)
+		resp, err := parseHead(string(head), fields)
+		if err != nil {
+			return nil, false, err
+		}
+		if resp.StatusCode < 200 {
+			if resp.StatusCode == http.StatusSwitchingProtocols {
+				return nil, false, protoErr("101 Switching Protocols to a request that asked for no upgrade")
+			}
+			if interim >= maxInterim {
+				return nil, false, protoErr("too many interim responses")
+			}
+			continue
+		}
+		resp.Request = req
+		if err := c.frame(resp, req.Method); err != nil {
+			return nil, false, err
+		}
+		return resp, false, nil
+	}
+}
+
+// readHead reads a response head (status line and header fields, up to and including the
+// empty line) into buf, and returns it with the number of header field lines. The head may
+// take at most maxBytes and hold at most maxFields fields. With trailer set it reads a
+// trailer section instead: fields only, possibly none.
+func readHead(br *bufio.Reader, buf []byte, maxBytes, maxFields int, trailer bool) (head []byte, fields int, err error) {
+	lineStart := 0
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(buf)+len(line) > maxBytes {
+			return buf, 0, protoErr("response head larger than " + strconv.Itoa(maxBytes) + " bytes")
+		}
+		buf = append(buf, line...)
+		if err == bufio.ErrBufferFull {
+			continue // a long line: keep reading it
+		}
+		if err != nil {
+			return buf, 0, err
+		}
+		if len(buf)-lineStart < 2 || buf[len(buf)-2] != '\r' {
+			return buf, 0, protoErr("line not ended by CRLF") // now, not after waiting for more
+		}
+		if len(buf)-lineStart == 2 {
+			if lineStart == 0 && !trailer {
+				return buf, 0, protoErr("empty line instead of a status line")
+			}
+			return buf, fields, nil
+		}
+		if lineStart > 0 || trailer {
+			fields++
+			if fields > maxFields {
+				return buf, 0, protoErr("more than " + strconv.Itoa(maxFields) + " header fields")
+			}
+		}
+		lineStart = len(buf)
+	}
+}
+
+// parseHead parses a head read by readHead. Header keys and values are substrings of s: one
+// allocation for the text, one for the values, one for the map.
+func parseHead(s string, fields int) (*http.Response, error) {
+	line, rest, err := nextLine(s)
+	if err != nil {
+		return nil, err
+	}
+	resp := &http.Response{ContentLength: -1}
+	if err := parseStatusLine(line, resp); err != nil {
+		return nil, err
+	}
+	resp.Header = make(http.Header, fields)
+	vals := make([]string, fields)
+	for i := 0; ; i++ {
+		line, rest, err = nextLine(rest)
+		if err != nil {
+			return nil, err
+		}
+		if line == "" {
+			break
+		}
+		k, v, err := parseField(line)
+		if err != nil {
+			return nil, err
+		}
+		if old, ok := resp.Header[k]; ok {
+			resp.Header[k] = append(old, v)
+		} else {
+			vals[i] = v
+			resp.Header[k] = vals[i : i+1 : i+1]
+		}
+	}
+	return resp, nil
+}
+
+// nextLine splits s after its first CRLF. A CR anywhere else is an error (LF only ends
+// lines, by construction of readHead).
+func nextLine(s string) (line, rest string, err error) {
+	i := strings.IndexByte(s, '\n')
+	if i < 1 || s[i-1] != '\r' {
+		return "", "", protoErr("line not ended by CRLF")
+	}
+	line = s[:i-1]
+	if strings.IndexByte(line, '\r') >= 0 {
+		return "", "", protoErr("CR inside a line")
+	}
+	return line, s[i+1:], nil
+}
+
+// parseStatusLine: HTTP-version SP 3DIGIT [SP reason-phrase] (RFC 9112 §4; the missing SP
+// before an empty reason is tolerated, as every client does).
+func parseStatusLine(l string, resp *http.Response) error {
+	switch {
+	case strings.HasPrefix(l, "HTTP/1.1 "):
+		resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.1", 1, 1
+	case strings.HasPrefix(l, "HTTP/1.0 "):
+		resp.Proto, resp.ProtoMajor, resp.ProtoMinor = "HTTP/1.0", 1, 0
+	default:
+		return protoErr("status line does not start with HTTP/1.1 or HTTP/1.0")
+	}
+	if len(l) < 12 || l[9] < '1' || l[9] > '5' || !isDigit(l[10]) || !isDigit(l[11]) {
+		return protoErr("bad status code")
+	}
+	if len(l) > 12 && (l[12] != ' ' || !validValue(l[13:])) {
+		return protoErr("bad reason phrase")
+	}
+	resp.StatusCode = int(l[9]-'0')*100 + int(l[10]-'0')*10 + int(l[11]-'0')
+	resp.Status = l[9:]
+	return nil
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// parseField: field-name ":" OWS field-value OWS, with the name a token right before the
+// colon (no whitespace: RFC 9112 §5.1) and no obs-fold (a line starting with whitespace has
+// no token before its colon).
+func parseField(l string) (k, v string, err error) {
+	colon := strings.IndexByte(l, ':')
+	if colon <= 0 || !isToken(l[:colon]) {
+		return "", "", protoErr("bad header field name")
+	}
+	v = trimOWS(l[colon+1:])
+	if !validValue(v) {
+		return "", "", protoErr("control byte in header field value")
+	}
+	return canonicalKey(l[:colon]), v, nil
+}
+
+// canonicalKey is textproto.CanonicalMIMEHeaderKey without an allocation when the name is
+// already canonical (the usual case).
+func canonicalKey(k string) string {
+	upper := true
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return http.CanonicalHeaderKey(k)
+		}
+		upper = c == '-'
+	}
+	return k
+}
+
+// frame decides how the body of resp is delimited (RFC 9112 §6.3) and attaches it.
+func (c *conn) frame(resp *http.Response, method string) error {
+	h := resp.Header
+	if hasToken(h["Connection"], "close") {
+		c.closeWhen = true
+		if resp.ProtoMinor == 1 {
+			delete(h, "Connection") // as net/http does: Close says it
+		}
+	}
+	c.closeWhen = c.closeWhen || resp.ProtoMinor == 0
+	resp.Close = c.closeWhen
+	te, hasTE := h["Transfer-Encoding"]
+	cls, hasCL := h["Content-Length"]
+	if hasTE && hasCL {
+		return protoErr("both Transfer-Encoding and Content-Length") // a smuggling vector; refuse
+	}
+	if hasTE && (resp.ProtoMinor == 0 || len(te) != 1 || !strings.EqualFold(te[0], "chunked")) {
+		return protoErr("unsupported Transfer-Encoding")
+	}
+	if hasTE {
+		delete(h, "Transfer-Encoding") // moved to TransferEncoding, as net/http does
+		resp.TransferEncoding = []string{"chunked"}
+	}
+	cl := int64(-1)
+	if hasCL {
+		for _, v := range cls[1:] {
+			if v != cls[0] {
+				return protoErr("conflicting Content-Length values")
+			}
+		}
+		h["Content-Length"] = cls[:1]
+		n, ok := parseLength(cls[0])
+		if !ok {
+			return protoErr("bad Content-Length")
+		}
+		cl = n
+	}
+	noBody := method == http.MethodHead || resp.StatusCode == http.StatusNoContent ||
+		resp.StatusCode == http.StatusNotModified
+	switch {
+	case noBody:
+		resp.ContentLength = cl
+		if method != http.MethodHead {
+			resp.ContentLength = 0
+		}
+		resp.Body = http.NoBody
+		c.finish()
+	case hasTE:
+		resp.Body = &body{c: c, mode: modeChunked, limit: c.t.MaxBodyBytes, overhead: -maxChunkOverhead}
+	case cl == 0:
+		resp.ContentLength = 0
+		resp.Body = http.NoBody
+		c.finish()
+	case cl > 0:
+		resp.ContentLength = cl
+		resp.Body = &body{c: c, mode: modeLength, remain: cl, limit: c.t.MaxBodyBytes}
+	default:
+		// Delimited by the connection closing: valid, never reusable.
+		c.closeWhen = true
+		resp.Close = true
+		resp.Body = &body{c: c, mode: modeEOF, limit: c.t.MaxBodyBytes}
+	}
+	return nil
+}
+
+// parseLength parses 1*DIGIT without overflow (at most 18 digits).
+func parseLength(s string) (int64, bool) {
+	if s == "" || len(s) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		if !isDigit(s[i]) {
+			return 0, false
+		}
+		n = n*10 + int64(s[i]-'0')
+	}
+	return n, true
+}
+
+// hasToken reports whether a comma-separated header lists tok (case-insensitively).
+func hasToken(vs []string, tok string) bool {
+	for _, v := range vs {
+		for v != "" {
+			var item string
+			item, v, _ = strings.Cut(v, ",")
+			if strings.EqualFold(trimOWS(item), tok) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+const (
+	modeLength = iota
+	modeChunked
+	modeEOF
+
+	maxChunkOverhead = 16 << 10 // non-data bytes a chunked body may carry beyond 16 per chunk
+)
+
+// body is a response body read from its connection. When it has been read to its exact end
+// the connection goes back to the pool at once (before the caller's next Read or Close);
+// on any error, or a Close before the end, the connection is closed. Not safe for
+// concurrent use; cancel through the request's context.
+type body struct {
+	c        *conn // nil once finished
+	mode     uint8
+	remain   int64 // bytes left in the body (modeLength) or in the current chunk
+	total    int64 // bytes delivered
+	limit    int64 // MaxBodyBytes; 0: none
+	overhead int64 // chunk framing bytes read, minus what is allowed
+	inChunk  bool  // inside a chunk's data (modeChunked)
+	crlfDue  bool  // the CRLF after a chunk's data is next (modeChunked)
+	err      error // sticky: io.EOF after the end
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	switch b.mode {
+	case modeLength:
+		if b.limit > 0 && b.total == 0 && b.remain > b.limit {
+			return 0, b.fail(ErrBodyTooLarge)
+		}
+		if int64(len(p)) > b.remain {
+			p = p[:b.remain]
+		}
+		n, err := b.c.br.Read(p)
+		b.remain -= int64(n)
+		b.total += int64(n)
+		if b.remain == 0 {
+			b.end()
+			return n, nil // io.EOF on the next call; the connection is already back
+		}
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return n, b.fail(err)
+		}
+		return n, nil
+	case modeEOF:
+		n, err := b.c.br.Read(p)
+		b.total += int64(n)
+		if b.limit > 0 && b.total > b.limit {
+			return 0, b.fail(ErrBodyTooLarge)
+		}
+		if err == io.EOF {
+			b.c.fail() // never reusable
+			b.c, b.err = nil, io.EOF
+			return n, nil
+		}
+		if err != nil {
+			return n, b.fail(err)
+		}
+		return n, nil
+	default:
+		return b.readChunked(p)
+	}
+}
+
+func (b *body) readChunked(p []byte) (int, error) {
+	if !b.inChunk {
+		if b.crlfDue {
+			if err := b.expectCRLF(); err != nil {
+				return 0, b.fail(err)
+			}
+			b.crlfDue = false
+		}
+		size, err := b.chunkSize()
+		if err != nil {
+			return 0, b.fail(err)
+		}
+		if size == 0 {
+			if err := b.trailers(); err != nil {
+				return 0, b.fail(err)
+			}
+			b.end()
+			return 0, io.EOF
+		}
+		if b.limit > 0 && b.total+size > b.limit {
+			return 0, b.fail(ErrBodyTooLarge)
+		}
+		b.remain, b.inChunk = size, true
+	}
+	if int64(len(p)) > b.remain {
+		p = p[:b.remain]
+	}
+	n, err := b.c.br.Read(p)
+	b.remain -= int64(n)
+	b.total += int64(n)
+	if b.remain == 0 {
+		b.inChunk, b.crlfDue = false, true
+	}
+	if err != nil && (b.inChunk || err != io.EOF) {
+		return n, b.fail(eofUnexpected(err))
+	}
+	return n, nil
+}
+
+func (b *body) expectCRLF() error {
+	br := b.c.br
+	c1, err := br.ReadByte()
+	if err != nil {
+		return eofUnexpected(err)
+	}
+	c2, err := br.ReadByte()
+	if err != nil {
+		return eofUnexpected(err)
+	}
+	if c1 != '\r' || c2 != '\n' {
+		return protoErr("chunk data not followed by CRLF")
+	}
+	return nil
+}
+
+// chunkSize reads `1*15HEXDIG [";" chunk-ext] CRLF`; extensions are ignored but must hold no
+// control bytes, and all framing counts against an overhead budget (as net/http's does), so
+// that a hostile server cannot send unbounded non-data.
+func (b *body) chunkSize() (int64, error) {
+	line, err := b.c.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		return 0, protoErr("chunk size line too long")
+	}
+	if err != nil {
+		return 0, eofUnexpected(err)
+	}
+	b.overhead += int64(len(line)) + 2
+	if len(line) < 3 || line[len(line)-2] != '\r' {
+		return 0, protoErr("chunk size line not ended by CRLF")
+	}
+	line = line[:len(line)-2]
+	var size int64
+	i := 0
+	for ; i < len(line) && i < 16; i++ {
+		d := unhex(line[i])
+		if d < 0 {
+			break
+		}
+		size = size<<4 | int64(d)
+	}
+	if i == 0 || i > 15 {
+		return 0, protoErr("bad chunk size")
+	}
+	if i < len(line) {
+		if line[i] != ';' {
+			return 0, protoErr("bad chunk size")
+		}
+		for _, c := range line[i+1:] {
+			if (c < ' ' && c != '\t') || c == 0x7f {
+				return 0, protoErr("control byte in chunk extension")
+			}
+		}
+	}
+	b.overhead -= 16 + 2*size
+	b.overhead = max(b.overhead, -maxChunkOverhead)
+	if b.overhead > 0 {
+		return 0, protoErr("chunked body carries too much non-data")
+	}
+	return size, nil
+}
+
+// trailers reads the trailer section, under the same limits as the head, and discards it
+// after checking its syntax.
+func (b *body) trailers() error {
+	t := b.c.t
+	head, _, err := readHead(b.c.br, b.c.hbuf[:0], t.MaxResponseHeaderBytes, t.MaxHeaderCount, true)
+	if err != nil {
+		return eofUnexpected(err)
+	}
+	for rest := string(head); ; {
+		var line string
+		line, rest, err = nextLine(rest)
+		if err != nil {
+			return err
+		}
+		if line == "" {
+			return nil
+		}
+		if _, _, err := parseField(line); err != nil {
+			return err
+		}
+	}
+}
+
+func unhex(c byte) int {
+	switch {
+	case '0' <= c && c <= '9':
+		return int(c - '0')
+	case 'a' <= c && c <= 'f':
+		return int(c-'a') + 10
+	case 'A' <= c && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+func eofUnexpected(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// end hands the connection back after the body's last byte.
+func (b *body) end() {
+	c := b.c
+	b.c, b.err = nil, io.EOF
+	c.finish()
+}
+
+// fail closes the connection and makes err sticky.
+func (b *body) fail(err error) error {
+	if b.c != nil {
+		err = b.c.ioError("read body", err)
+		b.c.fail()
+		b.c = nil
+	}
+	b.err = err
+	return err
+}
+
+// Close closes the connection unless the body was read to its end.
+func (b *body) Close() error {
+	if b.c != nil {
+		b.c.fail()
+		b.c = nil
+		b.err = errBodyClosed
+	}
+	return nil
+}
+
+var errBodyClosed = &opError{op: "read body", err: io.ErrClosedPipe}
