@@ -56,6 +56,12 @@ type EndpointConfig struct {
 	// SingleFlight: "safe" (default) shares one upstream call among concurrent identical GET
 	// and HEAD requests; "all" does so for every method; "off" never.
 	SingleFlight string `json:"single_flight,omitempty"`
+	// Transport is the HTTP client implementation for http:// base URLs: "h1" (default), a
+	// lean HTTP/1.1 client that runs each exchange on one goroutine over pooled keep-alive
+	// connections (internal/h1), or "std", net/http's Transport. Both dial through the
+	// egress guard. "h1" hands what it does not implement (https, Expect, bodies of unknown
+	// length) to net/http before sending anything; https endpoints always use net/http.
+	Transport string `json:"transport,omitempty"`
 
 	Retry       RetryPolicy       `json:"retry"`
 	Breaker     BreakerConfig     `json:"breaker"`
@@ -189,6 +195,7 @@ const (
 	defaultTolerance        = 1.5
 	defaultWindow           = 100 * time.Millisecond
 	defaultProbeInterval    = 30 * time.Second
+	defaultTransport        = "h1"
 )
 
 // EnsureDefaults fills zero fields with their defaults. It is idempotent.
@@ -216,6 +223,9 @@ func (c *EndpointConfig) EnsureDefaults() {
 	}
 	if c.SingleFlight == "" {
 		c.SingleFlight = "safe"
+	}
+	if c.Transport == "" {
+		c.Transport = defaultTransport
 	}
 	r := &c.Retry
 	if r.MaxAttempts == 0 {
@@ -351,6 +361,11 @@ func (c *EndpointConfig) Validate() error {
 	case "safe", "all", "off":
 	default:
 		bad("single_flight must be safe, all or off")
+	}
+	switch c.Transport {
+	case "h1", "std":
+	default:
+		bad("transport must be h1 or std")
 	}
 	r := c.Retry
 	if r.MaxAttempts < 1 || r.MaxAttempts > 10 {

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -59,9 +60,9 @@ type Endpoint struct {
 	retryUnsafe   bool
 	breakerStatus statusSet
 
-	transport *http.Transport
-	client    *http.Client
-	breaker   *sharedBreaker // nil when disabled
+	transport *http.Transport // net/http's: the "std" transport, and h1's fallback
+	h1        *h1.Transport   // the lean transport; nil unless configured (http:// only)
+	breaker   *sharedBreaker  // nil when disabled
 	limiter   *limiter
 	cache     *cache // nil when disabled
 	registry  *Registry
@@ -122,7 +123,16 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 		ForceAttemptHTTP2:      true,
 		MaxResponseHeaderBytes: 64 << 10,
 	}
-	e.client = &http.Client{Transport: e.transport, CheckRedirect: e.checkRedirect}
+	if cfg.Transport == "h1" && base.Scheme == "http" {
+		e.h1 = &h1.Transport{
+			Dial:                   g.DialContext, // the egress checks run before every connect
+			Fallback:               e.transport,
+			MaxIdleConnsPerHost:    cfg.MaxInFlight,
+			IdleConnTimeout:        e.transport.IdleConnTimeout,
+			MaxResponseHeaderBytes: int(e.transport.MaxResponseHeaderBytes),
+			MaxBodyBytes:           e.maxBody,
+		}
+	}
 	e.limiter = newLimiter(cfg)
 	if cfg.Cache != nil {
 		e.cache = newCache(cfg.Cache)
@@ -150,6 +160,9 @@ func (e *Endpoint) Close() error {
 	e.closed = true
 	e.closeMu.Unlock()
 	e.cancel()
+	if e.h1 != nil {
+		e.h1.Close() // aborts exchanges on the wire, as the cancelled context does for net/http
+	}
 	e.limiter.close()
 	e.live.Wait()
 	e.transport.CloseIdleConnections()
@@ -256,7 +269,10 @@ type call struct {
 	state     callState          // guarded by mu
 	waiters   []*waiter          // guarded by mu
 	abandoned bool               // the last waiter left; guarded by mu
-	abort     context.CancelFunc // cancels the attempt on the wire; guarded by mu
+	abort     context.CancelFunc // cancels a net/http attempt on the wire; guarded by mu
+	viaH1     bool               // the attempt on the wire is c.att's; guarded by mu
+	att       h1.Attempt         // deadline and cancellation of an attempt over h1
+	hreq      http.Request       // the request of an attempt over h1 (net/http gets its own)
 	timer     *time.Timer        // backoff timer; guarded by mu
 	closeStop func() bool        // stops the Close hook of a call in backoff; guarded by mu
 	attempts  int                // attempts started; written only by the driving goroutine
@@ -436,7 +452,9 @@ func (c *call) stop() {
 	c.mu.Lock()
 	switch c.state {
 	case stateSending:
-		if c.abort != nil {
+		if c.viaH1 {
+			c.att.Cancel()
+		} else if c.abort != nil {
 			c.abort()
 		}
 	case stateBackoff:
@@ -541,47 +559,76 @@ func (c *call) send() {
 
 func (c *call) sendOne() (next *call) {
 	e := c.e
-	// The attempt's context derives from the endpoint's, so Close cancels it; stop cancels
-	// it through c.abort.
-	actx, cancel := context.WithTimeout(e.ctx, e.timeout)
-	c.mu.Lock()
-	c.state = stateSending
-	c.abort = cancel
-	abandoned := c.abandoned
-	c.mu.Unlock()
-	if abandoned {
-		cancel()
-	}
 	c.attempts++
 	e.m.attempts.Add(1)
 	if c.attempts > 1 {
 		e.m.retries.Add(1)
 	}
-
 	t0 := time.Now()
-	var wrote atomic.Bool
-	if !c.idempotent && !e.retryUnsafe {
-		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
-			WroteHeaderField: func(string, []string) { wrote.Store(true) },
-			WroteHeaders:     func() { wrote.Store(true) },
-		})
-	}
-	hreq := c.newRequest(actx)
-	resp, err := e.client.Do(hreq)
 	var r Response
-	if err == nil {
-		r.Status = resp.StatusCode
-		r.Body, err = e.readBody(resp, c.method)
-		resp.Body.Close()
+	var resp *http.Response
+	var err error
+	var timedOut, wrote bool
+	if hreq := c.h1Request(); hreq != nil {
+		// The lean transport: the attempt's deadline is its connection's deadline and stop
+		// cancels it through c.att, so the attempt needs no context and no timer.
+		c.att.Reset(t0.Add(e.timeout))
+		c.att.Context = e.ctx // bounds a dial; Close aborts exchanges through h1.Close
+		c.mu.Lock()
+		c.state = stateSending
+		c.viaH1 = true
+		abandoned := c.abandoned
+		c.mu.Unlock()
+		if abandoned {
+			c.att.Cancel()
+		}
+		resp, err = e.follow(hreq, func(req *http.Request) (*http.Response, error) { return e.h1.Exchange(req, &c.att) })
+		if err == nil {
+			r.Status = resp.StatusCode
+			r.Body, err = e.readBody(resp, c.method)
+			resp.Body.Close()
+		}
+		if err != nil {
+			timedOut, wrote = !time.Now().Before(c.att.Deadline), c.att.Wrote()
+		}
+		c.mu.Lock()
+		c.viaH1 = false
+		c.mu.Unlock()
+	} else {
+		// net/http: the attempt's context derives from the endpoint's, so Close cancels it;
+		// stop cancels it through c.abort.
+		actx, cancel := context.WithTimeout(e.ctx, e.timeout)
+		c.mu.Lock()
+		c.state = stateSending
+		c.abort = cancel
+		abandoned := c.abandoned
+		c.mu.Unlock()
+		if abandoned {
+			cancel()
+		}
+		var wroteFlag atomic.Bool
+		if !c.idempotent && !e.retryUnsafe {
+			actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+				WroteHeaderField: func(string, []string) { wroteFlag.Store(true) },
+				WroteHeaders:     func() { wroteFlag.Store(true) },
+			})
+		}
+		resp, err = e.follow(c.newRequest(actx), e.transport.RoundTrip)
+		if err == nil {
+			r.Status = resp.StatusCode
+			r.Body, err = e.readBody(resp, c.method)
+			resp.Body.Close()
+		}
+		timedOut, wrote = errors.Is(actx.Err(), context.DeadlineExceeded), wroteFlag.Load()
+		cancel()
+		c.mu.Lock()
+		c.abort = nil
+		c.mu.Unlock()
 	}
 	rtt := time.Since(t0)
 	if err != nil {
-		r = Response{Err: c.classify(err, actx, wrote.Load())}
+		r = Response{Err: c.classify(err, timedOut, wrote)}
 	}
-	cancel()
-	c.mu.Lock()
-	c.abort = nil
-	c.mu.Unlock()
 
 	kind := Kind(r.Err)
 	if r.Err == nil || kind == KindTimeout || kind == KindTooLarge {
@@ -609,6 +656,34 @@ func (c *call) sendOne() (next *call) {
 	}
 	c.attemptDone(r, retryAfter)
 	return next
+}
+
+// h1Request returns the attempt's request for the lean transport, or nil if the endpoint
+// does not use it or the request needs what only net/http does (Expect, for one). It is
+// c.hreq, rebuilt in place: no allocation without a body.
+func (c *call) h1Request() *http.Request {
+	if c.e.h1 == nil {
+		return nil
+	}
+	c.hreq = http.Request{
+		Method:     c.method,
+		URL:        &c.url,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     c.header,
+		Host:       c.url.Host,
+	}
+	if len(c.body) > 0 {
+		body := c.body
+		c.hreq.ContentLength = int64(len(body))
+		c.hreq.Body = io.NopCloser(bytes.NewReader(body))
+		c.hreq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	if !c.e.h1.Handles(&c.hreq) {
+		return nil
+	}
+	return &c.hreq
 }
 
 func (c *call) newRequest(ctx context.Context) *http.Request {
@@ -659,11 +734,15 @@ func (e *Endpoint) readBody(resp *http.Response, method string) ([]byte, error) 
 	return buf.Bytes(), nil
 }
 
-// classify turns a transport error into an *Error.
-func (c *call) classify(err error, actx context.Context, wrote bool) *Error {
+// classify turns a transport error into an *Error. timedOut says whether the attempt's
+// deadline has passed; wrote whether any byte of the request may have been sent.
+func (c *call) classify(err error, timedOut, wrote bool) *Error {
+	if errors.Is(err, h1.ErrBodyTooLarge) {
+		return &Error{Kind: KindTooLarge, Reason: "response exceeds max_response_bytes (" + strconv.FormatInt(c.e.maxBody, 10) + ")"}
+	}
 	var le *Error
 	if errors.As(err, &le) {
-		if le.Kind == KindUnavailable && errors.Is(actx.Err(), context.DeadlineExceeded) {
+		if le.Kind == KindUnavailable && timedOut {
 			return &Error{Kind: KindTimeout, Reason: "connect exceeded timeout", Err: err, notSent: le.notSent}
 		}
 		return le
@@ -671,7 +750,7 @@ func (c *call) classify(err error, actx context.Context, wrote bool) *Error {
 	if c.cancelled() {
 		return c.cancelError()
 	}
-	if errors.Is(actx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+	if timedOut || errors.Is(err, context.DeadlineExceeded) {
 		return &Error{Kind: KindTimeout, Reason: "attempt exceeded timeout (" + c.e.timeout.String() + ")", Err: err, notSent: !wrote && !c.idempotent && !c.e.retryUnsafe}
 	}
 	return &Error{Kind: KindUnavailable, Err: err, notSent: !wrote && !c.idempotent && !c.e.retryUnsafe}
@@ -849,6 +928,78 @@ func ctxError(err error) *Error {
 		return &Error{Kind: KindTimeout, Reason: "caller's deadline passed", Err: err, notSent: true}
 	}
 	return &Error{Kind: KindCancelled, Err: err, notSent: true}
+}
+
+// follow sends req with rt and follows redirects as net/http's Client does (the same
+// method rewriting and body rules), asking checkRedirect before each: no other origin, stay
+// under the prefix, at most MaxRedirects. It replaces http.Client, whose per-request copies
+// of the request, URL and header the common case (no redirect) does not need.
+func (e *Endpoint) follow(req *http.Request, rt func(*http.Request) (*http.Response, error)) (*http.Response, error) {
+	var via []*http.Request
+	for {
+		resp, err := rt(req)
+		if err != nil {
+			return nil, err
+		}
+		method, ok, withBody := redirectBehavior(req, resp)
+		if !ok {
+			return resp, nil
+		}
+		loc := resp.Header.Get("Location")
+		if loc == "" {
+			return resp, nil
+		}
+		u, err := req.URL.Parse(loc)
+		if err != nil {
+			resp.Body.Close()
+			return nil, &Error{Kind: KindUnavailable, Reason: "bad Location in redirect", Err: err}
+		}
+		via = append(via, req)
+		next := (&http.Request{
+			Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: req.Header, Host: u.Host, Response: resp,
+		}).WithContext(req.Context())
+		if withBody && req.GetBody != nil {
+			if next.Body, err = req.GetBody(); err != nil {
+				resp.Body.Close()
+				return nil, err
+			}
+			next.GetBody, next.ContentLength = req.GetBody, req.ContentLength
+		}
+		if err := e.checkRedirect(next, via); err != nil {
+			if err == http.ErrUseLastResponse {
+				return resp, nil
+			}
+			resp.Body.Close()
+			return nil, err
+		}
+		// Read a little of the old body, so that its connection can be reused (as http.Client).
+		if resp.ContentLength == -1 || resp.ContentLength <= 2<<10 {
+			io.CopyN(io.Discard, resp.Body, 2<<10)
+		}
+		resp.Body.Close()
+		req = next
+	}
+}
+
+// redirectBehavior is net/http's: 301, 302 and 303 turn a method other than GET and HEAD
+// into a GET without body; 307 and 308 resend the method and body (and are not followed if
+// the body cannot be resent).
+func redirectBehavior(req *http.Request, resp *http.Response) (method string, follow, withBody bool) {
+	switch resp.StatusCode {
+	case 301, 302, 303:
+		method = req.Method
+		if method != http.MethodGet && method != http.MethodHead {
+			method = http.MethodGet
+		}
+		return method, true, false
+	case 307, 308:
+		if req.GetBody == nil && req.ContentLength != 0 {
+			return "", false, false
+		}
+		return req.Method, true, true
+	}
+	return "", false, false
 }
 
 // checkRedirect refuses redirects that leave the endpoint's origin or prefix, and stops after

@@ -22,6 +22,9 @@ func TestDoGet(t *testing.T) {
 	cfg := testConfig(s.URL + "/api")
 	cfg.PathPrefix = "/v1"
 	e := open(t, testRegistry(t), "t1", cfg)
+	if (e.h1 != nil) != (testTransport != "std") {
+		t.Fatalf("transport %q: h1 in use = %v", testTransport, e.h1 != nil)
+	}
 	r := do(t, e, context.Background(), "GET /v1/geo?ip=1.2.3.4\nAccept: text/plain\n")
 	wantStatus(t, r, 200, "GET /api/v1/geo?ip=1.2.3.4 text/plain")
 	r = do(t, e, context.Background(), "HEAD /v1/x")

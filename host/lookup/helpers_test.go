@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -44,16 +45,21 @@ func testRegistry(t testing.TB, opts ...Option) *Registry {
 	return NewRegistry(append([]Option{WithDialer(dial)}, opts...)...)
 }
 
+// testTransport is the transport the tests run with: the default unless
+// LOOKUP_TEST_TRANSPORT says otherwise. TestOtherTransport runs the suite again with "std".
+var testTransport = os.Getenv("LOOKUP_TEST_TRANSPORT")
+
 // testConfig is a loopback endpoint with fast retries.
 func testConfig(baseURL string) EndpointConfig {
 	j := 0.0
 	return EndpointConfig{
-		Name:    "svc",
-		BaseURL: baseURL,
-		Methods: []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"},
-		Timeout: Duration(2 * time.Second),
-		Retry:   RetryPolicy{InitialBackoff: Duration(time.Millisecond), MaxBackoff: Duration(5 * time.Millisecond), Jitter: &j},
-		Egress:  EgressPolicy{AllowLoopback: true},
+		Name:      "svc",
+		BaseURL:   baseURL,
+		Transport: testTransport,
+		Methods:   []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"},
+		Timeout:   Duration(2 * time.Second),
+		Retry:     RetryPolicy{InitialBackoff: Duration(time.Millisecond), MaxBackoff: Duration(5 * time.Millisecond), Jitter: &j},
+		Egress:    EgressPolicy{AllowLoopback: true},
 	}
 }
 
@@ -165,3 +171,22 @@ func errorsIs(err, target error) bool { return errors.Is(err, target) }
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// TestOtherTransport runs this package's tests again, in a child process, with the transport
+// that is not the default ("std", net/http's), so that both keep every behaviour the tests
+// pin down: SSRF refusals, retries, timeouts, cancellation, Close.
+func TestOtherTransport(t *testing.T) {
+	if testing.Short() || testTransport != "" {
+		t.Skip("short, or already running with a chosen transport")
+	}
+	args := []string{"-test.run", "^Test", "-test.skip", "^TestOtherTransport$", "-test.count", "1"}
+	if testing.Verbose() {
+		args = append(args, "-test.v")
+	}
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "LOOKUP_TEST_TRANSPORT=std")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("tests with transport std: %v\n%s", err, out)
+	}
+}
