@@ -8,7 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -129,6 +132,46 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// machineBusy returns the CPU time all processes on the machine have used (from /proc/stat,
+// Linux only; 0 elsewhere). Minus cpuTime it is what other work took from the benchmark.
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal ...
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		n, _ := strconv.ParseInt(v, 10, 64)
+		if i != 3 && i != 4 && i < 8 { // not idle, not iowait; no guest columns (counted in user)
+			busy += n
+		}
+	}
+	return time.Duration(busy) * (time.Second / 100) // USER_HZ
+}
+
+// cpuMeter measures a run's CPU: this process's (client, server and the kernel's work for
+// both) per request, and the cores other processes used meanwhile (a disturbed run shows
+// up there).
+type cpuMeter struct {
+	self, all time.Duration
+	start     time.Time
+}
+
+func startCPU() cpuMeter { return cpuMeter{self: cpuTime(), all: machineBusy(), start: time.Now()} }
+
+func (m cpuMeter) report(b *testing.B, requests int) {
+	self := cpuTime() - m.self
+	b.ReportMetric(float64(self.Microseconds())/float64(requests), "cpu_µs/req")
+	if all := machineBusy() - m.all; all > 0 {
+		b.ReportMetric(max(0, (all-self).Seconds()/time.Since(m.start).Seconds()), "other_cores")
+	}
+}
+
 // benchRegistry dials with a plain net.Dialer that still refuses anything but 127.0.0.1.
 func benchRegistry(tb testing.TB) *Registry {
 	dial, _ := loopbackOnly(tb)
@@ -136,7 +179,15 @@ func benchRegistry(tb testing.TB) *Registry {
 }
 
 func benchConfig(url string, inflight int, alg string) EndpointConfig {
+	return benchConfigT(url, inflight, alg, "")
+}
+
+// benchConfigT is benchConfig with a transport ("" for the default).
+func benchConfigT(url string, inflight int, alg, transport string) EndpointConfig {
 	cfg := testConfig(url)
+	if transport != "" {
+		cfg.Transport = transport
+	}
 	cfg.MaxInFlight = inflight
 	cfg.SingleFlight = "off" // every request must reach the upstream
 	cfg.Concurrency.Algorithm = alg
@@ -188,40 +239,97 @@ func closedLoopErrs(tb testing.TB, e *Endpoint, n, total int, strict bool) (time
 
 // BenchmarkThroughput: 256 in flight against a 2 ms loopback service. The bound is Little's
 // law with the service time the server actually delivered: 256 / service. Reported:
-// achieved/bound (target ≥ 0.8) and p99/service (target ≤ 3).
+// achieved/bound (target ≥ 0.8) and p99/service (target ≤ 3), CPU per request (client,
+// server and kernel together) and the cores other processes took during the run.
 //
-// Sub-benchmark "raw" is the machine's ceiling for comparison: a minimal client (one
-// goroutine and connection per in-flight request, no HTTP library) on the same server.
+// Sub-benchmarks: "raw" is the machine's ceiling, a minimal client (one goroutine and
+// connection per in-flight request, no HTTP library) on the same server; "std" and "h1" are
+// the endpoint with net/http's Transport and with the lean transport (internal/h1); "pid"
+// is h1 with the adaptive limiter. The "nethttp-server" variants repeat std and h1 against
+// a net/http server, whose own CPU (about twice rawServer's) the ratio then also carries.
 func BenchmarkThroughput(b *testing.B) {
+	const inflight, service = 256, 2 * time.Millisecond
 	b.Run("raw", func(b *testing.B) {
-		const inflight, service = 256, 2 * time.Millisecond
 		s := newRawServer(b, service, 0)
 		total := max(b.N, 4*inflight)
 		rawLoop(b, s, inflight, 20*inflight)
 		s.meanService()
-		cpu0 := cpuTime()
+		cpu := startCPU()
 		b.ResetTimer()
 		el, h := rawLoop(b, s, inflight, total)
 		b.StopTimer()
 		reportThroughput(b, float64(total)/el.Seconds(), inflight, s.meanService(), h)
-		b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(total), "cpu_µs/req")
+		cpu.report(b, total)
 	})
-	for _, alg := range []string{"fixed", "pid"} {
-		b.Run(alg, func(b *testing.B) {
-			const inflight, service = 256, 2 * time.Millisecond
-			s := newRawServer(b, service, 0)
-			e := open(b, benchRegistry(b), "bench", benchConfig(s.url(), inflight, alg))
+	for _, v := range []struct{ name, transport, alg, server string }{
+		{"std/fixed", "std", "fixed", "raw"},
+		{"h1/fixed", "h1", "fixed", "raw"},
+		{"h1/pid", "h1", "pid", "raw"},
+		{"nethttp-server/std/fixed", "std", "fixed", "nethttp"},
+		{"nethttp-server/h1/fixed", "h1", "fixed", "nethttp"},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			var s benchServer
+			if v.server == "nethttp" {
+				s = newHTTPServer(b, service)
+			} else {
+				s = newRawServer(b, service, 0)
+			}
+			e := open(b, benchRegistry(b), "bench", benchConfigT(s.url(), inflight, v.alg, v.transport))
 			closedLoop(b, e, inflight, 20*inflight) // warm up: connections, controller
 			s.meanService()
-			cpu0 := cpuTime()
+			total := max(b.N, 4*inflight)
+			cpu := startCPU()
 			b.ResetTimer()
-			el, h := closedLoop(b, e, inflight, max(b.N, 4*inflight))
+			el, h := closedLoop(b, e, inflight, total)
 			b.StopTimer()
-			reportThroughput(b, float64(max(b.N, 4*inflight))/el.Seconds(), inflight, s.meanService(), h)
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(max(b.N, 4*inflight)), "cpu_µs/req")
+			reportThroughput(b, float64(total)/el.Seconds(), inflight, s.meanService(), h)
+			cpu.report(b, total)
 			b.ReportMetric(float64(e.Metrics().Limit), "limit")
 		})
 	}
+}
+
+// benchServer is a loopback upstream that measures the service time it delivers.
+type benchServer interface {
+	url() string
+	meanService() time.Duration
+}
+
+// httpServer is the benchmark upstream on net/http's server: the same 2 ms and the same
+// response as rawServer, with net/http's per-request costs (a goroutine per connection that
+// parses into a Request, a ResponseWriter, a background read to detect a closed peer).
+type httpServer struct {
+	srv      *httptest.Server
+	served   atomic.Int64
+	svcNanos atomic.Int64
+}
+
+func newHTTPServer(tb testing.TB, service time.Duration) *httpServer {
+	s := &httpServer{}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		time.Sleep(service)
+		s.svcNanos.Add(int64(time.Since(t0)))
+		s.served.Add(1)
+		h := w.Header()
+		h["Content-Length"] = []string{"2"}
+		h["Content-Type"] = []string{"text/plain"}
+		w.Write(rawResponse[len(rawResponse)-2:])
+	}))
+	tb.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *httpServer) url() string { return s.srv.URL }
+
+func (s *httpServer) meanService() time.Duration {
+	n := s.served.Swap(0)
+	ns := s.svcNanos.Swap(0)
+	if n == 0 {
+		return 0
+	}
+	return time.Duration(ns / n)
 }
 
 func reportThroughput(b *testing.B, achieved float64, inflight int, svc time.Duration, h Histogram) {
@@ -276,20 +384,22 @@ func rawLoop(tb testing.TB, s *rawServer, n, total int) (time.Duration, Histogra
 // BenchmarkLatency: the same service at a load the machine can carry (64 in flight), where
 // p99 shows the client's own overhead rather than CPU saturation.
 func BenchmarkLatency(b *testing.B) {
-	const inflight, service = 64, 2 * time.Millisecond
-	s := newRawServer(b, service, 0)
-	e := open(b, benchRegistry(b), "bench", benchConfig(s.url(), inflight, "fixed"))
-	closedLoop(b, e, inflight, 10*inflight)
-	s.meanService()
-	b.ResetTimer()
-	el, h := closedLoop(b, e, inflight, max(b.N, 4*inflight))
-	b.StopTimer()
-	svc := s.meanService()
-	b.ReportMetric(float64(max(b.N, 4*inflight))/el.Seconds(), "req/s")
-	b.ReportMetric(float64(svc.Microseconds()), "service_µs")
-	b.ReportMetric(float64(h.Quantile(0.5).Microseconds()), "p50_µs")
-	b.ReportMetric(float64(h.Quantile(0.99).Microseconds()), "p99_µs")
-	b.ReportMetric(float64(h.Quantile(0.99))/float64(svc), "p99/service")
+	for _, tr := range []string{"std", "h1"} {
+		b.Run(tr, func(b *testing.B) {
+			const inflight, service = 64, 2 * time.Millisecond
+			s := newRawServer(b, service, 0)
+			e := open(b, benchRegistry(b), "bench", benchConfigT(s.url(), inflight, "fixed", tr))
+			closedLoop(b, e, inflight, 10*inflight)
+			s.meanService()
+			total := max(b.N, 4*inflight)
+			cpu := startCPU()
+			b.ResetTimer()
+			el, h := closedLoop(b, e, inflight, total)
+			b.StopTimer()
+			reportThroughput(b, float64(total)/el.Seconds(), inflight, s.meanService(), h)
+			cpu.report(b, total)
+		})
+	}
 }
 
 // BenchmarkFailFast: with the breaker open, a request fails without waiting for anything.

@@ -9,12 +9,13 @@ import (
 	"github.com/clink-wasm/clink-wasm/host/uring"
 )
 
-// BenchmarkTransport runs the throughput workload (2 ms service, closed loop) with the
-// standard dialer and with host/uring's experimental io_uring Dialer, same run, at two
-// levels of concurrency. The egress guard and the loopback-only check stay in front of both.
+// BenchmarkTransport runs the throughput workload (2 ms service, closed loop) with
+// net/http's Transport ("std"), the lean transport ("h1") and net/http over host/uring's
+// experimental io_uring Dialer ("uring"), same run, at two levels of concurrency. The egress
+// guard and the loopback-only check stay in front of all three.
 func BenchmarkTransport(b *testing.B) {
 	for _, inflight := range []int{16, 256} {
-		for _, tr := range []string{"std", "uring"} {
+		for _, tr := range []string{"std", "h1", "uring"} {
 			b.Run(tr+"/inflight="+itoa(inflight), func(b *testing.B) {
 				check, _ := loopbackOnly(b)
 				dial := check
@@ -37,14 +38,20 @@ func BenchmarkTransport(b *testing.B) {
 				}
 				const service = 2 * time.Millisecond
 				s := newRawServer(b, service, 0)
-				e := open(b, NewRegistry(WithDialer(dial)), "bench", benchConfig(s.url(), inflight, "fixed"))
+				httpImpl := tr
+				if tr == "uring" {
+					httpImpl = "std" // as measured before h1 existed: only the dialer differs
+				}
+				e := open(b, NewRegistry(WithDialer(dial)), "bench", benchConfigT(s.url(), inflight, "fixed", httpImpl))
 				closedLoopErrs(b, e, inflight, 10*inflight, false)
 				s.meanService()
-				b.ResetTimer()
 				total := max(b.N, 4*inflight)
+				cpu := startCPU()
+				b.ResetTimer()
 				el, h, errs := closedLoopErrs(b, e, inflight, total, false)
 				b.StopTimer()
 				reportThroughput(b, float64(total)/el.Seconds(), inflight, s.meanService(), h)
+				cpu.report(b, total)
 				b.ReportMetric(float64(errs), "failed")
 			})
 		}
