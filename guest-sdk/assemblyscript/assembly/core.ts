@@ -19,9 +19,25 @@ const valueView = new Bytes();
  * (4 KiB), which goes to the emit import directly.
  */
 export function emit<K, V>(key: K, value: V): i32 {
-  let k = view<K>(key, keyView, keyScratch);
-  let v = view<V>(value, valueView, valueScratch);
-  return emitRecord(k.ptr, <u32>k.length, v.ptr, <u32>v.length);
+  // Bytes and Buffers, the common arguments, are read directly, without a view.
+  let kp: usize, kl: i32, vp: usize, vl: i32;
+  if (key instanceof Bytes) {
+    kp = key.ptr;
+    kl = key.length;
+  } else {
+    let k = view<K>(key, keyView, keyScratch);
+    kp = k.ptr;
+    kl = k.length;
+  }
+  if (value instanceof Bytes) {
+    vp = value.ptr;
+    vl = value.length;
+  } else {
+    let v = view<V>(value, valueView, valueScratch);
+    vp = v.ptr;
+    vl = v.length;
+  }
+  return emitRecord(kp, <u32>kl, vp, <u32>vl);
 }
 
 /**

@@ -112,10 +112,16 @@ let manifest: Buffer | null = null;
 // trap inside the allocator.
 const MAX_INPUT: u32 = 1 << 29;
 
+// @ts-ignore: decorator
+@inline
 function op(): Operator {
   let o = operator;
-  if (!o) throw new Error("no operator registered: call register() at the top level of the entry file");
-  return o;
+  if (!o) noOperator();
+  return changetype<Operator>(o);
+}
+
+function noOperator(): void {
+  throw new Error("no operator registered: call register() at the top level of the entry file");
 }
 
 export function clink_input(cap: u32): usize {
@@ -229,13 +235,23 @@ let ceiling: i32 = COLLECT_MAX;
 let callsSinceCollect: i32 = 0;
 let pagesAtCollect: i32 = -1; // -1 until the first call ends: initialisation is not garbage
 
+// The common case, nothing to do, is inlined into every export: a call costs more than the
+// check in wazero's compiled code.
+// @ts-ignore: decorator
+@inline
 function afterCall(): void {
   if (ASC_RUNTIME != 1) return; // stub: nothing to collect; incremental: collects by itself
+  callsSinceCollect++;
+  if (callsSinceCollect < interval && memory.size() == pagesAtCollect) return;
+  maybeCollect();
+}
+
+function maybeCollect(): void {
   if (pagesAtCollect < 0) {
+    callsSinceCollect = 0;
     pagesAtCollect = memory.size();
     return;
   }
-  callsSinceCollect++;
   if (memory.size() != pagesAtCollect) {
     let safe = callsSinceCollect >> 1;
     ceiling = safe > COLLECT_MIN ? (safe < ceiling ? safe : ceiling) : COLLECT_MIN;

@@ -1,7 +1,7 @@
 // Keyed state (docs/abi.md, "get_async", "put", "delete", "take_result").
 
 import * as abi from "./abi";
-import { Bytes, Buffer, view, keyScratch, valueScratch } from "./bytes";
+import { Bytes, Buffer, view, isEmptyArg, copyBytes, keyScratch, valueScratch } from "./bytes";
 import { declareState } from "./operator";
 import { Frame, declarePrefetch, keyedCall } from "./fastpath";
 
@@ -74,21 +74,25 @@ export class State {
     return this.frame !== null;
   }
 
-  /** The frame's header address when entry e is served by the frame for reading, else 0. */
+  // The frame serves entry "" of a prefetched state during process and onTimer: for writing
+  // always, for reading unless a value too large for it went through put (stale). The checks
+  // come before any view of the entry is made, so the frame path touches nothing else.
+
+  /** The frame's header address when the frame serves reads of entry, else 0. */
   // @ts-ignore: decorator
   @inline
-  private readFrame(e: Bytes): usize {
+  private readFrame<E>(entry: E): usize {
     let f = this.frame;
-    if (f === null || e.length != 0 || !keyedCall || f.stale) return 0;
+    if (f === null || !keyedCall || f.stale || !isEmptyArg<E>(entry)) return 0;
     return f.ptr;
   }
 
-  /** The frame's header address when entry e is served by the frame for writing, else 0. */
+  /** The frame's header address when the frame serves writes of entry, else 0. */
   // @ts-ignore: decorator
   @inline
-  private writeFrame(e: Bytes): usize {
+  private writeFrame<E>(entry: E): usize {
     let f = this.frame;
-    if (f === null || e.length != 0 || !keyedCall) return 0;
+    if (f === null || !keyedCall || !isEmptyArg<E>(entry)) return 0;
     return f.ptr;
   }
 
@@ -110,9 +114,9 @@ export class State {
 
   /** Whether entry exists (reads no value bytes into guest memory). */
   has<E>(entry: E): bool {
-    let e = view<E>(entry, entryView, keyScratch);
-    let fp = this.readFrame(e);
+    let fp = this.readFrame<E>(entry);
     if (fp != 0) return load<u32>(fp) != abi.Frame.ABSENT;
+    let e = view<E>(entry, entryView, keyScratch);
     let n = abi.get_async(this.index, e.ptr, <u32>e.length, 0, 0);
     if (n == abi.Code.NOT_FOUND) return false;
     this.check(n, "get");
@@ -121,8 +125,7 @@ export class State {
 
   /** Reads an entry written by putI64 (8 bytes, little-endian), or fallback when absent. */
   getI64<E>(entry: E, fallback: i64 = 0): i64 {
-    let e = view<E>(entry, entryView, keyScratch);
-    let fp = this.readFrame(e);
+    let fp = this.readFrame<E>(entry);
     let n: i32, p: usize;
     if (fp != 0) {
       // Decoded in the frame: no copy.
@@ -131,7 +134,7 @@ export class State {
       n = <i32>len;
       p = fp + <usize>abi.Frame.HEADER;
     } else {
-      n = this.readView(e, i64Cell);
+      n = this.readImport(view<E>(entry, entryView, keyScratch), i64Cell);
       if (n < 0) return fallback;
       p = i64Cell.ptr;
     }
@@ -141,42 +144,42 @@ export class State {
 
   /** Sets entry to a copy of value. An empty value is a value, not a delete. Returns 0 or a negative Code. */
   put<E, V>(entry: E, value: V): i32 {
-    let e = view<E>(entry, entryView, keyScratch);
+    let fp = this.writeFrame<E>(entry);
     let v = view<V>(value, valueView, valueScratch);
-    let fp = this.writeFrame(e);
     if (fp != 0) return this.putFrame(fp, v.ptr, <u32>v.length);
+    let e = view<E>(entry, entryView, keyScratch);
     return abi.put(this.index, e.ptr, <u32>e.length, v.ptr, <u32>v.length);
   }
 
   /** Writes v as 8 bytes, little-endian (the layout of the Go SDK's PutInt64). */
   putI64<E>(entry: E, v: i64): i32 {
-    let e = view<E>(entry, entryView, keyScratch);
-    let fp = this.writeFrame(e);
+    let fp = this.writeFrame<E>(entry);
     if (fp != 0) {
       // A frame holds at least 64 bytes.
       store<i64>(fp + <usize>abi.Frame.HEADER, v);
       this.markFrame(fp, 8);
       return 0;
     }
+    let e = view<E>(entry, entryView, keyScratch);
     store<i64>(i64Cell.ptr, v);
     return abi.put(this.index, e.ptr, <u32>e.length, i64Cell.ptr, 8);
   }
 
   /** Removes entry; removing an absent entry succeeds. Returns 0 or a negative Code. */
   delete<E>(entry: E): i32 {
-    let e = view<E>(entry, entryView, keyScratch);
-    let fp = this.writeFrame(e);
+    let fp = this.writeFrame<E>(entry);
     if (fp != 0) {
       this.markFrame(fp, abi.Frame.ABSENT);
       return 0;
     }
+    let e = view<E>(entry, entryView, keyScratch);
     return abi.del(this.index, e.ptr, <u32>e.length);
   }
 
   /** Writes a value to the frame at fp if it fits, and otherwise with the put import. */
   private putFrame(fp: usize, vp: usize, vl: u32): i32 {
     if (vl <= load<u32>(fp, 4)) {
-      memory.copy(fp + <usize>abi.Frame.HEADER, vp, <usize>vl);
+      copyBytes(fp + <usize>abi.Frame.HEADER, vp, <usize>vl);
       this.markFrame(fp, vl);
       return 0;
     }
@@ -198,13 +201,9 @@ export class State {
     changetype<Frame>(this.frame).stale = false;
   }
 
+  /** Reads entry into out (replacing its contents); -1 when absent. */
   private readInto<E>(entry: E, out: Buffer): i32 {
-    return this.readView(view<E>(entry, entryView, keyScratch), out);
-  }
-
-  /** Reads entry e into out (replacing its contents); -1 when absent. */
-  private readView(e: Bytes, out: Buffer): i32 {
-    let fp = this.readFrame(e);
+    let fp = this.readFrame<E>(entry);
     if (fp != 0) {
       let len = load<u32>(fp);
       if (len == abi.Frame.ABSENT) {
@@ -214,6 +213,11 @@ export class State {
       out.clear().appendRaw(fp + <usize>abi.Frame.HEADER, <i32>len);
       return <i32>len;
     }
+    return this.readImport(view<E>(entry, entryView, keyScratch), out);
+  }
+
+  /** Reads entry e into out (replacing its contents) with get_async; -1 when absent. */
+  private readImport(e: Bytes, out: Buffer): i32 {
     let n = abi.get_async(this.index, e.ptr, <u32>e.length, out.ptr, <u32>out.capacity);
     if (n == abi.Code.NOT_FOUND) {
       out.length = 0;
