@@ -249,3 +249,35 @@ func TestConfigJSON(t *testing.T) {
 		}
 	}
 }
+
+// Redirects keep net/http's method and body rules (the endpoint follows them itself):
+// 301/302/303 turn a POST into a GET without body, 307/308 resend the method and body.
+func TestRedirectMethods(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/303", "/v1/302":
+			http.Redirect(w, r, "/v1/echo", map[string]int{"/v1/303": 303, "/v1/302": 302}[r.URL.Path])
+		case "/v1/307", "/v1/308":
+			http.Redirect(w, r, "echo?q=1", map[string]int{"/v1/307": 307, "/v1/308": 308}[r.URL.Path])
+		default:
+			b, _ := io.ReadAll(r.Body)
+			io.WriteString(w, r.Method+" "+r.URL.RequestURI()+" "+string(b))
+		}
+	})
+	cfg := testConfig(s.URL)
+	cfg.PathPrefix = "/v1"
+	cfg.MaxRedirects = 1
+	cfg.SingleFlight = "off"
+	e := open(t, testRegistry(t), "t1", cfg)
+	for raw, want := range map[string]string{
+		"POST /v1/303\n\nbody":   "GET /v1/echo ",
+		"POST /v1/302\n\nbody":   "GET /v1/echo ",
+		"HEAD /v1/303":           "",
+		"POST /v1/307\n\nbody":   "POST /v1/echo?q=1 body",
+		"PUT /v1/308\n\nbody":    "PUT /v1/echo?q=1 body",
+		"DELETE /v1/307\n\nbody": "DELETE /v1/echo?q=1 body",
+	} {
+		wantStatus(t, do(t, e, context.Background(), raw), 200, want)
+	}
+}

@@ -863,20 +863,21 @@ func (c *call) finishFrom(r Response, async bool) {
 	ws := c.waiters
 	c.waiters = nil
 	c.mu.Unlock()
-	deliverAll := func() {
-		for _, w := range ws {
-			if w.stop != nil {
-				w.stop()
-			}
-			c.e.deliver(w, r)
-		}
-		c.e.live.Done()
-	}
 	if async {
-		go deliverAll()
+		go c.deliverAll(ws, r)
 	} else {
-		deliverAll()
+		c.deliverAll(ws, r)
 	}
+}
+
+func (c *call) deliverAll(ws []*waiter, r Response) {
+	for _, w := range ws {
+		if w.stop != nil {
+			w.stop()
+		}
+		c.e.deliver(w, r)
+	}
+	c.e.live.Done()
 }
 
 // named returns err with the endpoint's name filled in.
