@@ -10,7 +10,7 @@
 // initialisation, so an operator declares its states and endpoints as package-level values
 // and registers itself in an init function:
 //
-//	var counts = clink.NewState("count")
+//	var counts = clink.NewState("count", clink.Prefetch())
 //
 //	func init() { clink.Register("counter", clink.ProcessFunc(process)) }
 //
@@ -38,6 +38,15 @@
 // host writes each record into, and State.Get and Endpoint.Lookup return views of a result
 // buffer owned by the SDK. Those slices are valid only until the call returns (Record) or until
 // the next Get or Lookup (results); copy what you keep. AppendGet reads into a buffer you own.
+//
+// # Fast paths
+//
+// The SDK makes the common case run without import calls (docs/abi.md, "Fast paths"). A state
+// declared with [Prefetch] has its per-key value delivered with every record and timer; its nil
+// entry is then read and written in place and written back by the host when the call returns
+// (see [State]). [Emit] appends records to an output area that the host drains when the call
+// returns; a record larger than the area goes through the emit import, after the area is
+// flushed, so records always leave in the order they were emitted.
 //
 // # Errors and panics
 //
