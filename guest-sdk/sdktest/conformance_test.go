@@ -1,9 +1,11 @@
 package sdktest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -335,6 +337,50 @@ func TestConformanceFault(t *testing.T) {
 			}
 			if _, err := in.process("k", "pint", 0); err == nil {
 				t.Errorf("pint of a 2-byte value: no fault")
+			}
+		})
+	}
+}
+
+// TestPrefetchTooLarge: a prefetched value over the host's frame limit arrives as the too-large
+// marker; both SDKs then read it (and write it) through the imports.
+func TestPrefetchTooLarge(t *testing.T) {
+	ctx := context.Background()
+	e, err := abi.NewEngine(ctx, abi.WithLimits(abi.Limits{MaxPrefetchValue: 16}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(ctx)
+	for _, path := range conformanceModules {
+		t.Run(strings.TrimSuffix(path[strings.LastIndexByte(path, '/')+1:], ".wasm"), func(t *testing.T) {
+			if strings.HasSuffix(path, "-go.wasm") && testing.Short() {
+				t.Skip("-short: skipping the Go module")
+			}
+			bin, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := e.Load(ctx, bin, abi.LoadOptions{Endpoints: []string{"echo"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := newHandler(t)
+			ai, err := m.Instantiate(ctx, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ai.Close(ctx)
+			in := &instance{t: t, h: h, in: ai, manifest: m.Manifest}
+			big := strings.Repeat("x", 40) // over the 16-byte frame limit, under the frame's cap
+			if _, err := in.process("k", "pputs "+big, 1); err != nil {
+				t.Fatal(err)
+			}
+			out, err := in.process("k", "pget", 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(out) != 1 || !strings.Contains(out[0].value, big) {
+				t.Fatalf("pget of a too-large value: %q", out)
 			}
 		})
 	}

@@ -108,6 +108,7 @@ type Limits struct {
 	MaxEmitsPerCall  int           // default 65536
 	MaxLookupRequest int           // bytes; default 1 MiB
 	MaxLogMessage    int           // bytes; default 16 KiB
+	MaxPrefetchValue int           // bytes a prefetch frame carries; default 64 KiB
 	MemoryPages      uint32        // 64 KiB pages per instance; default 4096 (256 MiB)
 	CallTime         time.Duration // execution time per call, suspension excluded; default 10 s
 }
@@ -122,6 +123,7 @@ const (
 	DefaultMaxEmitsPerCall  = 65536
 	DefaultMaxLookupRequest = 1 << 20
 	DefaultMaxLogMessage    = 16 << 10
+	DefaultMaxPrefetchValue = 64 << 10
 	DefaultMemoryPages      = 4096
 	DefaultCallTime         = 10 * time.Second
 )
@@ -144,6 +146,7 @@ func (l Limits) withDefaults() Limits {
 	def(&l.MaxEmitsPerCall, DefaultMaxEmitsPerCall)
 	def(&l.MaxLookupRequest, DefaultMaxLookupRequest)
 	def(&l.MaxLogMessage, DefaultMaxLogMessage)
+	def(&l.MaxPrefetchValue, DefaultMaxPrefetchValue)
 	if l.MemoryPages == 0 {
 		l.MemoryPages = DefaultMemoryPages
 	}

@@ -132,10 +132,10 @@ func TestFastPathFaults(t *testing.T) {
 func TestOutputAreaRegistration(t *testing.T) {
 	in, _ := newProbe(t, Limits{})
 	in.kind = callProcess
-	if got := in.outputArea(0, 4); got != i32result(InvalidArgument) {
-		t.Errorf("cap 4: %d", int32(got))
+	if got := in.outputArea(0, 11); got != i32result(InvalidArgument) {
+		t.Errorf("cap 11: %d", int32(got))
 	}
-	if got := in.outputArea(uint32(in.mem.Size())-4, 8); got != i32result(OutOfBounds) {
+	if got := in.outputArea(uint32(in.mem.Size())-4, 12); got != i32result(OutOfBounds) {
 		t.Errorf("out of bounds: %d", int32(got))
 	}
 	if got := in.outputArea(1024, 64); got != 0 || in.outPtr != 1024 || in.outCap != 64 {
@@ -162,5 +162,34 @@ func TestManifestPrefetchValidation(t *testing.T) {
 		if _, err := ParseManifest([]byte(c.json)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v", c.json, err)
 		}
+	}
+}
+
+// TestDrainFaultCancelsWriteBack: a call whose output area faults at drain time leaves no state
+// written (the frames are applied only after a successful drain).
+func TestDrainFaultCancelsWriteBack(t *testing.T) {
+	in, h := newFast(t, Limits{MaxEmitValue: 4}) // the counter's 8-byte emit is over the limit
+	err := in.Process([]byte("key"), []byte("c"), 0)
+	if err == nil || !strings.Contains(err.Error(), "exceeds the emit limits") {
+		t.Fatalf("got %v", err)
+	}
+	if _, ok := h.state[sk(0, nil)]; ok {
+		t.Fatal("the failed call's frame write was applied")
+	}
+}
+
+// TestPrefetchTooLarge: a value over the prefetch limit is not carried in the frame; the frame
+// says so and the guest reads it with get_async.
+func TestPrefetchTooLarge(t *testing.T) {
+	in, h := newFast(t, Limits{MaxPrefetchValue: 100})
+	h.state[sk(1, nil)] = bytes.Repeat([]byte("z"), 101)
+	if err := in.Process([]byte("k"), []byte("c"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := in.mem.ReadUint32Le(in.pf.at[1]); l != frameTooLarge {
+		t.Fatalf("frame 1 len %#x, want the too-large marker", l)
+	}
+	if c, _ := in.mem.ReadUint32Le(in.pf.at[1] + 4); c != frameMinCap {
+		t.Fatalf("frame 1 cap %d", c)
 	}
 }

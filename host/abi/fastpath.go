@@ -26,9 +26,10 @@ const (
 	frameHeader   = 16
 	frameMinCap   = 64
 	frameAbsent   = math.MaxUint32
+	frameTooLarge = math.MaxUint32 - 1 // the value exists but is not in the frame: read it with get_async
 	frameDirty    = 1
 	outHeader     = 4
-	minOutputArea = 8
+	minOutputArea = 12 // used + one record header
 )
 
 // prefetch holds the values gathered for the frames of the next call.
@@ -62,6 +63,11 @@ func (in *Instance) gather(base int) (int, error) {
 		if !found {
 			p.lens[i] = -1
 			p.caps[i] = frameMinCap
+		} else if len(v) > in.limits.MaxPrefetchValue {
+			// Too large to travel with every record (and to keep the input buffer that large
+			// for the instance's life): the guest reads it with get_async.
+			p.lens[i] = -2
+			p.caps[i] = frameMinCap
 		} else {
 			p.lens[i] = int64(len(v))
 			p.buf = append(p.buf, v...)
@@ -92,8 +98,11 @@ func (in *Instance) writeInput(parts ...[]byte) {
 		}
 		p.at[i] = in.inPtr + uint32(len(b))
 		l := uint32(frameAbsent)
-		if p.lens[i] >= 0 {
+		switch {
+		case p.lens[i] >= 0:
 			l = uint32(p.lens[i])
+		case p.lens[i] == -2:
+			l = frameTooLarge
 		}
 		b = binary.LittleEndian.AppendUint32(b, l)
 		b = binary.LittleEndian.AppendUint32(b, p.caps[i])

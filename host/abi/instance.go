@@ -111,6 +111,15 @@ func (m *Module) Instantiate(ctx context.Context, h Handler) (*Instance, error) 
 			return nil, err
 		}
 	}
+	// Emitting is not allowed before the first record: records left in the output area by
+	// _initialize or clink_open would otherwise leave with the first record's output.
+	if in.outCap != 0 {
+		if used, _ := in.mem.ReadUint32Le(in.outPtr); used != 0 {
+			err := in.abiFault(callOpen, "records were written to the output area during initialisation, where emitting is not allowed")
+			in.discard(ctx)
+			return nil, err
+		}
+	}
 	return in, nil
 }
 
@@ -211,15 +220,17 @@ func (in *Instance) Process(key, value []byte, ts int64) error {
 	return in.afterKeyed(callProcess)
 }
 
-// afterKeyed completes a successful clink_process or clink_on_timer: frame write-back, then the
-// output area.
+// afterKeyed completes a successful clink_process or clink_on_timer: the output area, then the
+// frame write-back, so that a call whose drain faults leaves no state written (docs/abi.md:
+// frames are applied after everything else the call did, and only if it succeeded).
 func (in *Instance) afterKeyed(k callKind) error {
-	if len(in.pf.ids) > 0 {
-		if err := in.writeBack(k); err != nil {
-			return err
-		}
+	if err := in.drainOutput(k); err != nil {
+		return err
 	}
-	return in.drainOutput(k)
+	if len(in.pf.ids) > 0 {
+		return in.writeBack(k)
+	}
+	return nil
 }
 
 // OnTimer fires the timer (key, ts) through clink_on_timer.

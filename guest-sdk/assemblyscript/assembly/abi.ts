@@ -111,6 +111,8 @@ export namespace Frame {
   export const HEADER: u32 = 16;
   /** A frame's len when the entry is absent, and what the guest writes to delete it. */
   export const ABSENT: u32 = 0xFFFFFFFF;
+  /** A frame's len when the value exists but is too large to travel in the frame: read it with get_async. */
+  export const TOO_LARGE: u32 = 0xFFFFFFFE;
   /** The flags bit that makes the host write the frame back. */
   export const DIRTY: u32 = 1;
   /** The smallest value area the host reserves. */

@@ -51,9 +51,10 @@ function loadFrames(p: usize, limit: usize): void {
     let len = load<u32>(p);
     let cap = load<u32>(p, 4);
     if (cap < abi.Frame.MIN_CAP || (cap & 7) != 0 || p + <usize>abi.Frame.HEADER + <usize>cap > limit) badFrame(i, "its frame has an invalid cap");
-    if (len != abi.Frame.ABSENT && len > cap) badFrame(i, "its frame has len > cap");
+    if (len != abi.Frame.ABSENT && len != abi.Frame.TOO_LARGE && len > cap) badFrame(i, "its frame has len > cap");
     f.ptr = p;
-    f.stale = false;
+    // A value too large for the frame is read (and written) through the imports.
+    f.stale = len == abi.Frame.TOO_LARGE;
     p += <usize>abi.Frame.HEADER + <usize>cap;
   }
 }

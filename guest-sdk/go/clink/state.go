@@ -257,10 +257,11 @@ func loadFrames(off uint32) error {
 		switch {
 		case c < abi.FrameMinCap || c%8 != 0 || o+abi.FrameHeader+uint64(c) > uint64(len(in)):
 			return frameError(s, "its frame has an invalid cap")
-		case n != abi.FrameAbsent && n > c:
+		case n != abi.FrameAbsent && n != abi.FrameTooLarge && n > c:
 			return frameError(s, "its frame has len > cap")
 		}
-		s.frame, s.stale = int(o), false
+		// A value too large for the frame is read (and written) through the imports.
+		s.frame, s.stale = int(o), n == abi.FrameTooLarge
 		o += abi.FrameHeader + uint64(c)
 	}
 	return nil

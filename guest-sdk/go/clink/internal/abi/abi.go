@@ -39,6 +39,9 @@ const (
 	// FrameAbsent is a frame's len when the entry is absent (and what the guest writes to
 	// delete it).
 	FrameAbsent = 0xFFFFFFFF
+	// FrameTooLarge is a frame's len when the value exists but is too large to travel in the
+	// frame: read it with get_async.
+	FrameTooLarge = 0xFFFFFFFE
 	// FrameDirty is the flags bit that makes the host write the frame back.
 	FrameDirty = 1
 	// FrameMinCap is the smallest value area the host reserves in a frame.
