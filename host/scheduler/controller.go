@@ -216,6 +216,7 @@ type Controller struct {
 	prefetch     []uint32  // state ids the module prefetches (docs/abi.md, "Fast paths")
 	pfTask       *task     // the task whose prefetched values are in pfHot
 	pfHot        []pfValue // hot answers of its prefetch check, valid until the backend is used
+	pfNext       int       // the next pfHot answer to hand out (abi gathers in prefetch order)
 	maxBatch     int       // pending reads that trigger a Fetch without waiting for the runner to be stuck
 	ready        []*task
 	suspended    map[*task]struct{}
@@ -437,6 +438,15 @@ func (c *Controller) loop(self *carrier) {
 		} else if c.admitted < c.maxInFlight {
 			if el, ok := c.nextInput(); ok {
 				c.handle(el)
+				// While nothing else can need the runner (no completion posted, nothing
+				// ready, promoted or releasable, no barrier, room under the cap), keep
+				// taking records from the batch without a full loop iteration each.
+				for len(c.inbuf) > 0 && c.admitted < c.maxInFlight && c.err == nil && c.barrier == nil &&
+					len(c.ready) == 0 && len(c.runnable) == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0 {
+					el := &c.inbuf[0]
+					c.inbuf = c.inbuf[1:]
+					c.handle(el)
+				}
 				continue
 			}
 		}
@@ -452,24 +462,25 @@ func (c *Controller) loop(self *carrier) {
 	}
 }
 
-// nextInput takes the next input element without blocking.
-func (c *Controller) nextInput() (Element, bool) {
+// nextInput takes the next input element without blocking. The element stays in its input
+// batch, which the controller does not modify.
+func (c *Controller) nextInput() (*Element, bool) {
 	for len(c.inbuf) == 0 {
 		if c.inputDone {
-			return Element{}, false
+			return nil, false
 		}
 		select {
 		case b, ok := <-c.input:
 			if !ok {
 				c.inputDone = true
-				return Element{}, false
+				return nil, false
 			}
 			c.inbuf = b
 		default:
-			return Element{}, false
+			return nil, false
 		}
 	}
-	el := c.inbuf[0]
+	el := &c.inbuf[0]
 	c.inbuf = c.inbuf[1:]
 	return el, true
 }
@@ -496,7 +507,7 @@ func (c *Controller) wait() {
 	}
 }
 
-func (c *Controller) handle(el Element) {
+func (c *Controller) handle(el *Element) {
 	switch el.Kind {
 	case ElementRecord:
 		t := c.newTask()
@@ -631,6 +642,13 @@ func (c *Controller) execute(t *task) {
 	}
 	s.t, t.slot = t, s
 	c.running++
+	if !c.mode.coro && t.kind == kindRecord {
+		// The all-hits path, written out: the guest call and its completion.
+		c.hot.records++
+		err = s.inst.Process(t.key, t.value, t.ts)
+		c.afterCall(t, s, err)
+		return
+	}
 	if c.mode.coro {
 		t.inCoro = true
 		c.metrics.CoroutineCalls.Add(1)
@@ -795,6 +813,24 @@ func (c *Controller) PendingTimers() int { return c.timers.len() }
 // t waits without an instance, and goes to the runnable queue when the loads complete.
 func (c *Controller) awaitPrefetch(t *task) bool {
 	t.prefetched = true
+	if len(c.prefetch) == 1 {
+		// The common case, without the loop's bookkeeping.
+		k := state.Key{State: state.StateID(c.prefetch[0]), Record: t.key}
+		v, found, hot := c.cfg.Backend.Get(k)
+		if hot {
+			c.pfHot = append(c.pfHot[:0], pfValue{state: c.prefetch[0], value: v, found: found})
+			c.pfTask, c.pfNext = t, 0
+			return false
+		}
+		c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
+		t.prefetchWait, t.async = 1, true
+		c.metrics.PrefetchWaits.Add(1)
+		c.markKeyBusy(t)
+		if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch {
+			c.flushReads()
+		}
+		return true
+	}
 	c.pfHot = c.pfHot[:0]
 	for _, id := range c.prefetch {
 		k := state.Key{State: state.StateID(id), Record: t.key}
@@ -810,7 +846,7 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 	if t.prefetchWait == 0 {
 		// All hot: the call starts right away, and the frames can take these answers instead
 		// of asking the backend again (nothing touches it in between).
-		c.pfTask = t
+		c.pfTask, c.pfNext = t, 0
 		return false
 	}
 	c.metrics.PrefetchWaits.Add(1)

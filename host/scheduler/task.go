@@ -93,20 +93,17 @@ func (s *slot) Get(stateID uint32, entry []byte) ([]byte, bool, error) {
 		return nil, false, abi.NotAllowed
 	}
 	if c := s.c; c.pfTask == s.t && len(entry) == 0 {
-		// A frame of the prefetch check that just ran for this task (host/abi gathers frames
-		// before any other backend call of the task).
-		for i := range c.pfHot {
-			if c.pfHot[i].state == stateID {
-				v := c.pfHot[i]
-				c.pfHot[i] = c.pfHot[len(c.pfHot)-1]
-				c.pfHot = c.pfHot[:len(c.pfHot)-1]
-				if len(c.pfHot) == 0 {
-					c.pfTask = nil
-				}
-				s.c.hot.hits++
-				return v.value, v.found, nil
+		// The frames of the prefetch check that just ran for this task: host/abi gathers them
+		// in prefetch order, before any other backend call of the task.
+		if i := c.pfNext; i < len(c.pfHot) && c.pfHot[i].state == stateID {
+			c.pfNext++
+			if c.pfNext == len(c.pfHot) {
+				c.pfTask = nil
 			}
+			c.hot.hits++
+			return c.pfHot[i].value, c.pfHot[i].found, nil
 		}
+		c.pfTask = nil // not the expected read: answer from the backend from now on
 	}
 	k := s.key(stateID, entry)
 	v, found, hot := s.c.cfg.Backend.Get(k)
