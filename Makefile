@@ -13,7 +13,7 @@ GO        ?= go
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
 # Packages whose tests exercise concurrency; `make race` runs them with -race.
-RACE_PKGS := ./host/... ./internal/... ./cmd/... ./tests/...
+RACE_PKGS := ./host/... ./internal/...
 
 .PHONY: all build test test-short race bench lint wasm wasm-check fuzz s3-up s3-down clean
 
