@@ -396,6 +396,9 @@ func coldPath(b *testing.B, m *abi.Module, records, syncRecords int) {
 		b.ReportMetric(float64(lat.Microseconds()), "measured-latency-us")
 		b.ReportMetric(float64(s.ResumeLatency.Nanoseconds()), "resume-latency-ns")
 		b.ReportMetric(float64(s.Suspensions)/float64(len(els)), "suspensions/rec")
+		// What an in-flight record costs: a record suspended inside its call holds an
+		// instance; one waiting for a prefetched value holds only its task.
+		b.ReportMetric(float64(s.PeakInstances), "peak-instances")
 	}
 }
 
@@ -409,17 +412,22 @@ func BenchmarkColdPath(b *testing.B) {
 	b.Run("go", func(b *testing.B) {
 		m := loadModule(b, counterGo)
 		coldPath(b, m, 100_000, 200)
-		b.ReportMetric(float64(instanceFootprint(b, m, 32)), "bytes/in-flight-record")
+		b.ReportMetric(float64(instanceFootprint(b, m, 32)), "bytes/instance")
 	})
 }
 
-// instanceFootprint measures what one more in-flight record costs: an instance (its linear
-// memory and wazero's per-instance structures) plus its carrier goroutine's stack, as the
-// growth of the Go runtime's Sys memory per instance.
+// instanceFootprint measures what one more instance costs: its linear memory and wazero's
+// per-instance structures, as the growth of the Go heap and stacks in use per instance (linear
+// memory is a Go allocation in wazero), plus the stack of a carrier goroutine that a call
+// suspended on a carrier would hold.
 func instanceFootprint(b *testing.B, m *abi.Module, n int) uint64 {
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
+	inUse := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse + ms.StackInuse
+	}
+	before := inUse()
 	insts := make([]*abi.Instance, n)
 	for i := range insts {
 		in, err := m.Instantiate(context.Background(), &plainHandler{backend: state.NewMemory(), out: newOutBuffer(&discardSink{})})
@@ -428,13 +436,12 @@ func instanceFootprint(b *testing.B, m *abi.Module, n int) uint64 {
 		}
 		insts[i] = in
 	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
+	after := inUse()
 	for _, in := range insts {
 		in.Close(context.Background())
 	}
 	const carrierStack = 8 << 10
-	return (after.Sys-before.Sys)/uint64(n) + carrierStack
+	return (after-before)/uint64(n) + carrierStack
 }
 
 func BenchmarkInstanceFootprint(b *testing.B) {

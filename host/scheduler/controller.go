@@ -1026,6 +1026,9 @@ func (c *Controller) newSlot() (*slot, error) {
 	}
 	s.inst = inst
 	c.instances++
+	if int64(c.instances) > c.metrics.PeakInstances.Load() {
+		c.metrics.PeakInstances.Store(int64(c.instances))
+	}
 	return s, nil
 }
 

@@ -15,7 +15,8 @@ type Metrics struct {
 	InFlight  atomic.Int64 // tasks holding an instance (running or suspended), gauge
 	Parked    atomic.Int64 // tasks waiting behind a busy key, gauge
 	Suspended atomic.Int64 // tasks suspended in an async import, gauge
-	Instances atomic.Int64 // live instances, gauge
+	Instances     atomic.Int64 // live instances, gauge
+	PeakInstances atomic.Int64 // most instances alive at once
 
 	Suspensions    atomic.Int64 // total suspensions
 	PrefetchWaits  atomic.Int64 // tasks that waited, without an instance, for prefetched values
@@ -42,6 +43,7 @@ type Metrics struct {
 type Snapshot struct {
 	Records, Timers                          int64
 	InFlight, Parked, Suspended, Instances   int64
+	PeakInstances                            int64
 	Suspensions, StateHits, StateMisses      int64
 	PrefetchWaits, CoroutineCalls            int64
 	Lookups                                  int64
@@ -59,7 +61,7 @@ func (m *Metrics) Snapshot() Snapshot {
 	s := Snapshot{
 		Records: m.Records.Load(), Timers: m.Timers.Load(),
 		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), Suspended: m.Suspended.Load(),
-		Instances: m.Instances.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
+		Instances: m.Instances.Load(), PeakInstances: m.PeakInstances.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
 		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(),
 		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
 		ReadBatches: m.ReadBatches.Load(), ReadBatchKeys: m.ReadBatchKeys.Load(), MaxReadBatch: m.MaxReadBatch.Load(),
