@@ -106,9 +106,14 @@ type Config struct {
 	// and leave a single batch in flight; 32 keeps tens of batches overlapping at 512 in
 	// flight while each remote request still serves many keys. MaxReadBatch caps what a stuck
 	// runner sends at once (default 4096).
-	NoCoalesce   bool
-	ReadBatch    int
-	MaxReadBatch int
+	//
+	// A batch also goes out once its oldest read has waited ReadBatchWait: by default 1/20 of
+	// the observed fetch latency (at least 10 µs), so a miss never waits long for company
+	// relative to the fetch it will make anyway.
+	NoCoalesce    bool
+	ReadBatch     int
+	MaxReadBatch  int
+	ReadBatchWait time.Duration
 
 	// Synchronous makes every cold read and lookup block the runner: the baseline the async
 	// path is measured against. It implies MaxInFlight 1.
@@ -213,11 +218,13 @@ type Controller struct {
 	timers    *timerService
 
 	pendingReads []pendingRead
-	prefetch     []uint32  // state ids the module prefetches (docs/abi.md, "Fast paths")
-	pfTask       *task     // the task whose prefetched values are in pfHot
-	pfHot        []pfValue // hot answers of its prefetch check, valid until the backend is used
-	pfNext       int       // the next pfHot answer to hand out (abi gathers in prefetch order)
-	maxBatch     int       // pending reads that trigger a Fetch without waiting for the runner to be stuck
+	pendingSince time.Time     // when the oldest pending read joined the batch
+	fetchEWMA    time.Duration // observed fetch latency, for the batch wait
+	prefetch     []uint32      // state ids the module prefetches (docs/abi.md, "Fast paths")
+	pfTask       *task         // the task whose prefetched values are in pfHot
+	pfHot        []pfValue     // hot answers of its prefetch check, valid until the backend is used
+	pfNext       int           // the next pfHot answer to hand out (abi gathers in prefetch order)
+	maxBatch     int           // pending reads that trigger a Fetch without waiting for the runner to be stuck
 	ready        []*task
 	suspended    map[*task]struct{}
 
@@ -264,6 +271,7 @@ type readBatch struct {
 	reads   []pendingRead
 	results []state.Fetched
 	err     error
+	issued  time.Time
 }
 
 // pfValue is a hot prefetched value found by the prefetch check. value aliases backend memory.
@@ -808,6 +816,25 @@ func (c *Controller) PendingTimers() int { return c.timers.len() }
 
 // --- async imports ---
 
+// queueRead adds a cold key to the pending batch and sends the batch when it is full or its
+// oldest read has waited long enough (see Config.ReadBatchWait).
+func (c *Controller) queueRead(r pendingRead) {
+	if len(c.pendingReads) == 0 {
+		c.pendingSince = time.Now()
+	}
+	c.pendingReads = append(c.pendingReads, r)
+	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch || time.Since(c.pendingSince) >= c.batchWait() {
+		c.flushReads()
+	}
+}
+
+func (c *Controller) batchWait() time.Duration {
+	if c.cfg.ReadBatchWait > 0 {
+		return c.cfg.ReadBatchWait
+	}
+	return max(c.fetchEWMA/20, 10*time.Microsecond)
+}
+
 // awaitPrefetch checks that t's prefetched values are hot. If some are cold it queues their
 // loads, enters t's key in the gate (later records of the key park behind it) and reports true:
 // t waits without an instance, and goes to the runnable queue when the loads complete.
@@ -822,13 +849,10 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 			c.pfTask, c.pfNext = t, 0
 			return false
 		}
-		c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
 		t.prefetchWait, t.async = 1, true
 		c.metrics.PrefetchWaits.Add(1)
 		c.markKeyBusy(t)
-		if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch {
-			c.flushReads()
-		}
+		c.queueRead(pendingRead{t: t, key: k, prefetch: true})
 		return true
 	}
 	c.pfHot = c.pfHot[:0]
@@ -837,6 +861,9 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 		v, found, hot := c.cfg.Backend.Get(k)
 		if !hot {
 			c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
+			if len(c.pendingReads) == 1 {
+				c.pendingSince = time.Now()
+			}
 			t.prefetchWait++
 			t.async = true
 			continue
@@ -873,10 +900,7 @@ func (c *Controller) readCold(t *task, k state.Key) ([]byte, bool, error) {
 		c.cfg.Backend.Fill(b.results)
 		return b.results[0].Value, b.results[0].Found, nil
 	}
-	c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: t.readKey})
-	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch {
-		c.flushReads()
-	}
+	c.queueRead(pendingRead{t: t, key: t.readKey})
 	c.suspend(t)
 	if t.aborted != nil {
 		return nil, false, t.aborted
@@ -900,7 +924,7 @@ func (c *Controller) flushReads() {
 	if n > c.metrics.MaxReadBatch.Load() {
 		c.metrics.MaxReadBatch.Store(n)
 	}
-	b := &readBatch{reads: reads}
+	b := &readBatch{reads: reads, issued: time.Now()}
 	c.cfg.Backend.Fetch(keys, func(res []state.Fetched, err error) {
 		if err == nil && len(res) != len(reads) {
 			err = fmt.Errorf("state backend returned %d results for %d keys", len(res), len(reads))
@@ -918,6 +942,11 @@ func (c *Controller) complete(cp completion) {
 			return // the tasks are aborted with everything else
 		}
 		c.cfg.Backend.Fill(b.results)
+		if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
+			c.fetchEWMA = lat
+		} else {
+			c.fetchEWMA += (lat - c.fetchEWMA) / 8
+		}
 		for i, r := range b.reads {
 			t := r.t
 			if r.prefetch {

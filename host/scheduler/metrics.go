@@ -10,11 +10,11 @@ import (
 // publishes hot-path counts (records, hits) in bulk, so the all-hits path pays no atomic per
 // record.
 type Metrics struct {
-	Records   atomic.Int64 // records completed
-	Timers    atomic.Int64 // timers fired and completed
-	InFlight  atomic.Int64 // tasks holding an instance (running or suspended), gauge
-	Parked    atomic.Int64 // tasks waiting behind a busy key, gauge
-	Suspended atomic.Int64 // tasks suspended in an async import, gauge
+	Records       atomic.Int64 // records completed
+	Timers        atomic.Int64 // timers fired and completed
+	InFlight      atomic.Int64 // tasks holding an instance (running or suspended), gauge
+	Parked        atomic.Int64 // tasks waiting behind a busy key, gauge
+	Suspended     atomic.Int64 // tasks suspended in an async import, gauge
 	Instances     atomic.Int64 // live instances, gauge
 	PeakInstances atomic.Int64 // most instances alive at once
 
