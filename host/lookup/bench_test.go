@@ -36,7 +36,15 @@ type rawServer struct {
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	conns    map[net.Conn]bool
+	hops     *sync.Map // client local address → *hopStamp, for BenchmarkHops; nil otherwise
 }
+
+// hopStamp times one request on one connection of BenchmarkHops.
+type hopStamp struct {
+	read, wrote atomic.Int64 // server: head read, response about to be written (ns since hopEpoch)
+}
+
+var hopEpoch = time.Now()
 
 func newRawServer(tb testing.TB, service time.Duration, workers int) *rawServer {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -77,6 +85,7 @@ func (s *rawServer) serve(c net.Conn) {
 	defer s.wg.Done()
 	defer c.Close()
 	r := bufio.NewReaderSize(c, 4096)
+	var hop *hopStamp
 	for {
 		// Read the head: lines until an empty one.
 		var length int64
@@ -110,6 +119,15 @@ func (s *rawServer) serve(c net.Conn) {
 				return
 			}
 		}
+		if s.hops != nil {
+			if hop == nil {
+				v, _ := s.hops.Load(c.RemoteAddr().String())
+				hop, _ = v.(*hopStamp)
+			}
+			if hop != nil {
+				hop.read.Store(int64(time.Since(hopEpoch)))
+			}
+		}
 		if s.workers != nil {
 			s.workers <- struct{}{}
 		}
@@ -120,6 +138,9 @@ func (s *rawServer) serve(c net.Conn) {
 			<-s.workers
 		}
 		s.served.Add(1)
+		if hop != nil {
+			hop.wrote.Store(int64(time.Since(hopEpoch)))
+		}
 		if _, err := c.Write(rawResponse); err != nil || closeAfter {
 			return
 		}
@@ -409,6 +430,73 @@ func rawLoop(tb testing.TB, s *rawServer, n, total int) (time.Duration, Histogra
 	}
 	wg.Wait()
 	return time.Since(start), h.snapshot()
+}
+
+// BenchmarkHops splits the raw client's round trip on rawServer into its parts, at several
+// levels of concurrency: request hop (client write → server has read the head), service,
+// response hop (server write → client has read the response). The hops are where the wait
+// of the throughput benchmark comes from: DESIGN.md, "Why 0.8 is out of reach".
+func BenchmarkHops(b *testing.B) {
+	for _, inflight := range []int{4, 16, 64, 256} {
+		b.Run("inflight="+strconv.Itoa(inflight), func(b *testing.B) {
+			const service = 2 * time.Millisecond
+			s := newRawServer(b, service, 0)
+			s.hops = new(sync.Map)
+			total := max(b.N, 20*inflight)
+			var left atomic.Int64
+			left.Store(int64(total))
+			var reqHop, respHop, rtt atomic.Int64
+			var n atomic.Int64
+			var wg sync.WaitGroup
+			req := []byte("GET /x HTTP/1.1\r\nHost: bench\r\n\r\n")
+			cpu := startCPU()
+			start := time.Now()
+			for i := 0; i < inflight; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := net.Dial("tcp", s.ln.Addr().String())
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					defer c.Close()
+					hop := &hopStamp{}
+					s.hops.Store(c.LocalAddr().String(), hop)
+					r := bufio.NewReader(c)
+					buf := make([]byte, len(rawResponse))
+					for k := 0; left.Add(-1) >= 0; k++ {
+						t0 := int64(time.Since(hopEpoch))
+						if _, err := c.Write(req); err != nil {
+							b.Error(err)
+							return
+						}
+						if _, err := io.ReadFull(r, buf); err != nil {
+							b.Error(err)
+							return
+						}
+						t4 := int64(time.Since(hopEpoch))
+						if k >= 10 { // past the connection's warm-up
+							reqHop.Add(hop.read.Load() - t0)
+							respHop.Add(t4 - hop.wrote.Load())
+							rtt.Add(t4 - t0)
+							n.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			el := time.Since(start)
+			svc := s.meanService()
+			m := float64(max(n.Load(), 1)) * 1e3
+			b.ReportMetric(float64(reqHop.Load())/m, "req_hop_µs")
+			b.ReportMetric(float64(respHop.Load())/m, "resp_hop_µs")
+			b.ReportMetric(float64(svc.Microseconds()), "service_µs")
+			b.ReportMetric(float64(rtt.Load())/m, "rtt_µs")
+			b.ReportMetric(float64(total)/el.Seconds()/(float64(inflight)/svc.Seconds()), "achieved/bound")
+			cpu.report(b, total)
+		})
+	}
 }
 
 // BenchmarkLatency: the same service at a load the machine can carry (64 in flight), where

@@ -51,6 +51,16 @@
 // ([EgressPolicy]); environment proxies are ignored. Loopback, link-local and cloud metadata
 // addresses need an explicit allowance.
 //
+// # Transport
+//
+// An http:// endpoint talks to its upstream through a lean HTTP/1.1 client by default
+// (EndpointConfig.Transport "h1"): each attempt writes its request and reads the response on
+// its own goroutine over a pooled keep-alive connection, parsing responses strictly and within
+// limits, and hands what it does not implement (Expect, bodies of unknown length) to net/http
+// before sending anything. "std" selects net/http's Transport; https always uses it. Both dial
+// through the same egress guard. DESIGN.md, "The HTTP transport", has the rules and the
+// measurements.
+//
 // # Shared state
 //
 // One circuit breaker serves every endpoint opened through a [Registry] for the same tenant,
