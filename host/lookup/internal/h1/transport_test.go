@@ -428,6 +428,7 @@ func TestStaleConnection(t *testing.T) {
 	}
 	defer ln.Close()
 	var reqs atomic.Int32
+	closed := make(chan struct{}, 16)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -435,7 +436,8 @@ func TestStaleConnection(t *testing.T) {
 				return
 			}
 			go func() {
-				defer c.Close()
+				defer func() { closed <- struct{}{} }()
+				defer c.Close() // after one response, as an idle timeout would
 				req, err := http.ReadRequest(bufio.NewReader(c))
 				if err != nil {
 					return
@@ -443,7 +445,6 @@ func TestStaleConnection(t *testing.T) {
 				io.Copy(io.Discard, req.Body)
 				reqs.Add(1)
 				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
-				time.Sleep(10 * time.Millisecond) // then close, as an idle timeout would
 			}()
 		}
 	}()
@@ -453,7 +454,12 @@ func TestStaleConnection(t *testing.T) {
 		if _, got, err := get(t, tr, method, url, "b"); err != nil || got != "ok" {
 			t.Fatalf("%d %s: %q %v", i, method, got, err)
 		}
-		time.Sleep(50 * time.Millisecond) // the server has closed it by now
+		select { // the server has closed the connection the pool holds
+		case <-closed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("server did not close")
+		}
+		time.Sleep(5 * time.Millisecond) // for its FIN to arrive
 	}
 	// Every request reached the server exactly once and each needed a new connection:
 	// GET and PUT by replay after the dead one failed, POST by the peek.
