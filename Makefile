@@ -34,7 +34,7 @@ race:
 	AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -race -count=1 $(RACE_PKGS)
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./host/... ./examples/... | tee bench.out
+	AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -count 1 ./host/... | tee bench.out
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -49,8 +49,24 @@ wasm:
 wasm-check:
 	scripts/check-wasm.sh
 
+# Every fuzz target, one after the other, FUZZTIME each.
+FUZZ_TARGETS := \
+	./host/abi:FuzzImports \
+	./host/pipeline:FuzzTopLevelField \
+	./host/lookup:FuzzParseRequest \
+	./host/lookup:FuzzResolvePath \
+	./host/lookup/internal/h1:FuzzResponse \
+	./host/state:FuzzSegmentDecode \
+	./host/state:FuzzManifestDecode \
+	./internal/wasmbin:FuzzInstrument \
+	./internal/wasmbin:FuzzInstrumentPrograms
+
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzImports -fuzztime $(FUZZTIME) ./host/abi/
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "== $$fn ($$pkg)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s $$pkg || exit 1; \
+	done
 
 s3-up:
 	@scripts/s3-up.sh
