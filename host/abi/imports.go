@@ -137,18 +137,21 @@ func (in *Instance) get(state, kp, kl, bp, bc uint32) uint64 {
 	if len(v) > math.MaxInt32 {
 		panic(&HostError{Err: errors.New("state value larger than 2 GiB")})
 	}
+	return uint64(in.deliver(bp, bc, v))
+}
+
+// deliver answers an async import: the value goes into the guest's buffer (bp, bc) when it
+// fits, and otherwise becomes the pending result for take_result. It returns the value's
+// length, which the guest compares with its buffer's capacity.
+func (in *Instance) deliver(bp, bc uint32, v []byte) uint32 {
 	n := uint32(len(v))
 	if n <= bc {
 		in.mem.Write(bp, v)
 	} else {
-		in.setPending(v)
+		in.pending = append(in.pending[:0], v...)
+		in.hasPending = true
 	}
-	return uint64(n)
-}
-
-func (in *Instance) setPending(v []byte) {
-	in.pending = append(in.pending[:0], v...)
-	in.hasPending = true
+	return n
 }
 
 func hostPut(ctx context.Context, stack []uint64) {
@@ -337,13 +340,7 @@ func (in *Instance) lookup(ep, rp, rl, bp, bc uint32) uint64 {
 	if len(body) > math.MaxInt32 {
 		return i64code(LookupResponseTooLarge)
 	}
-	n := uint32(len(body))
-	if n <= bc {
-		in.mem.Write(bp, body)
-	} else {
-		in.setPending(body)
-	}
-	return uint64(status)<<32 | uint64(n)
+	return uint64(status)<<32 | uint64(in.deliver(bp, bc, body))
 }
 
 func hostSetResumeOrder(ctx context.Context, stack []uint64) {
