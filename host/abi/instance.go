@@ -99,7 +99,7 @@ type Instance struct {
 // (`_initialize`, then `clink_open`). ctx is the instance's context for its whole life: when it
 // is cancelled, a running call stops at its next fuel check with a cancellation fault.
 func (m *Module) Instantiate(ctx context.Context, h Handler) (*Instance, error) {
-	in, err := m.instantiate(ctx, h, callOpen)
+	in, err := m.instantiate(ctx, h)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +123,7 @@ func (m *Module) Instantiate(ctx context.Context, h Handler) (*Instance, error) 
 	return in, nil
 }
 
-func (m *Module) instantiate(ctx context.Context, h Handler, purpose callKind) (*Instance, error) {
+func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) {
 	lim := m.e.limits
 	in := &Instance{m: m, h: h, limits: &lim, stack: make([]uint64, 4)}
 	if n := len(m.prefetchIDs); n > 0 {
@@ -172,7 +172,6 @@ func (m *Module) instantiate(ctx context.Context, h Handler, purpose callKind) (
 		}
 	}
 	in.kind = callNone
-	_ = purpose
 	return in, nil
 }
 

@@ -368,7 +368,7 @@ func (m *Module) parseManifest(b []byte, rep *Report) {
 
 // callManifest instantiates a throwaway instance and calls clink_manifest on it.
 func (m *Module) callManifest(ctx context.Context) ([]byte, error) {
-	in, err := m.instantiate(ctx, discardHandler{}, callManifest)
+	in, err := m.instantiate(ctx, discardHandler{})
 	if err != nil {
 		return nil, err
 	}

@@ -84,7 +84,7 @@ func TestKeyTextAndTime(t *testing.T) {
 	}
 }
 
-func runSource(t *testing.T, cfg sourceConfig, input string) ([]scheduler.Element, error, *bytes.Buffer) {
+func runSource(t *testing.T, cfg sourceConfig, input string) ([]scheduler.Element, *bytes.Buffer, error) {
 	t.Helper()
 	dl := &bytes.Buffer{}
 	if cfg.deadLetter == nil {
@@ -100,11 +100,11 @@ func runSource(t *testing.T, cfg sourceConfig, input string) ([]scheduler.Elemen
 	for b := range ch {
 		els = append(els, b...)
 	}
-	return els, err, dl
+	return els, dl, err
 }
 
 func TestSourceCSV(t *testing.T) {
-	els, err, _ := runSource(t, sourceConfig{format: FormatCSV, keyField: "user"},
+	els, _, err := runSource(t, sourceConfig{format: FormatCSV, keyField: "user"},
 		"user,amount,zip,note\nann,3.5,02134,\"hi, \"\"you\"\"\"\nbob,-2,10001,\n")
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +128,7 @@ func TestSourceWatermarks(t *testing.T) {
 	for i := range 10 {
 		in.WriteString(`{"k":"a","ts":` + []string{"1000", "1500", "1200", "2000", "1900", "2500", "2400", "3000", "2900", "3500"}[i] + "}\n")
 	}
-	els, err, _ := runSource(t, sourceConfig{keyField: "k", timeField: "ts", watermarkDelay: 100 * time.Millisecond, watermarkEvery: 3}, in.String())
+	els, _, err := runSource(t, sourceConfig{keyField: "k", timeField: "ts", watermarkDelay: 100 * time.Millisecond, watermarkEvery: 3}, in.String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestSourceWatermarks(t *testing.T) {
 
 func TestSourceLongLine(t *testing.T) {
 	long := `{"k":"` + strings.Repeat("x", 4<<10) + `"}`
-	els, err, dl := runSource(t, sourceConfig{keyField: "k", policy: MalformedSkip}, `{"k":"a"}`+"\n"+long+"\n"+`{"k":"b"}`+"\n")
+	els, dl, err := runSource(t, sourceConfig{keyField: "k", policy: MalformedSkip}, `{"k":"a"}`+"\n"+long+"\n"+`{"k":"b"}`+"\n")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestSourceLongLine(t *testing.T) {
 	if !strings.Contains(dl.String(), `"line":2`) || !strings.Contains(dl.String(), "limit") {
 		t.Errorf("dead letter: %s", dl)
 	}
-	_, err, _ = runSource(t, sourceConfig{keyField: "k"}, `{"k":"a"}`+"\n"+long+"\n")
+	_, _, err = runSource(t, sourceConfig{keyField: "k"}, `{"k":"a"}`+"\n"+long+"\n")
 	if err == nil || !strings.Contains(err.Error(), "input line 2") {
 		t.Fatalf("fail policy: %v", err)
 	}

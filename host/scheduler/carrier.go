@@ -31,7 +31,6 @@ func newCarrier() *carrier { return &carrier{wake: make(chan struct{}, 1)} }
 func (c *Controller) handOff(self, next *carrier, spawn bool) {
 	c.cur = next
 	if spawn {
-		c.carriers++
 		c.carrierW.Add(1)
 		go c.carry(next)
 	} else {

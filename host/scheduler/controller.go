@@ -191,7 +191,6 @@ type Controller struct {
 	// Everything below is owned by the runner role (see carrier.go) unless noted.
 	cur      *carrier
 	idle     []*carrier
-	carriers int
 	carrierW sync.WaitGroup
 	stopped  bool
 
@@ -233,7 +232,6 @@ type Controller struct {
 	out     *outBuffer
 	reorder []*heldOutput // OrderInput: records in input order with their held outputs
 	err     error
-	abortCh bool
 
 	taskPool []*task
 
@@ -421,7 +419,7 @@ func (c *Controller) loop(self *carrier) {
 				c.resumeTask(self, t)
 				continue
 			}
-			c.shutdown(self)
+			c.shutdown()
 			return
 		}
 		if t := c.nextReady(); t != nil {
@@ -463,7 +461,7 @@ func (c *Controller) loop(self *carrier) {
 			continue
 		}
 		if c.inputDone && c.admitted == 0 && len(c.epochs) == 1 && c.barrier == nil {
-			c.shutdown(self)
+			c.shutdown()
 			return
 		}
 		c.wait()
@@ -1083,7 +1081,7 @@ func (c *Controller) releaseSlot(s *slot) {
 
 // shutdown retires every instance (clink_close on a clean finish), flushes output and wakes the
 // idle carriers so they exit.
-func (c *Controller) shutdown(self *carrier) {
+func (c *Controller) shutdown() {
 	ctx := context.WithoutCancel(c.ctx)
 	for _, s := range c.pool {
 		s.stopCoroutine()
@@ -1106,7 +1104,6 @@ func (c *Controller) shutdown(self *carrier) {
 		idle.wake <- struct{}{}
 	}
 	c.idle = nil
-	_ = self
 }
 
 func (c *Controller) newTask() *task {
