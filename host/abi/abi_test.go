@@ -545,3 +545,25 @@ func TestLargeRecordsGrowInputBuffer(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestWASISandbox: no directory is preopened, so a guest's filesystem access fails with EBADF;
+// randomness and clocks work.
+func TestWASISandbox(t *testing.T) {
+	e := newEngine(t, Limits{})
+	m := load(t, e, "wasifs")
+	h := newRec()
+	in, err := m.Instantiate(context.Background(), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close(context.Background())
+	if err := in.Process(nil, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	v := []byte(h.emits[0][1])
+	const ebadf, esuccess = 8, 0
+	got := []uint32{binary.LittleEndian.Uint32(v), binary.LittleEndian.Uint32(v[4:]), binary.LittleEndian.Uint32(v[8:]), binary.LittleEndian.Uint32(v[12:])}
+	if got[0] != ebadf || got[1] != ebadf || got[2] != esuccess || got[3] != esuccess {
+		t.Fatalf("errnos prestat, path_open, random_get, clock_time_get = %v; want [8 8 0 0]", got)
+	}
+}
