@@ -15,7 +15,7 @@ BENCHTIME ?= 1x
 # Packages whose tests exercise concurrency; `make race` runs them with -race.
 RACE_PKGS := ./host/... ./internal/...
 
-.PHONY: all build test test-short race bench lint wasm wasm-check fuzz s3-up s3-down clean
+.PHONY: all build test test-short race bench lint wasm wasm-check fuzz soak s3-up s3-down clean
 
 all: build
 
@@ -67,6 +67,12 @@ fuzz:
 		echo "== $$fn ($$pkg)"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s $$pkg || exit 1; \
 	done
+
+# Long randomized runs: the scheduler's property tests with hundreds of seeds, and the state
+# tier's crash test with hundreds of kill points (both under -race).
+soak:
+	CLINK_SOAK=1 $(GO) test -race -count=1 -run 'TestProperties' -timeout 60m ./host/scheduler/
+	CLINK_STATE_SOAK=1 AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 -run 'TestCrashRecovery' -timeout 60m ./host/state/
 
 s3-up:
 	@scripts/s3-up.sh
