@@ -299,11 +299,11 @@ func BenchmarkThroughput(b *testing.B) {
 	b.Run("raw", func(b *testing.B) {
 		s := newRawServer(b, service, 0)
 		total := max(b.N, 4*inflight)
-		rawLoop(b, s, inflight, 20*inflight)
+		rawLoop(b, s.ln.Addr().String(), inflight, 20*inflight)
 		s.meanService()
 		cpu := startCPU()
 		b.ResetTimer()
-		el, h := rawLoop(b, s, inflight, total)
+		el, h := rawLoop(b, s.ln.Addr().String(), inflight, total)
 		b.StopTimer()
 		reportThroughput(b, float64(total)/el.Seconds(), inflight, s.meanService(), h)
 		cpu.report(b, total)
@@ -395,7 +395,7 @@ func reportThroughput(b *testing.B, achieved float64, inflight int, svc time.Dur
 }
 
 // rawLoop is closedLoop with the minimal client: n goroutines, each with its own connection.
-func rawLoop(tb testing.TB, s *rawServer, n, total int) (time.Duration, Histogram) {
+func rawLoop(tb testing.TB, addr string, n, total int) (time.Duration, Histogram) {
 	var left atomic.Int64
 	left.Store(int64(total))
 	var h histogram
@@ -406,7 +406,7 @@ func rawLoop(tb testing.TB, s *rawServer, n, total int) (time.Duration, Histogra
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := net.Dial("tcp", s.ln.Addr().String())
+			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				tb.Error(err)
 				return

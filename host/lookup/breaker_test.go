@@ -72,6 +72,17 @@ func (n *memNet) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	}
 }
 
+// memConfig is testConfig for an endpoint on a memNet. Its pipes have no file descriptor,
+// which the event-loop transport needs (and its real system calls would never let a synctest
+// bubble settle), so under LOOKUP_TEST_TRANSPORT=loop these tests run with h1.
+func memConfig() EndpointConfig {
+	cfg := testConfig("http://127.0.0.1:80")
+	if cfg.Transport == "loop" {
+		cfg.Transport = "h1"
+	}
+	return cfg
+}
+
 func TestBreakerTransitions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var failing atomic.Bool
@@ -83,7 +94,7 @@ func TestBreakerTransitions(t *testing.T) {
 			}
 			io.WriteString(w, "up")
 		})
-		cfg := testConfig("http://127.0.0.1:80")
+		cfg := memConfig()
 		cfg.Retry.MaxAttempts = 1
 		cfg.Breaker = BreakerConfig{ConsecutiveFailures: 3, Cooldown: Duration(30 * time.Second)}
 		reg := NewRegistry(WithDialer(mn.dial))
@@ -139,7 +150,7 @@ func TestBreakerCounts(t *testing.T) {
 				io.WriteString(w, strings.Repeat("x", 2000))
 			}
 		})
-		cfg := testConfig("http://127.0.0.1:80")
+		cfg := memConfig()
 		cfg.Timeout = Duration(100 * time.Millisecond)
 		cfg.MaxResponseBytes = 1000
 		cfg.Retry.MaxAttempts = 1
@@ -166,7 +177,7 @@ func TestBreakerCounts(t *testing.T) {
 func TestBreakerSharedPerTenant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mn := newMemNet(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "", 500) })
-		cfg := testConfig("http://127.0.0.1:80")
+		cfg := memConfig()
 		cfg.Retry.MaxAttempts = 1
 		cfg.Breaker = BreakerConfig{ConsecutiveFailures: 2}
 		reg := NewRegistry(WithDialer(mn.dial))
@@ -207,7 +218,7 @@ func TestRetryBackoffHoldsNoGoroutine(t *testing.T) {
 			}
 			io.WriteString(w, "ok")
 		})
-		cfg := testConfig("http://127.0.0.1:80")
+		cfg := memConfig()
 		zero := 0.0
 		cfg.Retry = RetryPolicy{MaxAttempts: 4, InitialBackoff: Duration(100 * time.Millisecond),
 			MaxBackoff: Duration(time.Second), Multiplier: 3, Jitter: &zero}
@@ -269,7 +280,7 @@ func packageGoroutines() string {
 func TestCancelDuringBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mn := newMemNet(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "", 503) })
-		cfg := testConfig("http://127.0.0.1:80")
+		cfg := memConfig()
 		cfg.Retry.InitialBackoff = Duration(10 * time.Second)
 		cfg.Retry.MaxBackoff = Duration(10 * time.Second)
 		e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
@@ -291,7 +302,7 @@ func TestCancelDuringBackoff(t *testing.T) {
 func TestQueueTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		mn := newMemNet(t, func(w http.ResponseWriter, r *http.Request) { time.Sleep(time.Second) })
-		cfg := testConfig("http://127.0.0.1:80")
+		cfg := memConfig()
 		cfg.MaxInFlight = 1
 		cfg.Timeout = Duration(5 * time.Second)
 		cfg.QueueTimeout = Duration(300 * time.Millisecond)

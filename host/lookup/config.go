@@ -58,9 +58,12 @@ type EndpointConfig struct {
 	SingleFlight string `json:"single_flight,omitempty"`
 	// Transport is the HTTP client implementation for http:// base URLs: "h1" (default), a
 	// lean HTTP/1.1 client that runs each exchange on one goroutine over pooled keep-alive
-	// connections (internal/h1), or "std", net/http's Transport. Both dial through the
-	// egress guard. "h1" hands what it does not implement (https, Expect, bodies of unknown
-	// length) to net/http before sending anything; https endpoints always use net/http.
+	// connections (internal/h1); "loop" (experimental, Linux; elsewhere it is "h1"), the
+	// same client as an event loop: one goroutine owns every connection of the endpoint,
+	// busy-polls briefly after work, and calls done from the loop, so done must not block;
+	// or "std", net/http's Transport. All dial through the egress guard. "h1" and "loop"
+	// hand what they do not implement (https, Expect, bodies of unknown length) to net/http
+	// before sending anything; https endpoints always use net/http.
 	Transport string `json:"transport,omitempty"`
 
 	Retry       RetryPolicy       `json:"retry"`
@@ -363,9 +366,9 @@ func (c *EndpointConfig) Validate() error {
 		bad("single_flight must be safe, all or off")
 	}
 	switch c.Transport {
-	case "h1", "std":
+	case "h1", "std", "loop":
 	default:
-		bad("transport must be h1 or std")
+		bad("transport must be h1, std or loop")
 	}
 	r := c.Retry
 	if r.MaxAttempts < 1 || r.MaxAttempts > 10 {

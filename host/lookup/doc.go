@@ -57,9 +57,12 @@
 // (EndpointConfig.Transport "h1"): each attempt writes its request and reads the response on
 // its own goroutine over a pooled keep-alive connection, parsing responses strictly and within
 // limits, and hands what it does not implement (Expect, bodies of unknown length) to net/http
-// before sending anything. "std" selects net/http's Transport; https always uses it. Both dial
-// through the same egress guard. DESIGN.md, "The HTTP transport", has the rules and the
-// measurements.
+// before sending anything. "loop" (experimental, Linux only; elsewhere it means "h1") runs
+// the same client as an event loop: one goroutine per endpoint, locked to its thread, owns
+// every connection, polls epoll briefly before it sleeps, and calls done itself, so done must
+// not block. "std" selects net/http's Transport; https always uses it. All dial through the
+// same egress guard. DESIGN.md, "The HTTP transport" and "The event-loop transport", has the
+// rules and the measurements.
 //
 // # Shared state
 //

@@ -62,6 +62,7 @@ type Endpoint struct {
 
 	transport *http.Transport // net/http's: the "std" transport, and h1's fallback
 	h1        *h1.Transport   // the lean transport; nil unless configured (http:// only)
+	loop      *h1.Loop        // the event-loop transport; nil unless configured (http://, Linux)
 	breaker   *sharedBreaker  // nil when disabled
 	limiter   *limiter
 	cache     *cache // nil when disabled
@@ -123,7 +124,26 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 		ForceAttemptHTTP2:      true,
 		MaxResponseHeaderBytes: 64 << 10,
 	}
-	if cfg.Transport == "h1" && base.Scheme == "http" {
+	e.limiter = newLimiter(cfg)
+	if cfg.Cache != nil {
+		e.cache = newCache(cfg.Cache)
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	tr := cfg.Transport
+	if tr == "loop" && !h1.LoopAvailable {
+		tr = "h1" // no event loop on this platform
+	}
+	if tr == "loop" && base.Scheme == "http" {
+		e.loop = &h1.Loop{
+			Dial:                   g.DialContext, // the egress checks run before every connect
+			Context:                e.ctx,
+			MaxIdleConnsPerHost:    cfg.MaxInFlight,
+			IdleConnTimeout:        e.transport.IdleConnTimeout,
+			MaxResponseHeaderBytes: int(e.transport.MaxResponseHeaderBytes),
+			MaxBodyBytes:           e.maxBody,
+		}
+	}
+	if tr == "h1" && base.Scheme == "http" {
 		e.h1 = &h1.Transport{
 			Dial:                   g.DialContext, // the egress checks run before every connect
 			Fallback:               e.transport,
@@ -133,11 +153,6 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 			MaxBodyBytes:           e.maxBody,
 		}
 	}
-	e.limiter = newLimiter(cfg)
-	if cfg.Cache != nil {
-		e.cache = newCache(cfg.Cache)
-	}
-	e.ctx, e.cancel = context.WithCancel(context.Background())
 	return e, nil
 }
 
@@ -163,6 +178,9 @@ func (e *Endpoint) Close() error {
 	if e.h1 != nil {
 		e.h1.Close() // aborts exchanges on the wire, as the cancelled context does for net/http
 	}
+	if e.loop != nil {
+		e.loop.Close() // fails the exchanges on the wire (from the loop) and stops it
+	}
 	e.limiter.close()
 	e.live.Wait()
 	e.transport.CloseIdleConnections()
@@ -174,7 +192,9 @@ func (e *Endpoint) Close() error {
 
 // Do starts req and returns at once; done is called exactly once, from another goroutine,
 // with the response or a typed error (see [Response], [Kind]). Do never calls done before it
-// returns, so done may take locks the caller holds around Do.
+// returns, so done may take locks the caller holds around Do. With transport "loop" done
+// usually runs on the endpoint's event-loop goroutine, which serves every request of the
+// endpoint: it must not block.
 //
 // Before anything is sent the request passes, in order: policy (method, headers, path),
 // the response cache, single-flight (joining an identical call in flight), the circuit
@@ -529,8 +549,8 @@ func (c *call) next(inline bool) {
 	case err != nil:
 		c.breakerDone(errExcluded)
 		c.finishFrom(Response{Err: err}, !inline)
-	case ok && inline:
-		c.send()
+	case ok && (inline || c.loopRequest() != nil):
+		c.send() // the loop's send does not block
 	case ok:
 		go c.send()
 	case c.cancelled() && e.limiter.remove(c):
@@ -565,10 +585,10 @@ func (c *call) sendOne() (next *call) {
 		e.m.retries.Add(1)
 	}
 	t0 := time.Now()
-	var r Response
-	var resp *http.Response
-	var err error
-	var timedOut, wrote bool
+	if hreq := c.loopRequest(); hreq != nil {
+		c.sendLoop(hreq, t0)
+		return nil // the loop ends the attempt and starts the next queued call
+	}
 	if hreq := c.h1Request(); hreq != nil {
 		// The lean transport: the attempt's deadline is its connection's deadline and stop
 		// cancels it through c.att, so the attempt needs no context and no timer.
@@ -582,53 +602,109 @@ func (c *call) sendOne() (next *call) {
 		if abandoned {
 			c.att.Cancel()
 		}
-		resp, err = e.follow(hreq, func(req *http.Request) (*http.Response, error) { return e.h1.Exchange(req, &c.att) })
-		if err == nil {
-			r.Status = resp.StatusCode
-			r.Body, err = e.readBody(resp, c.method)
-			resp.Body.Close()
-		}
-		if err != nil {
-			timedOut, wrote = !time.Now().Before(c.att.Deadline), c.att.Wrote()
-		}
-		c.mu.Lock()
-		c.viaH1 = false
-		c.mu.Unlock()
-	} else {
-		// net/http: the attempt's context derives from the endpoint's, so Close cancels it;
-		// stop cancels it through c.abort.
-		actx, cancel := context.WithTimeout(e.ctx, e.timeout)
-		c.mu.Lock()
-		c.state = stateSending
-		c.abort = cancel
-		abandoned := c.abandoned
-		c.mu.Unlock()
-		if abandoned {
-			cancel()
-		}
-		var wroteFlag atomic.Bool
-		if !c.idempotent && !e.retryUnsafe {
-			actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
-				WroteHeaderField: func(string, []string) { wroteFlag.Store(true) },
-				WroteHeaders:     func() { wroteFlag.Store(true) },
-			})
-		}
-		resp, err = e.follow(c.newRequest(actx), e.transport.RoundTrip)
-		if err == nil {
-			r.Status = resp.StatusCode
-			r.Body, err = e.readBody(resp, c.method)
-			resp.Body.Close()
-		}
-		timedOut, wrote = errors.Is(actx.Err(), context.DeadlineExceeded), wroteFlag.Load()
-		cancel()
-		c.mu.Lock()
-		c.abort = nil
-		c.mu.Unlock()
+		resp, err := e.follow(hreq, func(req *http.Request) (*http.Response, error) { return e.h1.Exchange(req, &c.att) })
+		return c.attemptEnd(t0, resp, err)
 	}
-	rtt := time.Since(t0)
+	// net/http: the attempt's context derives from the endpoint's, so Close cancels it;
+	// stop cancels it through c.abort.
+	actx, cancel := context.WithTimeout(e.ctx, e.timeout)
+	c.mu.Lock()
+	c.state = stateSending
+	c.abort = cancel
+	abandoned := c.abandoned
+	c.mu.Unlock()
+	if abandoned {
+		cancel()
+	}
+	var wroteFlag atomic.Bool
+	if !c.idempotent && !e.retryUnsafe {
+		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+			WroteHeaderField: func(string, []string) { wroteFlag.Store(true) },
+			WroteHeaders:     func() { wroteFlag.Store(true) },
+		})
+	}
+	resp, err := e.follow(c.newRequest(actx), e.transport.RoundTrip)
+	var r Response
+	if err == nil {
+		r.Status = resp.StatusCode
+		r.Body, err = e.readBody(resp, c.method)
+		resp.Body.Close()
+	}
+	timedOut, wrote := errors.Is(actx.Err(), context.DeadlineExceeded), wroteFlag.Load()
+	cancel()
+	c.mu.Lock()
+	c.abort = nil
+	c.mu.Unlock()
 	if err != nil {
 		r = Response{Err: c.classify(err, timedOut, wrote)}
 	}
+	return c.outcome(t0, r, resp)
+}
+
+// sendLoop runs the attempt on the event loop: hreq, then the redirects it follows, each
+// started from the completion of the previous one. The last completion ends the attempt
+// and starts the call the limiter hands over, on the loop goroutine if it goes over the
+// loop too.
+func (c *call) sendLoop(hreq *http.Request, t0 time.Time) {
+	e := c.e
+	c.att.Reset(t0.Add(e.timeout))
+	c.mu.Lock()
+	c.state = stateSending
+	c.viaH1 = true
+	abandoned := c.abandoned
+	c.mu.Unlock()
+	if abandoned {
+		c.att.Cancel()
+	}
+	var via []*http.Request
+	var step func(req *http.Request)
+	step = func(req *http.Request) {
+		e.loop.Start(req, &c.att, func(resp *http.Response, err error) {
+			if err == nil {
+				var next *http.Request
+				if next, err = e.redirect(req, resp, &via); next != nil {
+					step(next)
+					return
+				}
+				if err != nil {
+					resp = nil
+				}
+			}
+			if next := c.attemptEnd(t0, resp, err); next != nil {
+				if next.loopRequest() != nil {
+					next.send()
+				} else {
+					go next.send() // net/http blocks: not on the loop
+				}
+			}
+		})
+	}
+	step(hreq)
+}
+
+// attemptEnd ends an attempt over h1 or the loop (c.att): reads the body, classifies the
+// outcome, and hands it to outcome.
+func (c *call) attemptEnd(t0 time.Time, resp *http.Response, err error) (next *call) {
+	var r Response
+	if err == nil {
+		r.Status = resp.StatusCode
+		r.Body, err = c.e.readBody(resp, c.method)
+		resp.Body.Close()
+	}
+	if err != nil {
+		r = Response{Err: c.classify(err, !time.Now().Before(c.att.Deadline), c.att.Wrote())}
+	}
+	c.mu.Lock()
+	c.viaH1 = false
+	c.mu.Unlock()
+	return c.outcome(t0, r, resp)
+}
+
+// outcome accounts an attempt's result r (to the metrics, limiter and breaker) and retries
+// or finishes the call. It returns the queued call the limiter handed over, if any.
+func (c *call) outcome(t0 time.Time, r Response, resp *http.Response) (next *call) {
+	e := c.e
+	rtt := time.Since(t0)
 
 	kind := Kind(r.Err)
 	if r.Err == nil || kind == KindTimeout || kind == KindTooLarge {
@@ -658,6 +734,18 @@ func (c *call) sendOne() (next *call) {
 	return next
 }
 
+// loopRequest is h1Request for the event-loop transport.
+func (c *call) loopRequest() *http.Request {
+	if c.e.loop == nil {
+		return nil
+	}
+	c.buildRequest()
+	if !c.e.loop.Handles(&c.hreq) {
+		return nil
+	}
+	return &c.hreq
+}
+
 // h1Request returns the attempt's request for the lean transport, or nil if the endpoint
 // does not use it or the request needs what only net/http does (Expect, for one). It is
 // c.hreq, rebuilt in place: no allocation without a body.
@@ -665,6 +753,15 @@ func (c *call) h1Request() *http.Request {
 	if c.e.h1 == nil {
 		return nil
 	}
+	c.buildRequest()
+	if !c.e.h1.Handles(&c.hreq) {
+		return nil
+	}
+	return &c.hreq
+}
+
+// buildRequest rebuilds c.hreq in place for the next attempt.
+func (c *call) buildRequest() {
 	c.hreq = http.Request{
 		Method:     c.method,
 		URL:        &c.url,
@@ -680,10 +777,6 @@ func (c *call) h1Request() *http.Request {
 		c.hreq.Body = io.NopCloser(bytes.NewReader(body))
 		c.hreq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	if !c.e.h1.Handles(&c.hreq) {
-		return nil
-	}
-	return &c.hreq
 }
 
 func (c *call) newRequest(ctx context.Context) *http.Request {
@@ -714,6 +807,13 @@ func (e *Endpoint) readBody(resp *http.Response, method string) ([]byte, error) 
 		return &Error{Kind: KindTooLarge, Reason: "response exceeds max_response_bytes (" + strconv.FormatInt(e.maxBody, 10) + ")"}
 	}
 	if resp.ContentLength > e.maxBody {
+		return nil, tooLarge()
+	}
+	if mb, ok := resp.Body.(interface{ Bytes() []byte }); ok {
+		// The event loop read the body already, within the limit: take it as it is.
+		if b := mb.Bytes(); int64(len(b)) <= e.maxBody {
+			return b, nil
+		}
 		return nil, tooLarge()
 	}
 	if resp.ContentLength >= 0 {
@@ -942,45 +1042,59 @@ func (e *Endpoint) follow(req *http.Request, rt func(*http.Request) (*http.Respo
 		if err != nil {
 			return nil, err
 		}
-		method, ok, withBody := redirectBehavior(req, resp)
-		if !ok {
-			return resp, nil
-		}
-		loc := resp.Header.Get("Location")
-		if loc == "" {
-			return resp, nil
-		}
-		u, err := req.URL.Parse(loc)
+		next, err := e.redirect(req, resp, &via)
 		if err != nil {
-			resp.Body.Close()
-			return nil, &Error{Kind: KindUnavailable, Reason: "bad Location in redirect", Err: err}
+			return nil, err
 		}
-		via = append(via, req)
-		next := (&http.Request{
-			Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header: req.Header, Host: u.Host, Response: resp,
-		}).WithContext(req.Context())
-		if withBody && req.GetBody != nil {
-			if next.Body, err = req.GetBody(); err != nil {
-				resp.Body.Close()
-				return nil, err
-			}
-			next.GetBody, next.ContentLength = req.GetBody, req.ContentLength
+		if next == nil {
+			return resp, nil
 		}
-		if err := e.checkRedirect(next, via); err != nil {
-			if err == http.ErrUseLastResponse {
-				return resp, nil
-			}
+		req = next
+	}
+}
+
+// redirect decides what follows resp, the response to req: (nil, nil) to return resp;
+// (next, nil) to send next (resp's body has been drained and closed); (nil, err) to fail
+// (resp's body closed). via collects the requests sent so far.
+func (e *Endpoint) redirect(req *http.Request, resp *http.Response, via *[]*http.Request) (*http.Request, error) {
+	method, ok, withBody := redirectBehavior(req, resp)
+	if !ok {
+		return nil, nil
+	}
+	loc := resp.Header.Get("Location")
+	if loc == "" {
+		return nil, nil
+	}
+	u, err := req.URL.Parse(loc)
+	if err != nil {
+		resp.Body.Close()
+		return nil, &Error{Kind: KindUnavailable, Reason: "bad Location in redirect", Err: err}
+	}
+	*via = append(*via, req)
+	next := (&http.Request{
+		Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: req.Header, Host: u.Host, Response: resp,
+	}).WithContext(req.Context())
+	if withBody && req.GetBody != nil {
+		if next.Body, err = req.GetBody(); err != nil {
 			resp.Body.Close()
 			return nil, err
 		}
-		// Read a little of the old body, so that its connection can be reused (as http.Client).
-		if resp.ContentLength == -1 || resp.ContentLength <= 2<<10 {
-			io.CopyN(io.Discard, resp.Body, 2<<10)
+		next.GetBody, next.ContentLength = req.GetBody, req.ContentLength
+	}
+	if err := e.checkRedirect(next, *via); err != nil {
+		if err == http.ErrUseLastResponse {
+			return nil, nil
 		}
 		resp.Body.Close()
-		req = next
+		return nil, err
 	}
+	// Read a little of the old body, so that its connection can be reused (as http.Client).
+	if resp.ContentLength == -1 || resp.ContentLength <= 2<<10 {
+		io.CopyN(io.Discard, resp.Body, 2<<10)
+	}
+	resp.Body.Close()
+	return next, nil
 }
 
 // redirectBehavior is net/http's: 301, 302 and 303 turn a method other than GET and HEAD

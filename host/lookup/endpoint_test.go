@@ -22,8 +22,8 @@ func TestDoGet(t *testing.T) {
 	cfg := testConfig(s.URL + "/api")
 	cfg.PathPrefix = "/v1"
 	e := open(t, testRegistry(t), "t1", cfg)
-	if (e.h1 != nil) != (testTransport != "std") {
-		t.Fatalf("transport %q: h1 in use = %v", testTransport, e.h1 != nil)
+	if (e.h1 != nil) != (testTransport == "" || testTransport == "h1") || (e.loop != nil) != (testTransport == "loop") {
+		t.Fatalf("transport %q: h1 in use = %v, loop in use = %v", testTransport, e.h1 != nil, e.loop != nil)
 	}
 	r := do(t, e, context.Background(), "GET /v1/geo?ip=1.2.3.4\nAccept: text/plain\n")
 	wantStatus(t, r, 200, "GET /api/v1/geo?ip=1.2.3.4 text/plain")
@@ -384,7 +384,7 @@ func TestCache(t *testing.T) {
 			}
 			fmt.Fprintf(w, "v%d", n.Add(1))
 		})
-		cfg := testConfig("http://127.0.0.1:80")
+		cfg := memConfig()
 		cfg.Cache = &CacheConfig{TTL: Duration(150 * time.Millisecond), MaxEntries: 2}
 		e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
 		wantStatus(t, do(t, e, context.Background(), "GET /a"), 200, "v1")

@@ -172,21 +172,27 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
-// TestOtherTransport runs this package's tests again, in a child process, with the transport
-// that is not the default ("std", net/http's), so that both keep every behaviour the tests
-// pin down: SSRF refusals, retries, timeouts, cancellation, Close.
+// TestOtherTransport runs this package's tests again, in a child process each, with the
+// transports that are not the default ("std", net/http's, and "loop", the event loop), so that
+// all keep every behaviour the tests pin down: SSRF refusals, retries, timeouts,
+// cancellation, Close.
 func TestOtherTransport(t *testing.T) {
 	if testing.Short() || testTransport != "" {
 		t.Skip("short, or already running with a chosen transport")
 	}
-	args := []string{"-test.run", "^Test", "-test.skip", "^TestOtherTransport$", "-test.count", "1"}
-	if testing.Verbose() {
-		args = append(args, "-test.v")
-	}
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "LOOKUP_TEST_TRANSPORT=std")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("tests with transport std: %v\n%s", err, out)
+	for _, tr := range []string{"std", "loop"} {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			args := []string{"-test.run", "^Test", "-test.skip", "^TestOtherTransport$", "-test.count", "1"}
+			if testing.Verbose() {
+				args = append(args, "-test.v")
+			}
+			cmd := exec.Command(os.Args[0], args...)
+			cmd.Env = append(os.Environ(), "LOOKUP_TEST_TRANSPORT="+tr)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("tests with transport %s: %v\n%s", tr, err, out)
+			}
+		})
 	}
 }

@@ -134,7 +134,7 @@ func TestAdaptiveConcurrency(t *testing.T) {
 				const workers, service = 8, 20 * time.Millisecond
 				pool := newWorkerPool(workers, service)
 				mn := newMemNet(t, pool.handle)
-				cfg := testConfig("http://127.0.0.1:80")
+				cfg := memConfig()
 				cfg.MaxInFlight = 64
 				cfg.SingleFlight = "off"
 				cfg.Concurrency.Algorithm = alg
@@ -177,7 +177,7 @@ func TestAdaptiveOverload(t *testing.T) {
 				const workers, service = 8, 20 * time.Millisecond
 				pool := newWorkerPool(workers, service)
 				mn := newMemNet(t, pool.handle)
-				cfg := testConfig("http://127.0.0.1:80")
+				cfg := memConfig()
 				cfg.MaxInFlight = 64
 				cfg.SingleFlight = "off"
 				cfg.Concurrency.Algorithm = alg

@@ -217,6 +217,7 @@ type Attempt struct {
 
 	mu         sync.Mutex
 	c          *conn              // the connection while the exchange owns it; guarded by mu
+	lx         *loopExch          // the exchange while a Loop runs it; guarded by mu
 	cancelled  bool               // guarded by mu
 	dialCancel context.CancelFunc // ends a dial in progress; guarded by mu
 	wrote      atomic.Bool
@@ -229,7 +230,7 @@ type Attempt struct {
 // an exchange still uses a.
 func (a *Attempt) Reset(deadline time.Time) {
 	a.mu.Lock()
-	a.c, a.cancelled, a.dialCancel = nil, false, nil
+	a.c, a.lx, a.cancelled, a.dialCancel = nil, nil, false, nil
 	a.mu.Unlock()
 	a.wrote.Store(false)
 	a.Deadline = deadline
@@ -247,7 +248,11 @@ func (a *Attempt) Cancel() {
 	if a.dialCancel != nil {
 		a.dialCancel()
 	}
+	lx := a.lx
 	a.mu.Unlock()
+	if lx != nil {
+		lx.l.cancel(lx)
+	}
 }
 
 // Wrote reports whether any byte of the request may have reached the network (it is set
@@ -519,6 +524,10 @@ type conn struct {
 	prev, next *conn       // ring of connections in use; guarded by pool.mu
 	killed     atomic.Bool // Transport.Close aborted it
 
+	// parseOnly: c is a Loop's parser over bytes already received, not a pooled
+	// connection; release records whether the connection could be reused.
+	parseOnly, parsedReusable bool
+
 	// Per exchange.
 	att         *Attempt
 	closeWhen   bool // close after this exchange (Connection: close, HTTP/1.0, request Close)
@@ -619,6 +628,10 @@ func (c *conn) release(reusable bool) {
 	}
 	c.att = nil
 	reusable = reusable && !c.closeWhen && c.br.Buffered() == 0
+	if c.parseOnly {
+		c.parsedReusable = reusable
+		return
+	}
 	if reusable && cap(c.wbuf) > maxKeptWrite {
 		c.wbuf = nil
 	}
@@ -641,28 +654,11 @@ func (c *conn) release(reusable bool) {
 // writeRequest writes req in one system call when its body is small. It returns the number
 // of bytes the connection accepted.
 func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
-	b, err := appendRequestHead(c.wbuf[:0], req)
+	b, body, err := appendRequest(c.wbuf[:0], req, maxKeptWrite)
 	if err != nil {
-		closeBody(req)
 		return 0, err
 	}
-	var body io.ReadCloser
-	if req.Body != nil && req.Body != http.NoBody {
-		body = req.Body
-	}
 	cl := req.ContentLength
-	if body != nil && cl <= maxKeptWrite {
-		n := len(b)
-		b = slices.Grow(b, int(cl))[:n+int(cl)]
-		if _, err := io.ReadFull(body, b[n:]); err != nil {
-			body.Close()
-			return 0, errors.New("h1: request body shorter than ContentLength")
-		}
-		if err := checkBodyEnd(body); err != nil {
-			return 0, err
-		}
-		body = nil
-	}
 	c.wbuf = b
 	// From here on the request may have reached the network.
 	a.wrote.Store(true)
@@ -688,6 +684,34 @@ func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 		body.Close()
 	}
 	return w + int(n), err
+}
+
+// appendRequest appends req's head to b, and its body when the body is at most inline
+// bytes long; otherwise it returns the body, still to be sent. On error the body is closed.
+func appendRequest(b []byte, req *http.Request, inline int64) ([]byte, io.ReadCloser, error) {
+	b, err := appendRequestHead(b, req)
+	if err != nil {
+		closeBody(req)
+		return b, nil, err
+	}
+	var body io.ReadCloser
+	if req.Body != nil && req.Body != http.NoBody {
+		body = req.Body
+	}
+	cl := req.ContentLength
+	if body != nil && cl <= inline {
+		n := len(b)
+		b = slices.Grow(b, int(cl))[:n+int(cl)]
+		if _, err := io.ReadFull(body, b[n:]); err != nil {
+			body.Close()
+			return b, nil, errors.New("h1: request body shorter than ContentLength")
+		}
+		if err := checkBodyEnd(body); err != nil {
+			return b, nil, err
+		}
+		body = nil
+	}
+	return b, body, nil
 }
 
 // checkBodyEnd closes body after checking it has no bytes beyond ContentLength.
