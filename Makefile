@@ -56,6 +56,7 @@ FUZZ_TARGETS := \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
+	./host/lookup/internal/h1:FuzzLoopParser \
 	./host/state:FuzzSegmentDecode \
 	./host/state:FuzzManifestDecode \
 	./internal/wasmbin:FuzzInstrument \
