@@ -302,11 +302,12 @@ func (b *Tiered) claimHead(ctx context.Context) error {
 		etag, err := b.s.os.put(ctx, name, content, c)
 		if errors.Is(err, errPrecondition) {
 			// Raced with another claimant, or our own put landed and was retried: re-check.
-			if data, gerr := b.s.os.get(ctx, name, 0, -1); gerr == nil && bytes.Equal(data, content) {
-				info, herr := b.s.os.head(ctx, name)
-				if herr == nil {
-					etag, err = info.etag, nil
-				}
+			own, tag, rerr := b.ownWrite(ctx, name, content)
+			switch {
+			case rerr != nil:
+				return rerr
+			case own:
+				etag, err = tag, nil
 			}
 		}
 		if errors.Is(err, errPrecondition) {
@@ -365,6 +366,44 @@ func (b *Tiered) retireOverlapping(ctx context.Context) error {
 	return nil
 }
 
+// ownWrite reports whether name holds exactly data: after a conditional put failed its
+// condition, it tells an earlier attempt of ours that landed (the SDK retried a put whose
+// response was lost) from another writer's. The read-back retries transient errors; if it still
+// cannot tell, the outcome is unknown and the error is retryable, never ErrFenced.
+func (b *Tiered) ownWrite(ctx context.Context, name string, data []byte) (bool, string, error) {
+	var last error
+	for attempt := 0; attempt < 4; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return false, "", ctx.Err()
+			case <-time.After(time.Duration(attempt) * 20 * time.Millisecond):
+			}
+		}
+		got, err := b.s.os.get(ctx, name, 0, -1)
+		if errors.Is(err, ErrNotFound) {
+			return false, "", nil
+		}
+		if err == nil {
+			if !bytes.Equal(got, data) {
+				return false, "", nil
+			}
+			info, err := b.s.os.head(ctx, name)
+			if err == nil {
+				return true, info.etag, nil
+			}
+			last = err
+		} else {
+			last = err
+		}
+		if !IsRetryable(last) {
+			break
+		}
+	}
+	return false, "", &Error{Op: "commit", Object: name, Retryable: true,
+		Err: fmt.Errorf("a conditional write's outcome is unknown (reading it back failed): %w", last)}
+}
+
 // casHead replaces the lineage head if it still has etag. A failed condition means a newer
 // writer claimed the range: ErrFenced. An ambiguous earlier attempt that did land (the SDK
 // retried a put whose response was lost) is recognised by content and treated as success.
@@ -372,10 +411,12 @@ func (b *Tiered) casHead(ctx context.Context, etag string, content []byte) (stri
 	name := b.root + headName(b.rng)
 	newTag, err := b.s.os.put(ctx, name, content, putCond{ifMatch: etag})
 	if errors.Is(err, errPrecondition) {
-		if data, gerr := b.s.os.get(ctx, name, 0, -1); gerr == nil && bytes.Equal(data, content) {
-			if info, herr := b.s.os.head(ctx, name); herr == nil {
-				return info.etag, nil
-			}
+		own, tag, rerr := b.ownWrite(ctx, name, content)
+		switch {
+		case rerr != nil:
+			return "", rerr
+		case own:
+			return tag, nil
 		}
 		return "", &Error{Op: "commit", Object: name, Err: ErrFenced}
 	}
@@ -387,7 +428,11 @@ func (b *Tiered) casHead(ctx context.Context, etag string, content []byte) (stri
 func (b *Tiered) createOnce(ctx context.Context, name string, data []byte) error {
 	_, err := b.s.os.put(ctx, name, data, putCond{ifAbsent: true})
 	if errors.Is(err, errPrecondition) {
-		if got, gerr := b.s.os.get(ctx, name, 0, -1); gerr == nil && bytes.Equal(got, data) {
+		own, _, rerr := b.ownWrite(ctx, name, data)
+		switch {
+		case rerr != nil:
+			return rerr
+		case own:
 			return nil
 		}
 		return &Error{Op: "commit", Object: name, Err: ErrFenced}
