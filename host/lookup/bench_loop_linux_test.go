@@ -140,8 +140,8 @@ func BenchmarkLoop(b *testing.B) {
 					var e *Endpoint
 					if cl == "h1" || cl == "loop" {
 						e = open(b, benchRegistry(b), "bench", benchConfigT(s.url(), inflight, "fixed", cl))
-						if e.loop != nil {
-							e.loop.Spin = spin
+						if l, ok := e.async.(*h1.Loop); ok {
+							l.Spin = spin
 						}
 					}
 					run := func(total int) (time.Duration, Histogram) {

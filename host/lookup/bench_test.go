@@ -312,14 +312,27 @@ func BenchmarkThroughput(b *testing.B) {
 		{"std/fixed", "std", "fixed", "raw"},
 		{"h1/fixed", "h1", "fixed", "raw"},
 		{"h1/pid", "h1", "pid", "raw"},
+		{"h2c/fixed", "h2c", "fixed", "h2"},
+		{"h2c/pid", "h2c", "pid", "h2"},
+		{"upstream-process/h1/fixed", "h1", "fixed", "proc-raw"},
+		{"upstream-process/h1/fixed-loopserver", "h1", "fixed", "proc-loop"},
+		{"upstream-process/loop/fixed-loopserver", "loop", "fixed", "proc-loop"},
+		{"upstream-process/h2c/fixed", "h2c", "fixed", "proc-h2"},
+		{"upstream-process/h2c/pid", "h2c", "pid", "proc-h2"},
 		{"nethttp-server/std/fixed", "std", "fixed", "nethttp"},
 		{"nethttp-server/h1/fixed", "h1", "fixed", "nethttp"},
+		{"nethttp-server/h2c/fixed", "h2c", "fixed", "nethttp-h2c"},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			var s benchServer
-			if v.server == "nethttp" {
-				s = newHTTPServer(b, service)
-			} else {
+			switch v.server {
+			case "nethttp", "nethttp-h2c":
+				s = newHTTPServer(b, service, v.server == "nethttp-h2c")
+			case "h2":
+				s = newH2Server(b, service)
+			case "proc-raw", "proc-loop", "proc-h2":
+				s = newProcServer(b, strings.TrimPrefix(v.server, "proc-"), service)
+			default:
 				s = newRawServer(b, service, 0)
 			}
 			e := open(b, benchRegistry(b), "bench", benchConfigT(s.url(), inflight, v.alg, v.transport))
@@ -352,9 +365,9 @@ type httpServer struct {
 	svcNanos atomic.Int64
 }
 
-func newHTTPServer(tb testing.TB, service time.Duration) *httpServer {
+func newHTTPServer(tb testing.TB, service time.Duration, h2c bool) *httpServer {
 	s := &httpServer{}
-	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t0 := time.Now()
 		time.Sleep(service)
 		s.svcNanos.Add(int64(time.Since(t0)))
@@ -364,6 +377,13 @@ func newHTTPServer(tb testing.TB, service time.Duration) *httpServer {
 		h["Content-Type"] = []string{"text/plain"}
 		w.Write(rawResponse[len(rawResponse)-2:])
 	}))
+	if h2c {
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		s.srv.Config.Protocols = &p
+	}
+	s.srv.Start()
 	tb.Cleanup(s.srv.Close)
 	return s
 }

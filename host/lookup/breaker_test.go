@@ -35,6 +35,12 @@ func newMemNet(t testing.TB, h http.HandlerFunc) *memNet {
 		n.hits.Add(1)
 		h(w, r)
 	})}
+	if testTransport == "h2c" {
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		n.srv.Protocols = &p
+	}
 	go n.srv.Serve(n)
 	t.Cleanup(func() { n.srv.Close() })
 	return n

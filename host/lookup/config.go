@@ -61,9 +61,13 @@ type EndpointConfig struct {
 	// connections (internal/h1); "loop" (experimental, Linux; elsewhere it is "h1"), the
 	// same client as an event loop: one goroutine owns every connection of the endpoint,
 	// busy-polls briefly after work, and calls done from the loop, so done must not block;
-	// or "std", net/http's Transport. All dial through the egress guard. "h1" and "loop"
-	// hand what they do not implement (https, Expect, bodies of unknown length) to net/http
-	// before sending anything; https endpoints always use net/http.
+	// "h2c", HTTP/2 over cleartext with prior knowledge (the upstream must speak it): the
+	// requests in flight share a few multiplexed connections, so at high concurrency the
+	// client and the upstream make a fraction of the system calls (internal/h2); or "std",
+	// net/http's Transport. All dial through the egress guard. "h1", "loop" and "h2c" hand
+	// what they do not implement (Expect, bodies of unknown length) to net/http before
+	// sending anything (over h2c for "h2c"); https endpoints always use net/http, which
+	// negotiates HTTP/2 by ALPN.
 	Transport string `json:"transport,omitempty"`
 
 	Retry       RetryPolicy       `json:"retry"`
@@ -366,9 +370,9 @@ func (c *EndpointConfig) Validate() error {
 		bad("single_flight must be safe, all or off")
 	}
 	switch c.Transport {
-	case "h1", "std", "loop":
+	case "h1", "std", "loop", "h2c":
 	default:
-		bad("transport must be h1, std or loop")
+		bad("transport must be h1, std, loop or h2c")
 	}
 	r := c.Retry
 	if r.MaxAttempts < 1 || r.MaxAttempts > 10 {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h2"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -62,7 +63,7 @@ type Endpoint struct {
 
 	transport *http.Transport // net/http's: the "std" transport, and h1's fallback
 	h1        *h1.Transport   // the lean transport; nil unless configured (http:// only)
-	loop      *h1.Loop        // the event-loop transport; nil unless configured (http://, Linux)
+	async     asyncTransport  // "loop" (*h1.Loop) or "h2c" (*h2.Transport); nil unless configured (http://)
 	breaker   *sharedBreaker  // nil when disabled
 	limiter   *limiter
 	cache     *cache // nil when disabled
@@ -79,6 +80,14 @@ type Endpoint struct {
 	live    sync.WaitGroup // calls not yet finished; Add under closeMu.RLock
 
 	m counters
+}
+
+// asyncTransport runs exchanges without a goroutine each and calls back when they end:
+// *h1.Loop ("loop") and *h2.Transport ("h2c").
+type asyncTransport interface {
+	Handles(req *http.Request) bool
+	Start(req *http.Request, a *h1.Attempt, done func(*http.Response, error))
+	Close()
 }
 
 func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, error) {
@@ -133,8 +142,23 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 	if tr == "loop" && !h1.LoopAvailable {
 		tr = "h1" // no event loop on this platform
 	}
+	if tr == "h2c" && base.Scheme == "http" {
+		// Prior knowledge: every request is HTTP/2, those the lean client does not take
+		// (bodies of unknown length, Expect) too, through net/http.
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		e.transport.Protocols = &p
+		e.async = &h2.Transport{
+			Dial:                   g.DialContext, // the egress checks run before every connect
+			Context:                e.ctx,
+			MaxResponseHeaderBytes: int(e.transport.MaxResponseHeaderBytes),
+			MaxBodyBytes:           e.maxBody,
+			IdleConnTimeout:        e.transport.IdleConnTimeout,
+			Sensitive:              names, // injected headers carry credentials: never HPACK-indexed
+		}
+	}
 	if tr == "loop" && base.Scheme == "http" {
-		e.loop = &h1.Loop{
+		e.async = &h1.Loop{
 			Dial:                   g.DialContext, // the egress checks run before every connect
 			Context:                e.ctx,
 			MaxIdleConnsPerHost:    cfg.MaxInFlight,
@@ -178,8 +202,8 @@ func (e *Endpoint) Close() error {
 	if e.h1 != nil {
 		e.h1.Close() // aborts exchanges on the wire, as the cancelled context does for net/http
 	}
-	if e.loop != nil {
-		e.loop.Close() // fails the exchanges on the wire (from the loop) and stops it
+	if e.async != nil {
+		e.async.Close() // fails the exchanges on the wire and stops the loop or connections
 	}
 	e.limiter.close()
 	e.live.Wait()
@@ -298,6 +322,12 @@ type call struct {
 	attempts  int                // attempts started; written only by the driving goroutine
 	last      Response           // last attempt's outcome, for a breaker rejection mid-retry
 	bdone     func(err error)    // breaker completion of the current attempt
+
+	// An attempt over an asynchronous transport (sendLoop); written by the driving side.
+	loopT0   time.Time
+	loopReq  *http.Request   // the exchange on the wire: the request or a redirect
+	loopVia  []*http.Request // redirects followed
+	loopDone func(*http.Response, error)
 
 	// Limiter queue linkage and probe epoch; guarded by limiter.mu.
 	qprev, qnext *call
@@ -656,30 +686,36 @@ func (c *call) sendLoop(hreq *http.Request, t0 time.Time) {
 	if abandoned {
 		c.att.Cancel()
 	}
-	var via []*http.Request
-	var step func(req *http.Request)
-	step = func(req *http.Request) {
-		e.loop.Start(req, &c.att, func(resp *http.Response, err error) {
-			if err == nil {
-				var next *http.Request
-				if next, err = e.redirect(req, resp, &via); next != nil {
-					step(next)
-					return
-				}
-				if err != nil {
-					resp = nil
-				}
-			}
-			if next := c.attemptEnd(t0, resp, err); next != nil {
-				if next.loopRequest() != nil {
-					next.send()
-				} else {
-					go next.send() // net/http blocks: not on the loop
-				}
-			}
-		})
+	c.loopT0, c.loopReq, c.loopVia = t0, hreq, c.loopVia[:0]
+	if c.loopDone == nil {
+		c.loopDone = c.loopExchanged // one method value per call, not per attempt
 	}
-	step(hreq)
+	e.async.Start(hreq, &c.att, c.loopDone)
+}
+
+// loopExchanged is the completion of an exchange started by sendLoop: it follows a
+// redirect with another exchange, or ends the attempt.
+func (c *call) loopExchanged(resp *http.Response, err error) {
+	e := c.e
+	if err == nil {
+		var next *http.Request
+		if next, err = e.redirect(c.loopReq, resp, &c.loopVia); next != nil {
+			c.loopReq = next
+			e.async.Start(next, &c.att, c.loopDone)
+			return
+		}
+		if err != nil {
+			resp = nil
+		}
+	}
+	c.loopReq = nil
+	if next := c.attemptEnd(c.loopT0, resp, err); next != nil {
+		if next.loopRequest() != nil {
+			next.send()
+		} else {
+			go next.send() // net/http blocks: not on the loop
+		}
+	}
 }
 
 // attemptEnd ends an attempt over h1 or the loop (c.att): reads the body, classifies the
@@ -734,13 +770,13 @@ func (c *call) outcome(t0 time.Time, r Response, resp *http.Response) (next *cal
 	return next
 }
 
-// loopRequest is h1Request for the event-loop transport.
+// loopRequest is h1Request for the asynchronous transports ("loop", "h2c").
 func (c *call) loopRequest() *http.Request {
-	if c.e.loop == nil {
+	if c.e.async == nil {
 		return nil
 	}
 	c.buildRequest()
-	if !c.e.loop.Handles(&c.hreq) {
+	if !c.e.async.Handles(&c.hreq) {
 		return nil
 	}
 	return &c.hreq
@@ -837,6 +873,11 @@ func (e *Endpoint) readBody(resp *http.Response, method string) ([]byte, error) 
 // classify turns a transport error into an *Error. timedOut says whether the attempt's
 // deadline has passed; wrote whether any byte of the request may have been sent.
 func (c *call) classify(err error, timedOut, wrote bool) *Error {
+	if errors.Is(err, h2.ErrRefused) {
+		// Not processed by the server (REFUSED_STREAM, or above a GOAWAY's last stream):
+		// safe to retry whatever the method.
+		return &Error{Kind: KindUnavailable, Err: err, notSent: true}
+	}
 	if errors.Is(err, h1.ErrBodyTooLarge) {
 		return &Error{Kind: KindTooLarge, Reason: "response exceeds max_response_bytes (" + strconv.FormatInt(c.e.maxBody, 10) + ")"}
 	}

@@ -46,7 +46,7 @@ func testRegistry(t testing.TB, opts ...Option) *Registry {
 }
 
 // testTransport is the transport the tests run with: the default unless
-// LOOKUP_TEST_TRANSPORT says otherwise. TestOtherTransport runs the suite again with "std".
+// LOOKUP_TEST_TRANSPORT says otherwise. TestOtherTransport runs the suite again with the others.
 var testTransport = os.Getenv("LOOKUP_TEST_TRANSPORT")
 
 // testConfig is a loopback endpoint with fast retries.
@@ -123,12 +123,19 @@ type server struct {
 
 func newServer(t testing.TB, h http.HandlerFunc) *server {
 	s := &server{count: map[string]int{}}
-	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.count[r.URL.Path]++
 		s.mu.Unlock()
 		h(w, r)
 	}))
+	if testTransport == "h2c" {
+		var p http.Protocols
+		p.SetHTTP1(true)
+		p.SetUnencryptedHTTP2(true)
+		s.Config.Protocols = &p
+	}
+	s.Start()
 	if !strings.HasPrefix(s.URL, "http://127.0.0.1:") {
 		t.Fatalf("test server not on 127.0.0.1: %s", s.URL)
 	}
@@ -154,6 +161,9 @@ func (s *server) total() int {
 
 // hijackClose drops the connection without a response (a reset, as the client sees it).
 func hijackClose(w http.ResponseWriter) {
+	if _, ok := w.(http.Hijacker); !ok {
+		panic(http.ErrAbortHandler) // HTTP/2: the stream is reset instead
+	}
 	c, _, err := w.(http.Hijacker).Hijack()
 	if err != nil {
 		panic(err)
@@ -173,14 +183,15 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // TestOtherTransport runs this package's tests again, in a child process each, with the
-// transports that are not the default ("std", net/http's, and "loop", the event loop), so that
+// transports that are not the default ("std", net/http's, "loop", the event loop, and "h2c",
+// against servers that speak HTTP/2 too), so that
 // all keep every behaviour the tests pin down: SSRF refusals, retries, timeouts,
 // cancellation, Close.
 func TestOtherTransport(t *testing.T) {
 	if testing.Short() || testTransport != "" {
 		t.Skip("short, or already running with a chosen transport")
 	}
-	for _, tr := range []string{"std", "loop"} {
+	for _, tr := range []string{"std", "loop", "h2c"} {
 		t.Run(tr, func(t *testing.T) {
 			t.Parallel()
 			args := []string{"-test.run", "^Test", "-test.skip", "^TestOtherTransport$", "-test.count", "1"}

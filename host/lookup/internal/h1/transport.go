@@ -218,6 +218,7 @@ type Attempt struct {
 	mu         sync.Mutex
 	c          *conn              // the connection while the exchange owns it; guarded by mu
 	lx         *loopExch          // the exchange while a Loop runs it; guarded by mu
+	onCancel   Canceler           // another transport's exchange (Bind); guarded by mu
 	cancelled  bool               // guarded by mu
 	dialCancel context.CancelFunc // ends a dial in progress; guarded by mu
 	wrote      atomic.Bool
@@ -230,7 +231,7 @@ type Attempt struct {
 // an exchange still uses a.
 func (a *Attempt) Reset(deadline time.Time) {
 	a.mu.Lock()
-	a.c, a.lx, a.cancelled, a.dialCancel = nil, nil, false, nil
+	a.c, a.lx, a.cancelled, a.dialCancel, a.onCancel = nil, nil, false, nil, nil
 	a.mu.Unlock()
 	a.wrote.Store(false)
 	a.Deadline = deadline
@@ -248,12 +249,47 @@ func (a *Attempt) Cancel() {
 	if a.dialCancel != nil {
 		a.dialCancel()
 	}
-	lx := a.lx
+	lx, onCancel := a.lx, a.onCancel
+	a.onCancel = nil
 	a.mu.Unlock()
 	if lx != nil {
 		lx.l.cancel(lx)
 	}
+	if onCancel != nil {
+		onCancel.CancelAttempt()
+	}
 }
+
+// Canceler is an exchange of another transport run under an Attempt (see Bind).
+type Canceler interface {
+	// CancelAttempt aborts the exchange. It is called by Attempt.Cancel, possibly with the
+	// caller's locks held: it must not call the exchange's completion before returning.
+	CancelAttempt()
+}
+
+// Bind lets another transport (internal/h2) run an exchange under a: Cancel calls
+// cancel.CancelAttempt, once, until Unbind. It reports false, and binds nothing, if a is
+// cancelled already.
+func (a *Attempt) Bind(cancel Canceler) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cancelled {
+		return false
+	}
+	a.onCancel = cancel
+	return true
+}
+
+// Unbind ends what Bind started: Cancel no longer calls the transport back.
+func (a *Attempt) Unbind() {
+	a.mu.Lock()
+	a.onCancel = nil
+	a.mu.Unlock()
+}
+
+// MarkWrote records that bytes of the request may have reached the network (for
+// transports outside this package; see Wrote).
+func (a *Attempt) MarkWrote() { a.wrote.Store(true) }
 
 // Wrote reports whether any byte of the request may have reached the network (it is set
 // just before the first write).
