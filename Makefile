@@ -57,6 +57,7 @@ FUZZ_TARGETS := \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
 	./host/lookup/internal/h1:FuzzLoopParser \
+	./host/lookup/internal/h2:FuzzServerFrames \
 	./host/state:FuzzSegmentDecode \
 	./host/state:FuzzManifestDecode \
 	./internal/wasmbin:FuzzInstrument \

@@ -522,10 +522,13 @@ func BenchmarkHops(b *testing.B) {
 // BenchmarkLatency: the same service at a load the machine can carry (64 in flight), where
 // p99 shows the client's own overhead rather than CPU saturation.
 func BenchmarkLatency(b *testing.B) {
-	for _, tr := range []string{"std", "h1"} {
+	for _, tr := range []string{"std", "h1", "h2c"} {
 		b.Run(tr, func(b *testing.B) {
 			const inflight, service = 64, 2 * time.Millisecond
-			s := newRawServer(b, service, 0)
+			var s benchServer = newRawServer(b, service, 0)
+			if tr == "h2c" {
+				s = newH2Server(b, service)
+			}
 			e := open(b, benchRegistry(b), "bench", benchConfigT(s.url(), inflight, "fixed", tr))
 			closedLoop(b, e, inflight, 10*inflight)
 			s.meanService()
