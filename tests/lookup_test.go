@@ -17,10 +17,23 @@ import (
 // TestLookupEnrichment runs the enrich guest against a real HTTP server on loopback: each
 // record is POSTed to the endpoint and the response becomes the output. Secrets injected by
 // the endpoint reach the server but never the guest.
+//
+// With transport h2c the upstream speaks only HTTP/2 (prior knowledge): every call must
+// arrive as HTTP/2.
 func TestLookupEnrichment(t *testing.T) {
+	for _, transport := range []string{"h1", "h2c"} {
+		t.Run(transport, func(t *testing.T) { testLookupEnrichment(t, transport) })
+	}
+}
+
+func testLookupEnrichment(t *testing.T, transport string) {
 	var calls atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
+		if want := map[string]int{"h1": 1, "h2c": 2}[transport]; r.ProtoMajor != want {
+			http.Error(w, "wrong protocol "+r.Proto, 505)
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		if r.URL.Path != "/api/enrich" || r.Method != http.MethodPost {
 			http.Error(w, "wrong path", 404)
@@ -31,10 +44,16 @@ func TestLookupEnrichment(t *testing.T) {
 		out, _ := json.Marshal(map[string]any{"user": rec["user"], "country": "NZ", "auth": r.Header.Get("Authorization")})
 		w.Write(out)
 	}))
+	if transport == "h2c" {
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true) // no HTTP/1.1 at all
+		srv.Config.Protocols = &p
+	}
+	srv.Start()
 	defer srv.Close()
 	in := writeFile(t, "in.jsonl", "{\"user\":\"a\"}\n{\"user\":\"b\"}\n{\"user\":\"a\"}\n")
-	eps := writeFile(t, "eps.json", fmt.Sprintf(`[{"name":"svc","base_url":%q,"methods":["POST"],
-		"headers":{"Authorization":"Bearer ${env:CLINK_TEST_TOKEN}"},"egress":{"allow_loopback":true}}]`, srv.URL+"/api"))
+	eps := writeFile(t, "eps.json", fmt.Sprintf(`[{"name":"svc","base_url":%q,"methods":["POST"],"transport":%q,
+		"headers":{"Authorization":"Bearer ${env:CLINK_TEST_TOKEN}"},"egress":{"allow_loopback":true}}]`, srv.URL+"/api", transport))
 	t.Setenv("CLINK_TEST_TOKEN", "s3cret")
 	r := clink(t, "", "run", "--module", abiFixtures+"enrich.wasm", "--input", in, "--key", "user", "--endpoints", eps)
 	if r.code != 0 {
