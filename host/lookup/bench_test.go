@@ -289,11 +289,14 @@ func closedLoopErrs(tb testing.TB, e *Endpoint, n, total int, strict bool) (time
 // achieved/bound (target ≥ 0.8) and p99/service (target ≤ 3), CPU per request (client,
 // server and kernel together) and the cores other processes took during the run.
 //
-// Sub-benchmarks: "raw" is the machine's ceiling, a minimal client (one goroutine and
-// connection per in-flight request, no HTTP library) on the same server; "std" and "h1" are
-// the endpoint with net/http's Transport and with the lean transport (internal/h1); "pid"
-// is h1 with the adaptive limiter. The "nethttp-server" variants repeat std and h1 against
-// a net/http server, whose own CPU (about twice rawServer's) the ratio then also carries.
+// Sub-benchmarks: "raw" is the HTTP/1.1 ceiling, a minimal client (one goroutine and
+// connection per in-flight request, no HTTP library) on the same server; "std", "h1" and
+// "h2c" are the endpoint with net/http's Transport, the lean HTTP/1.1 transport
+// (internal/h1) and the HTTP/2 cleartext transport (internal/h2, against h2Server); "pid"
+// runs the adaptive limiter. The "upstream-process" variants run the upstream in a child
+// process (procServer), with its own scheduler; their cpu_µs/req is the client's alone and
+// the upstream's CPU shows in other_cores. The "nethttp-server" variants use net/http's
+// server (HTTP/1.1, or h2c), whose own CPU (about twice rawServer's) the ratio then carries.
 func BenchmarkThroughput(b *testing.B) {
 	const inflight, service = 256, 2 * time.Millisecond
 	b.Run("raw", func(b *testing.B) {
