@@ -11,13 +11,16 @@
 //
 // # Design
 //
-// A connection has two goroutines: a reader that owns the read side of the [http2.Framer]
-// and the HPACK decoder, and a writer that writes whatever frames have been queued since its
-// last write, in one system call. Everything else (stream table, flow-control windows, the
-// HPACK encoder, the outgoing buffer) is guarded by the connection's mutex, and [Transport.Start]
-// only appends frames under it: it never blocks on the network. Completions are called
-// from the reader goroutine (or a timer's, or a new goroutine's for early failures), never
-// with a lock held and never before Start returns.
+// A connection has a reader goroutine, which owns the read side of the [http2.Framer] and
+// the HPACK decoder, and a writer goroutine for writes that would block. Everything else
+// (stream table, flow-control windows, the HPACK encoder, the outgoing buffer) is guarded by
+// the connection's mutex. [Transport.Start] appends frames under it, and whoever releases
+// it next writes all that is queued with one non-blocking system call (the reader only
+// after the batch of frames it has buffered, see conn.unlock); what the socket does not take
+// goes to the writer goroutine. So Start never blocks on the network. Completions are
+// called from the reader goroutine (or a timer's, or a new goroutine's for early failures
+// and cancellation), never with a lock held and never before Start returns. Streams go on
+// the first connection with room (MaxStreamsPerConn, and the server's limit).
 //
 // A request is sent from memory: HEADERS (and CONTINUATION) and its body in DATA frames as
 // the peer's flow-control windows allow; the rest of a body waits for WINDOW_UPDATE. A
