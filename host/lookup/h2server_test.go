@@ -1,11 +1,8 @@
 package lookup
 
 import (
-	"os"
-
 	"bufio"
 	"bytes"
-	"golang.org/x/sys/unix"
 	"io"
 	"net"
 	"sync"
@@ -65,9 +62,7 @@ func newH2Server(tb testing.TB, service time.Duration) *h2Server {
 		tb.Fatal(err)
 	}
 	s := &h2Server{ln: ln, service: int64(service), epoch: time.Now(), conns: map[*h2Conn]bool{}}
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	s.monoEpoch = ts.Nano() - int64(time.Since(s.epoch))
+	s.monoEpoch = monotonicNow() - int64(time.Since(s.epoch))
 	s.wg.Add(1)
 	go s.accept()
 	tb.Cleanup(s.close)
@@ -187,7 +182,7 @@ const (
 type h2Conn struct {
 	s        *h2Server
 	nc       net.Conn
-	tf       *os.File      // the writer's timerfd (see writeLoop)
+	tf       *wakeTimer    // the writer's timer (see armLocked)
 	armed    int64         // when tf fires, in h2Server.now() ns; 0: disarmed; guarded by mu
 	done     chan struct{} // closed by stop
 	stopOnce sync.Once
@@ -234,11 +229,7 @@ func newH2Conn(s *h2Server, nc net.Conn) *h2Conn {
 		http2.Setting{ID: http2.SettingMaxFrameSize, Val: h2MaxFrame},
 	)
 	c.cfr.WriteWindowUpdate(0, h2ConnWindow-h2DefaultWindow)
-	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
-	if err != nil {
-		panic(err)
-	}
-	c.tf = os.NewFile(uintptr(tfd), "timerfd") // non-blocking: read through the netpoller
+	c.tf = newWakeTimer()
 	c.signal()
 	return c
 }
@@ -260,9 +251,7 @@ func (c *h2Conn) armLocked(at int64) {
 		return
 	}
 	c.armed = at
-	abs := c.s.monoEpoch + max(at, 1)
-	ts := unix.NsecToTimespec(abs)
-	unix.TimerfdSettime(int(c.tf.Fd()), unix.TFD_TIMER_ABSTIME, &unix.ItimerSpec{Value: ts}, nil)
+	c.tf.arm(c.s.monoEpoch + max(at, 1))
 }
 
 func (c *h2Conn) stop() { c.stopOnce.Do(func() { close(c.done) }) }
@@ -432,9 +421,8 @@ func (c *h2Conn) writeLoop() {
 		c.s.mu.Unlock()
 	}()
 	go func() { <-c.done; c.tf.Close() }() // ends the read below
-	var tick [8]byte
 	for {
-		if _, err := c.tf.Read(tick[:]); err != nil {
+		if err := c.tf.wait(); err != nil {
 			c.mu.Lock()
 			last := c.lastID
 			c.mu.Unlock()

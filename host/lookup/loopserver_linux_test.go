@@ -44,6 +44,12 @@ type lsDue struct {
 	closeAfter bool
 }
 
+func init() {
+	childUpstreams["loop"] = func(tb testing.TB, service time.Duration) benchServer {
+		return newLoopServer(tb, service, 50*time.Microsecond)
+	}
+}
+
 func newLoopServer(tb testing.TB, service, spin time.Duration) *loopServer {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -105,6 +105,12 @@ func (s *procServer) cpu() time.Duration {
 	return c
 }
 
+// childUpstreams are the upstreams a child process can run ("loop" is added on Linux).
+var childUpstreams = map[string]func(tb testing.TB, service time.Duration) benchServer{
+	"h2":  func(tb testing.TB, service time.Duration) benchServer { return newH2Server(tb, service) },
+	"raw": func(tb testing.TB, service time.Duration) benchServer { return newRawServer(tb, service, 0) },
+}
+
 // serveChild is the child's side: start the upstream, print its address, and answer
 // "stats" lines until stdin closes.
 func serveChild(spec string) {
@@ -115,18 +121,12 @@ func serveChild(spec string) {
 		os.Exit(2)
 	}
 	tb := &childTB{}
-	var s benchServer
-	switch kind {
-	case "h2":
-		s = newH2Server(tb, service)
-	case "raw":
-		s = newRawServer(tb, service, 0)
-	case "loop":
-		s = newLoopServer(tb, service, 50*time.Microsecond)
-	default:
+	start, ok := childUpstreams[kind]
+	if !ok {
 		fmt.Fprintln(os.Stderr, "unknown upstream", kind)
 		os.Exit(2)
 	}
+	s := start(tb, service)
 	fmt.Println(strings.TrimPrefix(s.url(), "http://"))
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {

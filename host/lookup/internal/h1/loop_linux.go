@@ -3,7 +3,6 @@
 package h1
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"math"
@@ -16,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/deadline"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,7 +78,7 @@ type Loop struct {
 	conns  map[int32]*lconn
 	idle   map[string][]*lconn
 	active map[*loopExch]struct{}
-	timers deadlines
+	timers deadline.Heap[*loopExch]
 	p      parser
 	rbuf   []byte // scratch for reads on idle connections
 }
@@ -307,8 +307,8 @@ func (l *Loop) run() {
 		timeout := 0
 		if !spinning || now-active >= l.spin {
 			timeout = -1
-			if len(l.timers) > 0 {
-				timeout = int(max(0, (l.timers[0].deadline-now+int64(time.Millisecond)-1)/int64(time.Millisecond)))
+			if l.timers.Len() > 0 {
+				timeout = int(max(0, (l.timers.Min().deadline-now+int64(time.Millisecond)-1)/int64(time.Millisecond)))
 			}
 			l.mu.Lock()
 			if l.npost.Load() > 0 || l.mu.closed {
@@ -355,7 +355,7 @@ func (l *Loop) run() {
 func (l *Loop) begin(lx *loopExch) {
 	l.active[lx] = struct{}{}
 	if lx.deadline != 0 {
-		heap.Push(&l.timers, lx)
+		l.timers.Push(lx)
 	}
 	if c := l.idleConn(lx.addr, lx.probe); c != nil {
 		l.attach(lx, c)
@@ -652,9 +652,7 @@ func (l *Loop) complete(lx *loopExch, resp *http.Response, err error) {
 	}
 	lx.finished = true
 	delete(l.active, lx)
-	if lx.hidx >= 0 {
-		heap.Remove(&l.timers, lx.hidx)
-	}
+	l.timers.Remove(lx)
 	a := lx.a
 	a.mu.Lock()
 	if a.lx == lx {
@@ -666,10 +664,8 @@ func (l *Loop) complete(lx *loopExch, resp *http.Response, err error) {
 
 // expire fails the exchanges whose deadline has passed.
 func (l *Loop) expire(now int64) {
-	for len(l.timers) > 0 && l.timers[0].deadline <= now {
-		lx := l.timers[0]
-		heap.Pop(&l.timers)
-		l.fail(lx, "read response", os.ErrDeadlineExceeded, false, false)
+	for l.timers.Len() > 0 && l.timers.Min().deadline <= now {
+		l.fail(l.timers.Pop(), "read response", os.ErrDeadlineExceeded, false, false)
 	}
 }
 
@@ -709,25 +705,7 @@ func (l *Loop) shutdown() {
 	unix.Close(l.ep)
 }
 
-// deadlines is a min-heap of exchanges by deadline.
-type deadlines []*loopExch
-
-func (h deadlines) Len() int           { return len(h) }
-func (h deadlines) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
-func (h deadlines) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].hidx, h[j].hidx = i, j
-}
-func (h *deadlines) Push(x any) {
-	lx := x.(*loopExch)
-	lx.hidx = len(*h)
-	*h = append(*h, lx)
-}
-func (h *deadlines) Pop() any {
-	old := *h
-	lx := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	lx.hidx = -1
-	return lx
-}
+// The deadline heap's view of an exchange.
+func (lx *loopExch) Before(o *loopExch) bool { return lx.deadline < o.deadline }
+func (lx *loopExch) SetIndex(i int)          { lx.hidx = i }
+func (lx *loopExch) Index() int              { return lx.hidx }

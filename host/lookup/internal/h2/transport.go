@@ -40,7 +40,6 @@ package h2
 
 import (
 	"bufio"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +54,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/deadline"
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -419,9 +419,9 @@ type conn struct {
 	wcond      sync.Cond         // wakes the writer goroutine
 	closed     chan struct{}
 
-	deadlines deadlineHeap // the assigned streams with a deadline; guarded by mu
-	dtimer    *time.Timer  // fires at deadlines[0]; guarded by mu
-	armed     time.Time    // when dtimer fires; zero when stopped; guarded by mu
+	deadlines deadline.Heap[*stream] // the assigned streams with a deadline; guarded by mu
+	dtimer    *time.Timer            // fires at deadlines[0]; guarded by mu
+	armed     time.Time              // when dtimer fires; zero when stopped; guarded by mu
 
 	// Owned by the reader goroutine.
 	hdec  *hpack.Decoder
@@ -671,10 +671,7 @@ func (c *conn) fail(err error) {
 	if c.dtimer != nil {
 		c.dtimer.Stop()
 	}
-	for _, st := range c.deadlines {
-		st.hidx = -1
-	}
-	c.deadlines = nil
+	c.deadlines.Clear()
 	var ended []*stream
 	for _, st := range c.streams {
 		if !st.ended {
@@ -741,27 +738,6 @@ func (c *conn) unlock() {
 		}
 	}
 	c.mu.Unlock()
-}
-
-// tryWrite writes b with one non-blocking system call; a full socket buffer is no error.
-func (c *conn) tryWrite(b []byte) (n int, err error) {
-	rerr := c.rc.Write(func(fd uintptr) bool {
-		for {
-			n, err = syscall.Write(int(fd), b)
-			if err != syscall.EINTR {
-				break
-			}
-		}
-		if err == syscall.EAGAIN {
-			err = nil
-		}
-		n = max(n, 0)
-		return true // never wait for the socket: the writer goroutine does
-	})
-	if err == nil {
-		err = rerr
-	}
-	return n, err
 }
 
 // handoffLocked makes the writer goroutine the writer: it sends rest, then c.out until
@@ -946,10 +922,7 @@ func (c *conn) handshake() (*bufio.Reader, error) {
 		return nil, &connError{op: "read server preface", err: errors.New("first frame is not SETTINGS (not an HTTP/2 server?)")}
 	}
 	nc.SetDeadline(time.Time{})
-	var rc syscall.RawConn
-	if sc, ok := nc.(syscall.Conn); ok {
-		rc, _ = sc.SyscallConn()
-	}
+	rc := rawConn(nc)
 	c.mu.Lock()
 	defer c.unlock()
 	if c.err != nil {
@@ -1392,40 +1365,21 @@ func (b *body) Bytes() []byte { return b.b }
 // Deadlines: each connection keeps its streams with a deadline in a min-heap and one timer
 // for the earliest, instead of a timer per stream.
 
-type deadlineHeap []*stream
-
-func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h deadlineHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].hidx, h[j].hidx = i, j
-}
-func (h *deadlineHeap) Push(x any) {
-	st := x.(*stream)
-	st.hidx = len(*h)
-	*h = append(*h, st)
-}
-func (h *deadlineHeap) Pop() any {
-	old := *h
-	st := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	st.hidx = -1
-	return st
-}
+// The deadline heap's view of a stream.
+func (st *stream) Before(o *stream) bool { return st.deadline.Before(o.deadline) }
+func (st *stream) SetIndex(i int)        { st.hidx = i }
+func (st *stream) Index() int            { return st.hidx }
 
 // watchLocked adds st to c's deadlines and arms the timer if st is the earliest.
 func (c *conn) watchLocked(st *stream) {
-	heap.Push(&c.deadlines, st)
+	c.deadlines.Push(st)
 	if c.armed.IsZero() || st.deadline.Before(c.armed) {
 		c.armLocked(st.deadline)
 	}
 }
 
 func (c *conn) unwatchLocked(st *stream) {
-	if st.hidx >= 0 {
-		heap.Remove(&c.deadlines, st.hidx)
-	}
+	c.deadlines.Remove(st)
 	// The timer stays armed: when it fires early it re-arms for the new earliest.
 }
 
@@ -1448,12 +1402,12 @@ func (c *conn) expire() {
 	}
 	now := time.Now()
 	var due []*stream
-	for len(c.deadlines) > 0 && !c.deadlines[0].deadline.After(now) {
-		due = append(due, heap.Pop(&c.deadlines).(*stream))
+	for c.deadlines.Len() > 0 && !c.deadlines.Min().deadline.After(now) {
+		due = append(due, c.deadlines.Pop())
 	}
 	c.armed = time.Time{}
-	if len(c.deadlines) > 0 {
-		c.armLocked(c.deadlines[0].deadline)
+	if c.deadlines.Len() > 0 {
+		c.armLocked(c.deadlines.Min().deadline)
 	}
 	c.unlock()
 	for _, st := range due {
