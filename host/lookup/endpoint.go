@@ -775,48 +775,38 @@ func (c *call) loopRequest() *http.Request {
 	if c.e.async == nil {
 		return nil
 	}
-	c.buildRequest()
-	if !c.e.async.Handles(&c.hreq) {
-		return nil
-	}
-	return &c.hreq
+	return c.requestFor(c.e.async)
 }
 
 // h1Request returns the attempt's request for the lean transport, or nil if the endpoint
-// does not use it or the request needs what only net/http does (Expect, for one). It is
-// c.hreq, rebuilt in place: no allocation without a body.
+// does not use it or the request needs what only net/http does (Expect, for one).
 func (c *call) h1Request() *http.Request {
 	if c.e.h1 == nil {
 		return nil
 	}
-	c.buildRequest()
-	if !c.e.h1.Handles(&c.hreq) {
+	return c.requestFor(c.e.h1)
+}
+
+// requestFor returns c.hreq, rebuilt in place for the next attempt (no allocation without
+// a body), if t handles it; nil if the request must go to net/http.
+func (c *call) requestFor(t interface{ Handles(*http.Request) bool }) *http.Request {
+	c.fillRequest(&c.hreq)
+	if !t.Handles(&c.hreq) {
 		return nil
 	}
 	return &c.hreq
 }
 
-// buildRequest rebuilds c.hreq in place for the next attempt.
-func (c *call) buildRequest() {
-	c.hreq = http.Request{
-		Method:     c.method,
-		URL:        &c.url,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     c.header,
-		Host:       c.url.Host,
-	}
-	if len(c.body) > 0 {
-		body := c.body
-		c.hreq.ContentLength = int64(len(body))
-		c.hreq.Body = io.NopCloser(bytes.NewReader(body))
-		c.hreq.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	}
+// newRequest is a new request for net/http, which keeps it beyond the attempt.
+func (c *call) newRequest(ctx context.Context) *http.Request {
+	r := new(http.Request)
+	c.fillRequest(r)
+	return r.WithContext(ctx)
 }
 
-func (c *call) newRequest(ctx context.Context) *http.Request {
-	r := (&http.Request{
+// fillRequest sets *r to the call's request, with a fresh reader over its body.
+func (c *call) fillRequest(r *http.Request) {
+	*r = http.Request{
 		Method:     c.method,
 		URL:        &c.url,
 		Proto:      "HTTP/1.1",
@@ -824,14 +814,13 @@ func (c *call) newRequest(ctx context.Context) *http.Request {
 		ProtoMinor: 1,
 		Header:     c.header,
 		Host:       c.url.Host,
-	}).WithContext(ctx)
+	}
 	if len(c.body) > 0 {
 		body := c.body
 		r.ContentLength = int64(len(body))
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
-	return r
 }
 
 // readBody reads the whole body, failing as soon as it exceeds the endpoint's limit.
