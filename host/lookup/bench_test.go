@@ -339,18 +339,25 @@ func BenchmarkThroughput(b *testing.B) {
 				s = newRawServer(b, service, 0)
 			}
 			e := open(b, benchRegistry(b), "bench", benchConfigT(s.url(), inflight, v.alg, v.transport))
-			closedLoop(b, e, inflight, 20*inflight) // warm up: connections, controller
-			s.meanService()
-			total := max(b.N, 4*inflight)
-			cpu := startCPU()
-			b.ResetTimer()
-			el, h := closedLoop(b, e, inflight, total)
-			b.StopTimer()
-			reportThroughput(b, float64(total)/el.Seconds(), inflight, s.meanService(), h)
-			cpu.report(b, total)
+			measureClosedLoop(b, s, e, inflight, 20*inflight)
 			b.ReportMetric(float64(e.Metrics().Limit), "limit")
 		})
 	}
+}
+
+// measureClosedLoop warms e up with warm requests (connections, limiter), then runs the
+// timed closed loop of inflight requests against s and reports throughput against the
+// bound, latency and CPU.
+func measureClosedLoop(b *testing.B, s benchServer, e *Endpoint, inflight, warm int) {
+	closedLoop(b, e, inflight, warm)
+	s.meanService()
+	total := max(b.N, 4*inflight)
+	cpu := startCPU()
+	b.ResetTimer()
+	el, h := closedLoop(b, e, inflight, total)
+	b.StopTimer()
+	reportThroughput(b, float64(total)/el.Seconds(), inflight, s.meanService(), h)
+	cpu.report(b, total)
 }
 
 // benchServer is a loopback upstream that measures the service time it delivers.
@@ -533,15 +540,7 @@ func BenchmarkLatency(b *testing.B) {
 				s = newH2Server(b, service)
 			}
 			e := open(b, benchRegistry(b), "bench", benchConfigT(s.url(), inflight, "fixed", tr))
-			closedLoop(b, e, inflight, 10*inflight)
-			s.meanService()
-			total := max(b.N, 4*inflight)
-			cpu := startCPU()
-			b.ResetTimer()
-			el, h := closedLoop(b, e, inflight, total)
-			b.StopTimer()
-			reportThroughput(b, float64(total)/el.Seconds(), inflight, s.meanService(), h)
-			cpu.report(b, total)
+			measureClosedLoop(b, s, e, inflight, 10*inflight)
 		})
 	}
 }
