@@ -339,7 +339,13 @@ func BenchmarkThroughput(b *testing.B) {
 				s = newRawServer(b, service, 0)
 			}
 			e := open(b, benchRegistry(b), "bench", benchConfigT(s.url(), inflight, v.alg, v.transport))
-			measureClosedLoop(b, s, e, inflight, 20*inflight)
+			warm := 20 * inflight // connections
+			if v.alg != "fixed" {
+				// About a second: the controller ramps from its initial limit
+				// (MaxInFlight/4) in 100 ms windows; the run measures the steady state.
+				warm = 400 * inflight
+			}
+			measureClosedLoop(b, s, e, inflight, warm)
 			b.ReportMetric(float64(e.Metrics().Limit), "limit")
 		})
 	}
