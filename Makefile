@@ -53,6 +53,8 @@ wasm-check:
 FUZZ_TARGETS := \
 	./host/abi:FuzzImports \
 	./host/pipeline:FuzzTopLevelField \
+	./host/pipeline:FuzzSourceCSV \
+	./host/pipeline:FuzzIsJSONNumber \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \

@@ -311,3 +311,29 @@ func TestS3State(t *testing.T) {
 		t.Fatalf("restored run: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestCSVMalformed: a bare or unterminated quote, or an empty .csv file, never crashes the host
+// (issue 9): a malformed row is a malformed record, an empty file is zero records.
+func TestCSVMalformed(t *testing.T) {
+	bad := writeFile(t, "bad.csv", "user,n\nann,1\nb\"ob,2\nann,3\n\"carl,4\n")
+	dl := filepath.Join(t.TempDir(), "dead.jsonl")
+	r := clink(t, "", "run", "--module", abiFixtures+"counter.wasm", "--input", bad, "--key", "user",
+		"--on-malformed", "skip", "--dead-letter", dl)
+	if r.code != 0 || r.stdout != "{\"count\":1}\n{\"count\":2}\n" || !strings.Contains(r.stderr, "2 malformed skipped") {
+		t.Fatalf("skip: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
+	}
+	dead, _ := os.ReadFile(dl)
+	if want := "{\"line\":3,\"reason\":\"bare \\\" in non-quoted-field\",\"raw\":\"b\\\"ob,2\"}\n" +
+		"{\"line\":5,\"reason\":\"extraneous or missing \\\" in quoted-field\",\"raw\":\"\\\"carl,4\"}\n"; string(dead) != want {
+		t.Errorf("dead letters\n%s\nwant\n%s", dead, want)
+	}
+	r = clink(t, "", "run", "--module", abiFixtures+"counter.wasm", "--input", bad, "--key", "user")
+	if r.code != 1 || r.stdout != "{\"count\":1}\n" || !strings.Contains(r.stderr, "input line 3: bare \" in non-quoted-field") {
+		t.Fatalf("fail: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
+	}
+	empty := writeFile(t, "empty.csv", "")
+	r = clink(t, "", "run", "--module", abiFixtures+"counter.wasm", "--input", empty, "--key", "user")
+	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "0 records in, 0 out") {
+		t.Fatalf("empty: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
+	}
+}

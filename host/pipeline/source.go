@@ -3,6 +3,7 @@ package pipeline
 import (
 	"bufio"
 	"bytes"
+	"encoding/base64"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/clink-wasm/clink-wasm/host/scheduler"
 )
@@ -37,6 +39,8 @@ const (
 type MalformedError struct {
 	Line int64
 	Err  error
+
+	streamed bool // the record already went to the dead-letter output (an oversize line)
 }
 
 func (e *MalformedError) Error() string { return fmt.Sprintf("input line %d: %v", e.Line, e.Err) }
@@ -62,7 +66,8 @@ type sourceConfig struct {
 // fires at the end of a bounded input.
 type source struct {
 	cfg       sourceConfig
-	r         *countingReader
+	r         *countingReader // counts the input's bytes, for progress
+	in        io.Reader       // r without a leading byte order mark
 	line      int64
 	recs      atomic.Int64
 	skipped   atomic.Int64
@@ -97,7 +102,40 @@ func newSource(cfg sourceConfig, r io.Reader) *source {
 	if cfg.watermarkEvery <= 0 {
 		cfg.watermarkEvery = 1000
 	}
-	return &source{cfg: cfg, r: &countingReader{r: r}, maxTS: math.MinInt64, wm: math.MinInt64}
+	s := &source{cfg: cfg, r: &countingReader{r: r}, maxTS: math.MinInt64, wm: math.MinInt64}
+	s.in = &bomSkipper{r: s.r}
+	return s
+}
+
+// utf8BOM is the byte order mark some editors put at the start of a UTF-8 file.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
+// bomSkipper drops a UTF-8 byte order mark at the start of its input.
+type bomSkipper struct {
+	r       io.Reader
+	checked bool
+	head    []byte // bytes read while checking, not yet returned
+}
+
+func (b *bomSkipper) Read(p []byte) (int, error) {
+	if !b.checked {
+		b.checked = true
+		var h [3]byte
+		n, err := io.ReadFull(b.r, h[:])
+		if n == 3 && bytes.Equal(h[:], utf8BOM) {
+			n = 0
+		}
+		b.head = h[:n]
+		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
+			return 0, err
+		}
+	}
+	if len(b.head) > 0 {
+		n := copy(p, b.head)
+		b.head = b.head[n:]
+		return n, nil
+	}
+	return b.r.Read(p)
 }
 
 // run reads everything and sends batches to out, closing it at the end. It stops early, with an
@@ -129,14 +167,14 @@ func (s *source) run(out chan<- []scheduler.Element, stop <-chan struct{}) error
 		next = s.csvRecords()
 	}
 	for {
-		value, line, err := next()
+		value, raw, line, err := next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
 			var me *MalformedError
 			if errors.As(err, &me) {
-				if serr := s.malformed(me, value); serr != nil {
+				if serr := s.malformed(me, raw); serr != nil {
 					send() // the records before the bad line are still processed
 					return serr
 				}
@@ -147,7 +185,7 @@ func (s *source) run(out chan<- []scheduler.Element, stop <-chan struct{}) error
 		}
 		el, err := s.record(value, line)
 		if err != nil {
-			if serr := s.malformed(&MalformedError{Line: line, Err: err}, value); serr != nil {
+			if serr := s.malformed(&MalformedError{Line: line, Err: err}, raw); serr != nil {
 				send()
 				return serr
 			}
@@ -184,17 +222,37 @@ func (s *source) malformed(me *MalformedError, raw []byte) error {
 		return me
 	}
 	s.skipped.Add(1)
-	if s.cfg.deadLetter != nil {
-		b, _ := json.Marshal(struct {
-			Line  int64  `json:"line"`
-			Error string `json:"error"`
-			Raw   string `json:"raw"`
-		}{me.Line, me.Err.Error(), string(raw)})
-		if _, err := s.cfg.deadLetter.Write(append(b, '\n')); err != nil {
+	if s.cfg.deadLetter != nil && !me.streamed {
+		if _, err := s.cfg.deadLetter.Write(deadLetter(me, raw)); err != nil {
 			return fmt.Errorf("dead-letter output: %w", err)
 		}
 	}
 	return nil
+}
+
+// deadLetter encodes one dead-letter record (docs/DESIGN.md, "Malformed input"): the line, the
+// reason, and the raw record without its line terminator, losslessly: as "raw" when it is
+// UTF-8 text, as "raw_base64" otherwise.
+func deadLetter(me *MalformedError, raw []byte) []byte {
+	var rec struct {
+		Line      int64   `json:"line"`
+		Reason    string  `json:"reason"`
+		Raw       *string `json:"raw,omitempty"`
+		RawBase64 *string `json:"raw_base64,omitempty"`
+	}
+	rec.Line, rec.Reason = me.Line, me.Err.Error()
+	if utf8.Valid(raw) {
+		r := string(raw)
+		rec.Raw = &r
+	} else {
+		r := base64.StdEncoding.EncodeToString(raw)
+		rec.RawBase64 = &r
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(&rec) // cannot fail: strings and an integer
+	return buf.Bytes()
 }
 
 // copyBytes copies b into the source's arena. Elements alias arenas that are never reused: the
@@ -221,7 +279,7 @@ func (s *source) record(value []byte, line int64) (scheduler.Element, error) {
 		}
 		k, err := keyText(raw)
 		if err != nil {
-			return el, fmt.Errorf("field %q: %v", s.cfg.keyField, err)
+			return el, fmt.Errorf("field %q: %w", s.cfg.keyField, err)
 		}
 		if len(k) > s.cfg.maxKey {
 			return el, fmt.Errorf("key of %d bytes exceeds the %d-byte limit", len(k), s.cfg.maxKey)
@@ -237,7 +295,7 @@ func (s *source) record(value []byte, line int64) (scheduler.Element, error) {
 		}
 		ts, err := parseTime(raw)
 		if err != nil {
-			return el, fmt.Errorf("field %q: %v", s.cfg.timeField, err)
+			return el, fmt.Errorf("field %q: %w", s.cfg.timeField, err)
 		}
 		el.TS = ts
 		s.maxTS = max(s.maxTS, ts)
@@ -269,10 +327,10 @@ func (s *source) watermark() (int64, bool) {
 	return wm, true
 }
 
-func (s *source) jsonLinesReader() *bufio.Reader { return bufio.NewReaderSize(s.r, 256<<10) }
+func (s *source) jsonLinesReader() *bufio.Reader { return bufio.NewReaderSize(s.in, 256<<10) }
 
-// jsonLines returns the next non-empty line as a record value.
-func (s *source) jsonLines() ([]byte, int64, error) {
+// jsonLines returns the next non-empty line as a record value (and as its raw text).
+func (s *source) jsonLines() ([]byte, []byte, int64, error) {
 	if s.br == nil {
 		s.br = s.jsonLinesReader()
 	}
@@ -285,73 +343,156 @@ func (s *source) jsonLines() ([]byte, int64, error) {
 				line, err = s.br.ReadSlice('\n')
 				long = append(long, line...)
 				if len(long) > s.cfg.maxValue+1 {
-					// Skip the rest of the line without holding it.
-					for err == bufio.ErrBufferFull {
-						_, err = s.br.ReadSlice('\n')
-					}
 					s.line++
-					return long[:256], s.line, &MalformedError{Line: s.line, Err: fmt.Errorf("line exceeds the %d-byte record limit", s.cfg.maxValue)}
+					return nil, nil, s.line, s.oversizeLine(long, err)
 				}
 			}
 			line = long
 		}
 		if len(line) == 0 && err != nil {
 			if err == io.EOF {
-				return nil, 0, io.EOF
+				return nil, nil, 0, io.EOF
 			}
-			return nil, 0, fmt.Errorf("reading input: %w", err)
+			return nil, nil, 0, fmt.Errorf("reading input: %w", err)
 		}
 		if err != nil && err != io.EOF {
-			return nil, 0, fmt.Errorf("reading input: %w", err)
+			return nil, nil, 0, fmt.Errorf("reading input: %w", err)
 		}
 		s.line++
-		line = bytes.TrimRight(line, "\r\n")
+		line = trimEOL(line)
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		if !json.Valid(line) {
-			return line, s.line, &MalformedError{Line: s.line, Err: jsonSyntaxError(line)}
+			return nil, line, s.line, &MalformedError{Line: s.line, Err: jsonSyntaxError(line)}
 		}
 		if t := bytes.TrimSpace(line); t[0] != '{' {
-			return line, s.line, &MalformedError{Line: s.line, Err: errors.New("a record must be a JSON object")}
+			return nil, line, s.line, &MalformedError{Line: s.line, Err: errors.New("a record must be a JSON object")}
 		}
-		return line, s.line, nil
+		return line, line, s.line, nil
 	}
+}
+
+// oversizeLine handles a line longer than the record limit, of which head has been read and err
+// is the last ReadSlice's result. The line is never held whole: under MalformedSkip with a
+// dead-letter output it is streamed there (as raw_base64, since its text cannot be checked
+// before it is all read); otherwise the rest is skipped.
+func (s *source) oversizeLine(head []byte, err error) error {
+	me := &MalformedError{Line: s.line, Err: fmt.Errorf("line exceeds the %d-byte record limit", s.cfg.maxValue)}
+	if s.cfg.policy != MalformedSkip || s.cfg.deadLetter == nil {
+		for err == bufio.ErrBufferFull {
+			_, err = s.br.ReadSlice('\n')
+		}
+		return me
+	}
+	me.streamed = true
+	w := &errWriter{w: s.cfg.deadLetter}
+	fmt.Fprintf(w, `{"line":%d,"reason":%s,"raw_base64":"`, me.Line, mustJSON(me.Err.Error()))
+	enc := base64.NewEncoder(base64.StdEncoding, w)
+	// The terminator may be split over the last two chunks ("\r" then "\n"): hold back a final
+	// "\r" until the next chunk shows whether a "\n" follows.
+	held := false
+	chunk := head
+	for {
+		last := err != bufio.ErrBufferFull
+		if held {
+			if !(last && len(chunk) == 1 && chunk[0] == '\n') {
+				enc.Write([]byte{'\r'})
+			}
+			held = false
+		}
+		if last {
+			chunk = trimEOL(chunk)
+		} else if n := len(chunk); n > 0 && chunk[n-1] == '\r' {
+			chunk, held = chunk[:n-1], true
+		}
+		enc.Write(chunk)
+		if last {
+			break
+		}
+		chunk, err = s.br.ReadSlice('\n')
+	}
+	enc.Close()
+	io.WriteString(w, "\"}\n")
+	if w.err != nil {
+		return fmt.Errorf("dead-letter output: %w", w.err)
+	}
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("reading input: %w", err)
+	}
+	return me
+}
+
+// errWriter keeps the first write error.
+type errWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (e *errWriter) Write(p []byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	n, err := e.w.Write(p)
+	e.err = err
+	return n, err
+}
+
+func mustJSON(s string) []byte {
+	b, _ := json.Marshal(s)
+	return b
+}
+
+// trimEOL drops one line terminator ("\n" or "\r\n") from the end of line.
+func trimEOL(line []byte) []byte {
+	line = bytes.TrimSuffix(line, []byte{'\n'})
+	return bytes.TrimSuffix(line, []byte{'\r'})
 }
 
 func jsonSyntaxError(b []byte) error {
 	var v any
 	if err := json.Unmarshal(b, &v); err != nil {
-		return fmt.Errorf("invalid JSON: %v", err)
+		return fmt.Errorf("invalid JSON: %w", err)
 	}
 	return errors.New("invalid JSON")
 }
 
 // csvRecords reads CSV with a header row and turns each row into a JSON object. A cell that is a
-// valid JSON number becomes a number; everything else stays a string.
-func (s *source) csvRecords() func() ([]byte, int64, error) {
-	cr := csv.NewReader(s.r)
+// valid JSON number becomes a number; everything else stays a string. A row encoding/csv cannot
+// parse (a bare or unterminated quote, a wrong number of fields) is a malformed record whose raw
+// text is the row as it appears in the input. A malformed header fails the run under any policy:
+// no row after it can be read without one.
+func (s *source) csvRecords() func() ([]byte, []byte, int64, error) {
+	tee := &rawTee{r: s.in, limit: int64(s.cfg.maxValue) + 64<<10}
+	cr := csv.NewReader(tee)
 	cr.ReuseRecord = true
 	cr.FieldsPerRecord = 0
 	var buf []byte
-	return func() ([]byte, int64, error) {
+	return func() ([]byte, []byte, int64, error) {
 		for {
 			row, err := cr.Read()
-			line, _ := cr.FieldPos(0)
 			if err == io.EOF {
-				return nil, 0, io.EOF
+				return nil, nil, 0, io.EOF
 			}
-			if err != nil {
-				var pe *csv.ParseError
-				if errors.As(err, &pe) {
-					return nil, int64(pe.StartLine), &MalformedError{Line: int64(pe.StartLine), Err: pe.Err}
+			raw := tee.next(cr.InputOffset())
+			var pe *csv.ParseError
+			if err != nil && !errors.As(err, &pe) {
+				if errors.Is(err, errCSVTooLong) {
+					return nil, nil, 0, fmt.Errorf("input line %d: a CSV record exceeds the %d-byte record limit", tee.startLine(), s.cfg.maxValue)
 				}
-				return nil, 0, fmt.Errorf("reading input: %w", err)
+				return nil, nil, 0, fmt.Errorf("reading input: %w", err)
 			}
 			if s.csvHeader == nil {
+				if err != nil {
+					return nil, nil, 0, fmt.Errorf("CSV header: %w", err)
+				}
 				s.csvHeader = append([]string(nil), row...)
 				continue
 			}
+			if err != nil {
+				return nil, raw, int64(pe.StartLine), &MalformedError{Line: int64(pe.StartLine), Err: pe.Err}
+			}
+			line, _ := cr.FieldPos(0) // a record without error has at least one field
 			buf = append(buf[:0], '{')
 			for i, h := range s.csvHeader {
 				if i > 0 {
@@ -368,15 +509,99 @@ func (s *source) csvRecords() func() ([]byte, int64, error) {
 				}
 			}
 			buf = append(buf, '}')
-			return buf, int64(line), nil
+			return buf, raw, int64(line), nil
 		}
 	}
 }
 
+var errCSVTooLong = errors.New("CSV record too long")
+
+// rawTee keeps the input bytes that encoding/csv has read but not yet consumed as records, so
+// that each record's raw text can go to the dead-letter output. It holds at most one record plus
+// the csv reader's read-ahead; a record longer than limit fails the read (encoding/csv would
+// otherwise hold it whole).
+type rawTee struct {
+	r     io.Reader
+	limit int64
+	buf   []byte // input from offset base on
+	start int    // buf[:start] was returned by next and may be dropped
+	base  int64
+	lines int64 // line terminators in the bytes dropped so far
+}
+
+// startLine is the line number of the first byte not yet returned by next.
+func (t *rawTee) startLine() int64 {
+	return t.lines + int64(bytes.Count(t.buf[:t.start], []byte{'\n'})) + 1
+}
+
+func (t *rawTee) Read(p []byte) (int, error) {
+	if int64(len(t.buf)-t.start) > t.limit {
+		return 0, errCSVTooLong
+	}
+	n, err := t.r.Read(p)
+	t.buf = append(t.buf, p[:n]...)
+	return n, err
+}
+
+// next returns the raw text of the record that ends at input offset end: without the blank
+// lines encoding/csv skipped before it and without its line terminator. The result is valid
+// until the next Read.
+func (t *rawTee) next(end int64) []byte {
+	if t.start > 64<<10 && t.start > len(t.buf)/2 {
+		t.lines += int64(bytes.Count(t.buf[:t.start], []byte{'\n'}))
+		n := copy(t.buf, t.buf[t.start:])
+		t.buf, t.base, t.start = t.buf[:n], t.base+int64(t.start), 0
+	}
+	from, to := t.start, int(end-t.base)
+	to = min(max(to, from), len(t.buf))
+	raw := t.buf[from:to]
+	t.start = to
+	for {
+		if r, ok := bytes.CutPrefix(raw, []byte{'\n'}); ok {
+			raw = r
+		} else if r, ok := bytes.CutPrefix(raw, []byte("\r\n")); ok {
+			raw = r
+		} else {
+			break
+		}
+	}
+	return trimEOL(raw)
+}
+
+// isJSONNumber reports whether s is exactly a JSON number (RFC 8259 section 6): no sign but a
+// leading minus, no leading zeros, no surrounding space.
 func isJSONNumber(s string) bool {
-	if s == "" {
+	i := 0
+	digits := func() int {
+		n := 0
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i, n = i+1, n+1
+		}
+		return n
+	}
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(s) && s[i] == '0':
+		i++
+	case digits() == 0:
 		return false
 	}
-	var n json.Number
-	return json.Unmarshal([]byte(s), &n) == nil && s[0] != '+' && s != "-"
+	if i < len(s) && s[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(s)
 }
