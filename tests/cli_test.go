@@ -270,7 +270,7 @@ func TestDurableStateRestore(t *testing.T) {
 		t.Fatalf("unknown checkpoint: exit %d: %s", r.code, r.stderr)
 	}
 	r = clink(t, "", append(args, "--restore", "yesterday")...)
-	if r.code != 2 || !strings.Contains(r.stderr, "want none, latest or a checkpoint id") {
+	if r.code != 2 || !strings.Contains(r.stderr, "want none, latest, latest-if-any or a checkpoint id") {
 		t.Fatalf("bad --restore: exit %d: %s", r.code, r.stderr)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,13 +53,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		wmDelay    = fs.Duration("watermark-delay", 0, "bounded out-of-orderness: watermark = max event time seen - delay")
 		onBad      = fs.String("on-malformed", "fail", "malformed input line: fail (stop with its line number) or skip")
 		deadLetter = fs.String("dead-letter", "", "with --on-malformed=skip, write skipped lines here as JSON Lines")
-		inFlight   = fs.Int("max-in-flight", 0, "records in flight (default: derived from the module's memory)")
-		callTime   = fs.Duration("call-timeout", abi.DefaultCallTime, "time limit per guest call (suspension excluded)")
-		memPages   = fs.Uint("max-memory-pages", abi.DefaultMemoryPages, "linear memory limit per instance, in 64 KiB pages")
+		inFlight   = fs.Int("max-in-flight", 0, "records in flight, > 0 (default: derived from the module's memory)")
+		callTime   = fs.Duration("call-timeout", abi.DefaultCallTime, "time limit per guest call (suspension excluded), > 0")
+		memPages   = fs.Uint("max-memory-pages", abi.DefaultMemoryPages, "linear memory limit per instance, in 64 KiB pages (1 to 65536)")
 		stateURL   = fs.String("state", "", "durable state pool: file:///dir, s3://bucket/prefix?endpoint=..., mem:// (default: file:// in "+pipeline.DefaultStateDir+")")
+		hotBytes   = fs.String("hot-bytes", "", "bound on the state pool's in-memory hot tier, e.g. 64m or 1g (default: the pool's hot_bytes, 256m)")
 		job        = fs.String("job", "", "the job's name in the state pool (default: the operator's name)")
-		restore    = fs.String("restore", "none", "restore state from a checkpoint: none, latest, or a checkpoint id")
-		ckptEvery  = fs.Duration("checkpoint-interval", 10*time.Second, "time between checkpoints (a final one is always taken at the end)")
+		restore    = fs.String("restore", "none", "restore state from a checkpoint: none, latest (fails if there is none),\nlatest-if-any (the latest if there is one, else start empty), or a checkpoint id")
+		ckptEvery  = fs.Duration("checkpoint-interval", 10*time.Second, "time between checkpoints; 0 takes only the final one (always taken at the end)")
 		endpoints  = fs.String("endpoints", "", "JSON file of lookup endpoint definitions (see docs)")
 		order      = fs.String("order", "key", "output order: key (per-key order, keyed state), input or none (unkeyed enrichment)")
 		stats      = fs.Bool("stats", false, "print the run's scheduler, state and lookup metrics as JSON on stderr at the end")
@@ -87,7 +89,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	for _, v := range endpointFlags {
 		c, err := pipeline.ParseEndpointFlag(v)
 		if err != nil {
-			return usagef("run: --endpoint %s: %v", v, err)
+			return usagef("run: --endpoint %s: %v", redactEndpointFlag(v), err)
 		}
 		eps = append(eps, c)
 	}
@@ -98,6 +100,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	if *modPath == "" || *input == "" {
 		return usagef("run: --module and --input are required (see clink-wasm run --help)")
+	}
+	if err := checkRunFlags(fs); err != nil {
+		return err
 	}
 	policy := pipeline.MalformedPolicy(*onBad)
 	if policy != pipeline.MalformedFail && policy != pipeline.MalformedSkip {
@@ -115,6 +120,18 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return err
 		}
 	}
+	var hot int64
+	if *hotBytes != "" {
+		if hot, err = pipeline.ParseByteSize(*hotBytes); err != nil {
+			return usagef("run: --hot-bytes: %v", err)
+		}
+		if hot == 0 {
+			return usagef("run: --hot-bytes must be > 0 (the hot tier needs room for the keys in flight)")
+		}
+	}
+	if *ckptEvery == 0 {
+		*ckptEvery = -1 // only the final checkpoint
+	}
 	bin, err := os.ReadFile(*modPath)
 	if err != nil {
 		return fmt.Errorf("reading module: %w", err)
@@ -122,7 +139,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	opts := pipeline.Options{
 		Module: bin, KeyField: *key, TimeField: *timeField, WatermarkDelay: *wmDelay,
 		OnMalformed: policy, MaxInFlight: *inFlight, Log: stderr,
-		StateURL: *stateURL, Job: *job, Restore: restoreID, CheckpointEvery: *ckptEvery,
+		StateURL: *stateURL, HotBytes: hot, Job: *job, Restore: restoreID, CheckpointEvery: *ckptEvery,
 		Endpoints: eps, Order: ord,
 		Limits: abi.Limits{CallTime: *callTime, MemoryPages: uint32(*memPages)},
 	}
@@ -132,6 +149,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 	}
 	opts.Format = pipeline.Format(strings.ToLower(*format))
+	if opts.Format != "" && opts.Format != pipeline.FormatJSONL && opts.Format != pipeline.FormatCSV {
+		return usagef("run: --format must be jsonl or csv, not %q", *format)
+	}
 	if *input == "-" {
 		opts.Input = stdin
 	} else {
@@ -189,6 +209,49 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	return err
 }
 
+// checkRunFlags refuses flag values that have no meaning, rather than defaulting them.
+func checkRunFlags(fs *flag.FlagSet) error {
+	get := func(name string) flag.Getter { return fs.Lookup(name).Value.(flag.Getter) }
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if n := get("max-in-flight").Get().(int); n < 0 || (set["max-in-flight"] && n == 0) {
+		return usagef("run: --max-in-flight must be > 0, not %d (leave it out to derive it from the module's memory)", n)
+	}
+	if d := get("call-timeout").Get().(time.Duration); d <= 0 {
+		return usagef("run: --call-timeout must be > 0, not %v", d)
+	}
+	if p := get("max-memory-pages").Get().(uint); p == 0 || p > pipeline.MaxMemoryPages {
+		return usagef("run: --max-memory-pages must be from 1 to %d (64 KiB pages; 65536 is the wasm32 maximum of 4 GiB), not %d", pipeline.MaxMemoryPages, p)
+	}
+	if d := get("checkpoint-interval").Get().(time.Duration); d < 0 {
+		return usagef("run: --checkpoint-interval must be >= 0, not %v (0 takes only the final checkpoint)", d)
+	}
+	if d := get("watermark-delay").Get().(time.Duration); d < 0 {
+		return usagef("run: --watermark-delay must be >= 0, not %v", d)
+	}
+	if set["watermark-delay"] && get("time-field").String() == "" {
+		return usagef("run: --watermark-delay needs --time-field (without event time the only watermark is the final one)")
+	}
+	for _, name := range []string{"key", "time-field", "job"} {
+		if set[name] && get(name).String() == "" {
+			return usagef("run: --%s must not be empty", name)
+		}
+	}
+	return nil
+}
+
+// redactEndpointFlag hides the password of a NAME=URL flag value before it goes into a message.
+func redactEndpointFlag(v string) string {
+	name, raw, ok := strings.Cut(v, "=")
+	if !ok {
+		return v
+	}
+	if u, err := url.Parse(raw); err == nil {
+		return name + "=" + u.Redacted()
+	}
+	return name + "=(unparsable URL)"
+}
+
 func printSummary(w io.Writer, s *pipeline.Summary, err error) {
 	status := "done"
 	if err != nil {
@@ -199,9 +262,16 @@ func printSummary(w io.Writer, s *pipeline.Summary, err error) {
 		fmt.Fprintf(w, ", %d malformed skipped", s.Skipped)
 	}
 	fmt.Fprintf(w, " in %v (%s records/s)\n", s.Duration.Round(time.Millisecond), humanRate(s.RecordsPerSecond()))
+	if s.Restored != nil {
+		fmt.Fprintf(w, "state: %s\n", s.Restored)
+	}
 	if n := len(s.Checkpoints); n > 0 {
-		fmt.Fprintf(w, "state: checkpoint %d committed (%d checkpoint%s, %s written); resume with --restore latest\n",
-			s.Checkpoints[n-1], n, plural(n), humanBytes(s.CheckpointBytes))
+		fmt.Fprintf(w, "state: checkpoint %d committed (%d checkpoint%s, %s written)", s.Checkpoints[n-1], n, plural(n), humanBytes(s.CheckpointBytes))
+		if s.Resumable {
+			fmt.Fprintln(w, "; resume with --restore latest")
+		} else {
+			fmt.Fprintln(w, " to process memory (mem://): it ends with this run")
+		}
 	}
 }
 

@@ -4,12 +4,15 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
@@ -52,8 +55,15 @@ type Options struct {
 	StateURL string
 	// Job is the operator's stable identity in the state pool (default: the module's name).
 	Job string
-	// Restore is the checkpoint to restore: 0 starts empty, state.RestoreLatest the newest.
+	// Restore is the checkpoint to restore: 0 starts empty, state.RestoreLatest the newest (an
+	// error wrapping ErrNoCheckpoint if there is none), RestoreLatestIfAny the newest if there
+	// is one. A checkpoint records the module that wrote it: another module may restore it only
+	// if they share a state name (an upgrade, reported in Summary.Restored); otherwise the run
+	// fails with ErrModuleMismatch.
 	Restore uint64
+	// HotBytes bounds the durable pool's hot tier (state.WithHotBytes; it overrides the URL's
+	// hot_bytes). 0 keeps the pool's default.
+	HotBytes int64
 	// CheckpointEvery takes a checkpoint after this much time (default 10s; <0 only the final
 	// one). With a durable pool, a final checkpoint is always taken at the end of the input.
 	CheckpointEvery time.Duration
@@ -93,6 +103,10 @@ type Summary struct {
 	Checkpoints     []uint64
 	CheckpointBytes int64
 	State           *state.Metrics // durable pools only
+	// Resumable says whether the checkpoints outlive the process (not a mem:// pool).
+	Resumable bool
+	// Restored says what was restored; nil without Options.Restore.
+	Restored *RestoreInfo
 	// Lookups are the metrics of each endpoint.
 	Lookups map[string]lookup.Metrics
 }
@@ -116,11 +130,11 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.Format == "" {
 		opts.Format = FormatJSONL
 	}
-	if opts.Format != FormatJSONL && opts.Format != FormatCSV {
-		return sum, fmt.Errorf("unknown input format %q (use jsonl or csv)", opts.Format)
-	}
 	if opts.OnMalformed == "" {
 		opts.OnMalformed = MalformedFail
+	}
+	if err := opts.validate(); err != nil {
+		return sum, err
 	}
 	engOpts := []abi.EngineOption{abi.WithLimits(opts.Limits)}
 	if opts.CacheDir != "" {
@@ -134,6 +148,10 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	mod, err := eng.Load(ctx, opts.Module, abi.LoadOptions{Endpoints: append([]string{}, EndpointNames(opts.Endpoints)...)})
 	if err != nil {
 		return sum, err
+	}
+	if opts.Order != scheduler.OrderPerKey && len(mod.Manifest.States) > 0 {
+		return sum, fmt.Errorf("%w: operator %q declares keyed state (%s), which needs per-key order: output order %s runs the records of a key concurrently; use order key",
+			ErrOrderWithState, mod.Name(), strings.Join(mod.Manifest.States, ", "), orderName(opts.Order))
 	}
 	var lookupFn scheduler.LookupFunc
 	if len(opts.Endpoints) > 0 {
@@ -149,11 +167,14 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		lookupFn = fn
 	}
 	sum.Operator = mod.Name()
-	backend, ckpt, nextID, closeState, err := openState(ctx, opts, mod.Name())
+	ds, err := openState(ctx, opts, mod.Name(), IdentifyModule(opts.Module, mod.Name(), mod.Manifest.States))
 	if err != nil {
 		return sum, err
 	}
-	defer closeState()
+	defer ds.close()
+	backend, ckpt, nextID := ds.backend, ds.ckpt, ds.next
+	sum.Restored = ds.restored
+	sum.Resumable = ckpt != nil && !strings.HasPrefix(opts.StateURL, "mem:")
 	if err := backend.Open(mod.Manifest.States); err != nil {
 		return sum, fmt.Errorf("state: %w", err)
 	}
@@ -258,46 +279,181 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	return sum, nil
 }
 
-// openState returns the run's backend: a fixed one, process memory, or an operator of a durable
-// pool with its checkpointer and first checkpoint id.
-func openState(ctx context.Context, opts Options, name string) (state.Backend, *checkpointer, uint64, func(), error) {
-	if opts.Backend != nil {
-		return opts.Backend, nil, 0, func() {}, nil
+// ErrOrderWithState refuses a module that declares keyed state under an order other than per
+// key: keyed state is not available there (nothing orders two records of a key).
+var ErrOrderWithState = errors.New("keyed state needs per-key order")
+
+func orderName(o scheduler.Order) string {
+	switch o {
+	case scheduler.OrderPerKey:
+		return "key"
+	case scheduler.OrderInput:
+		return "input"
+	case scheduler.OrderNone:
+		return "none"
 	}
-	if opts.StateURL == "" {
-		return state.NewMemory(), nil, 0, func() {}, nil
-	}
-	st, err := state.Open(ctx, opts.StateURL)
-	if err != nil {
-		return nil, nil, 0, nil, fmt.Errorf("state: %w", err)
-	}
-	job := opts.Job
-	if job == "" {
-		job = name
-	}
-	next, err := nextCheckpointID(ctx, st, "", job)
-	if err != nil {
-		st.Close()
-		return nil, nil, 0, nil, fmt.Errorf("state pool %s: %w", redactURL(opts.StateURL), err)
-	}
-	b, err := st.Operator(ctx, state.OperatorOptions{Name: job, RestoreFrom: opts.Restore})
-	if err != nil {
-		st.Close()
-		if opts.Restore != 0 {
-			return nil, nil, 0, nil, fmt.Errorf("restoring %s from %s: %w", job, redactURL(opts.StateURL), err)
-		}
-		return nil, nil, 0, nil, fmt.Errorf("state pool %s: %w", redactURL(opts.StateURL), err)
-	}
-	return b, newCheckpointer(b), next, func() { b.Close(); st.Close() }, nil
+	return fmt.Sprintf("Order(%d)", o)
 }
 
-// redactURL drops credentials a state URL might carry before it goes into a message.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "(unparsable URL)"
+// validate refuses option values that have no meaning (zero values are defaults).
+func (o *Options) validate() error {
+	switch {
+	case o.Format != FormatJSONL && o.Format != FormatCSV:
+		return fmt.Errorf("unknown input format %q (use jsonl or csv)", o.Format)
+	case o.OnMalformed != MalformedFail && o.OnMalformed != MalformedSkip:
+		return fmt.Errorf("unknown malformed-record policy %q (use fail or skip)", o.OnMalformed)
+	case o.MaxInFlight < 0:
+		return fmt.Errorf("max in flight must be > 0 (or 0 for the default), not %d", o.MaxInFlight)
+	case o.Limits.CallTime < 0:
+		return fmt.Errorf("call time limit must be > 0 (or 0 for the default), not %v", o.Limits.CallTime)
+	case o.Limits.MemoryPages > MaxMemoryPages:
+		return fmt.Errorf("memory limit of %d pages exceeds the wasm32 maximum of %d (4 GiB)", o.Limits.MemoryPages, MaxMemoryPages)
+	case o.HotBytes < 0:
+		return fmt.Errorf("hot bytes must be > 0 (or 0 for the pool's default), not %d", o.HotBytes)
+	case o.WatermarkDelay < 0:
+		return fmt.Errorf("watermark delay must be >= 0, not %v", o.WatermarkDelay)
+	case o.WatermarkEvery < 0:
+		return fmt.Errorf("records between watermarks must be > 0 (or 0 for the default), not %d", o.WatermarkEvery)
+	case o.Order > scheduler.OrderNone:
+		return fmt.Errorf("unknown output order %d", o.Order)
 	}
-	return u.Redacted()
+	return nil
+}
+
+// MaxMemoryPages is the wasm32 maximum of linear memory, in 64 KiB pages (4 GiB).
+const MaxMemoryPages = 65536
+
+// durable is a run's keyed state: a fixed backend, process memory, or an operator of a durable
+// pool with its checkpointer.
+type durable struct {
+	backend  state.Backend
+	ckpt     *checkpointer // nil without a pool
+	next     uint64        // the first checkpoint id of this run
+	restored *RestoreInfo  // nil without --restore
+	close    func()
+}
+
+// openState opens the run's state and, when asked, restores it. A restore that finds nothing to
+// restore fails (unless latest-if-any), naming the job, the pool and the checkpoint looked for,
+// and a checkpoint of a module that shares no state with this one is refused.
+func openState(ctx context.Context, opts Options, name string, self ModuleIdentity) (*durable, error) {
+	if opts.Backend != nil {
+		return &durable{backend: opts.Backend, close: func() {}}, nil
+	}
+	if opts.StateURL == "" {
+		if opts.Restore != 0 && opts.Restore != RestoreLatestIfAny {
+			return nil, &NoCheckpointError{Job: cmp.Or(opts.Job, name), Pool: "process memory (no state pool)", Want: opts.Restore}
+		}
+		return &durable{backend: state.NewMemory(), close: func() {}}, nil
+	}
+	pool := redactURL(opts.StateURL)
+	var stOpts []state.Option
+	if opts.HotBytes > 0 {
+		stOpts = append(stOpts, state.WithHotBytes(opts.HotBytes))
+	}
+	st, err := state.Open(ctx, opts.StateURL, stOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("state pool %s: %w", pool, redactErr(err, opts.StateURL))
+	}
+	job := cmp.Or(opts.Job, name)
+	complete, next, err := checkpointsOf(ctx, st, "", job)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("state pool %s: %w", pool, redactErr(err, opts.StateURL))
+	}
+	var info *RestoreInfo
+	from := opts.Restore
+	switch {
+	case from == 0:
+	case (from == state.RestoreLatest || from == RestoreLatestIfAny) && len(complete) > 0:
+		from = complete[0] // the newest, named, so that what is restored is what is reported
+	case from == RestoreLatestIfAny:
+		from, info = 0, &RestoreInfo{}
+	case from == state.RestoreLatest || !slices.Contains(complete, from):
+		st.Close()
+		return nil, &NoCheckpointError{Job: job, Pool: pool, Want: from, Existing: complete}
+	}
+	b, err := st.Operator(ctx, state.OperatorOptions{Name: job, RestoreFrom: from})
+	if err != nil {
+		st.Close()
+		if from != 0 {
+			return nil, fmt.Errorf("restoring %s from %s: %w", job, pool, redactErr(err, opts.StateURL))
+		}
+		return nil, fmt.Errorf("state pool %s: %w", pool, redactErr(err, opts.StateURL))
+	}
+	if from != 0 {
+		info = &RestoreInfo{Checkpoint: from, Into: self}
+		if err := checkModule(info, b.OperatorState(ModuleStateName), self, job, pool); err != nil {
+			b.Close()
+			st.Close()
+			return nil, err
+		}
+	}
+	// Every checkpoint of this run records the module that wrote it.
+	rec, _ := json.Marshal(self)
+	b.SetOperatorState(ModuleStateName, rec)
+	return &durable{backend: b, ckpt: newCheckpointer(b), next: next, restored: info, close: func() { b.Close(); st.Close() }}, nil
+}
+
+// redactURL drops the credentials a state URL might carry before it goes into a message: the
+// password of its own userinfo, and that of any URL in its query (an S3 endpoint such as
+// endpoint=http://user:pass@host).
+func redactURL(s string) string { return secretReplacer(s).Replace(s) }
+
+// redactErr returns err with the credentials of rawURL taken out of its text. Errors from the
+// state tier and the S3 client can quote the URL or the endpoint; errors.Is and errors.As
+// still see through it.
+func redactErr(err error, rawURL string) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if red := secretReplacer(rawURL).Replace(msg); red != msg {
+		return &redactedError{msg: red, err: err}
+	}
+	return err
+}
+
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// secretReplacer replaces, in any text, the credentials that rawURL carries with "xxxxx".
+func secretReplacer(rawURL string) *strings.Replacer {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return strings.NewReplacer(rawURL, "(unparsable URL)")
+	}
+	var pairs []string
+	userinfo := func(ui *url.Userinfo) {
+		pass, ok := ui.Password()
+		if !ok {
+			return
+		}
+		name := ui.Username()
+		red := url.UserPassword(name, "xxxxx").String() + "@"
+		for _, old := range []string{ui.String() + "@", name + ":" + pass + "@"} {
+			pairs = append(pairs, old, red, url.QueryEscape(old), url.QueryEscape(red))
+		}
+		if len(pass) >= 6 { // long enough not to be found by accident in the message's own words
+			pairs = append(pairs, pass, "xxxxx", url.QueryEscape(pass), "xxxxx")
+		}
+	}
+	if u.User != nil {
+		userinfo(u.User)
+	}
+	for _, vs := range u.Query() {
+		for _, v := range vs {
+			if vu, err := url.Parse(v); err == nil && vu.User != nil {
+				userinfo(vu.User)
+			}
+		}
+	}
+	return strings.NewReplacer(pairs...)
 }
 
 func logTo(w io.Writer, describe func(int64) string) scheduler.LogFunc {
