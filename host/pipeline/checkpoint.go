@@ -82,9 +82,11 @@ func (e *NoCheckpointError) Error() string {
 	if len(e.Existing) > 0 {
 		fmt.Fprintf(&b, " (it has checkpoint%s %s)", plural(len(e.Existing)), joinIDs(e.Existing, 5))
 	}
-	if strings.HasPrefix(e.Pool, "mem:") {
+	switch {
+	case len(e.Existing) > 0:
+	case strings.HasPrefix(e.Pool, "mem:"):
 		b.WriteString("; mem:// state lives in process memory only, so a new run has no checkpoint")
-	} else if len(e.Existing) == 0 {
+	default:
 		b.WriteString("; check --state and --job (the job defaults to the operator's name), or use --restore latest-if-any to start empty when there is none")
 	}
 	return b.String()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -133,7 +134,7 @@ func parseTime(raw []byte) (int64, error) {
 		}
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return 0, errors.New("a time must be epoch milliseconds or an RFC 3339 string")
+			return 0, fmt.Errorf("a time must be epoch milliseconds or an RFC 3339 string: %w", err)
 		}
 		return t.UnixMilli(), nil
 	}

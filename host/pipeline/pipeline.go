@@ -261,18 +261,16 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	sum.Duration = time.Since(start)
 	sum.Scheduler = ctrl.Metrics().Snapshot()
 	sum.MaxInFlight = ctrl.MaxInFlight()
-	// The first failure in pipeline order: a bad output is found after the controller moved on,
-	// so it explains a controller error that merely reports the sink refusing more.
-	var oe *OutputError
+	// The first failure in pipeline order: a bad output or a failed write is found after the
+	// controller moved on, so it explains a controller error that merely reports the sink
+	// refusing more.
 	switch {
-	case errors.As(sinkErr, &oe):
+	case sinkErr != nil:
 		return sum, sinkErr
 	case runErr != nil:
 		return sum, runErr
 	case sErr != nil:
 		return sum, sErr
-	case sinkErr != nil:
-		return sum, sinkErr
 	case ckptErr != nil:
 		return sum, ckptErr
 	}

@@ -133,7 +133,7 @@ func (s *jsonlSink) where(src scheduler.Source) string {
 func invalidJSON(v []byte) error {
 	var x any
 	if err := json.Unmarshal(v, &x); err != nil {
-		return fmt.Errorf("not valid JSON: %v", err)
+		return fmt.Errorf("not valid JSON: %w", err)
 	}
 	return errors.New("not valid JSON")
 }
