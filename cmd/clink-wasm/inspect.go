@@ -14,13 +14,15 @@ import (
 func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("inspect", "inspect [--json] OP.wasm", stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	if err := parse(fs, args); err != nil {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usagef("inspect: give exactly one module file")
+	if len(pos) != 1 {
+		return usagef("inspect: give exactly one module file (clink-wasm inspect [--json] OP.wasm)")
 	}
-	bin, err := os.ReadFile(fs.Arg(0))
+	path := pos[0]
+	bin, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("reading module: %w", err)
 	}
@@ -33,14 +35,14 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(jsonReport(fs.Arg(0), rep)); err != nil {
+		if err := enc.Encode(jsonReport(path, rep)); err != nil {
 			return err
 		}
 	} else {
-		printReport(stdout, fs.Arg(0), rep)
+		printReport(stdout, path, rep)
 	}
 	if !rep.Usable() {
-		return fmt.Errorf("%s is not usable (%d problem%s)", fs.Arg(0), len(rep.Problems), plural(len(rep.Problems)))
+		return fmt.Errorf("%s is not usable (%d problem%s)", path, len(rep.Problems), plural(len(rep.Problems)))
 	}
 	return nil
 }
@@ -120,24 +122,25 @@ func jsonReport(path string, rep *abi.Report) any {
 
 func cmdManifest(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "embed" {
-		return usagef("manifest: the only subcommand is embed")
+		return usagef("manifest: the only subcommand is embed (clink-wasm manifest embed --manifest M.json IN.wasm [-o OUT.wasm])")
 	}
 	fs := newFlags("manifest embed", "manifest embed --manifest M.json IN.wasm [-o OUT.wasm]", stderr)
 	manPath := fs.String("manifest", "", "manifest JSON file")
 	out := fs.String("o", "", "output module (default: rewrite IN.wasm)")
-	if err := parse(fs, args[1:]); err != nil {
+	pos, err := parseInterspersed(fs, args[1:])
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 || *manPath == "" {
-		return usagef("manifest embed: give --manifest and one module")
+	if len(pos) != 1 || *manPath == "" {
+		return usagef("manifest embed: give --manifest and one module (clink-wasm manifest embed --manifest M.json IN.wasm [-o OUT.wasm])")
 	}
 	man, err := os.ReadFile(*manPath)
 	if err != nil {
-		return err
+		return fmt.Errorf("reading manifest: %w", err)
 	}
-	bin, err := os.ReadFile(fs.Arg(0))
+	bin, err := os.ReadFile(pos[0])
 	if err != nil {
-		return err
+		return fmt.Errorf("reading module: %w", err)
 	}
 	nb, err := abi.EmbedManifest(bin, man)
 	if err != nil {
@@ -145,7 +148,10 @@ func cmdManifest(args []string, stdout, stderr io.Writer) error {
 	}
 	dst := *out
 	if dst == "" {
-		dst = fs.Arg(0)
+		dst = pos[0]
 	}
-	return os.WriteFile(dst, nb, 0o644)
+	if err := os.WriteFile(dst, nb, 0o644); err != nil {
+		return fmt.Errorf("writing module: %w", err)
+	}
+	return nil
 }

@@ -41,6 +41,26 @@ func parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseInterspersed parses flags that may come before, between or after the positional
+// arguments (which it returns), as users of manifest embed and inspect expect. After "--"
+// everything is positional.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parse(fs, args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlags("run", "run --module OP.wasm --input FILE [--key FIELD] [flags]", stderr)
 	var (
@@ -168,6 +188,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			opts.Format = pipeline.FormatCSV
 		}
 	}
+	for flagName, path := range map[string]string{"output": *output, "dead-letter": *deadLetter} {
+		if path != "" && *input != "-" && sameFile(path, *input) {
+			return usagef("run: --%s %s is the input file: writing it would destroy the input", flagName, path)
+		}
+	}
+	if *output != "" && *deadLetter != "" && (filepath.Clean(*output) == filepath.Clean(*deadLetter) || sameFile(*output, *deadLetter)) {
+		return usagef("run: --output and --dead-letter must be different files")
+	}
 	opts.Output = stdout
 	if *output != "" {
 		f, err := os.Create(*output)
@@ -238,6 +266,16 @@ func checkRunFlags(fs *flag.FlagSet) error {
 		}
 	}
 	return nil
+}
+
+// sameFile reports whether paths a and b name one existing file.
+func sameFile(a, b string) bool {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	sb, err := os.Stat(b)
+	return err == nil && os.SameFile(sa, sb)
 }
 
 // redactEndpointFlag hides the password of a NAME=URL flag value before it goes into a message.

@@ -81,8 +81,11 @@ func ParseEndpointFlag(s string) (lookup.EndpointConfig, error) {
 		return lookup.EndpointConfig{}, errors.New("want NAME=URL")
 	}
 	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return lookup.EndpointConfig{}, fmt.Errorf("%q is not an http(s) URL", raw)
+	if err != nil {
+		return lookup.EndpointConfig{}, errors.New("not an http(s) URL")
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return lookup.EndpointConfig{}, fmt.Errorf("%q is not an http(s) URL", u.Redacted())
 	}
 	c := lookup.EndpointConfig{Name: name, BaseURL: raw}
 	host := u.Hostname()
