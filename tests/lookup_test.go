@@ -31,12 +31,12 @@ func testLookupEnrichment(t *testing.T, transport string) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		if want := map[string]int{"h1": 1, "h2c": 2}[transport]; r.ProtoMajor != want {
-			http.Error(w, "wrong protocol "+r.Proto, 505)
+			http.Error(w, "wrong protocol "+r.Proto, http.StatusHTTPVersionNotSupported)
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
 		if r.URL.Path != "/api/enrich" || r.Method != http.MethodPost {
-			http.Error(w, "wrong path", 404)
+			http.Error(w, "wrong path", http.StatusNotFound)
 			return
 		}
 		var rec map[string]any

@@ -440,7 +440,7 @@ func TestLookups(t *testing.T) {
 		calls.Add(1)
 		body, _ := io.ReadAll(r.Body)
 		if r.Method != http.MethodPost || r.URL.Path != "/api/enrich" {
-			http.Error(w, "wrong request", 404)
+			http.Error(w, "wrong request", http.StatusNotFound)
 			return
 		}
 		fmt.Fprintf(w, `{"got":%s}`, body)
