@@ -209,7 +209,16 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	elems := make(chan []scheduler.Element, 8)
 	stop := make(chan struct{})
 	srcErr := make(chan error, 1)
-	go func() { srcErr <- src.run(elems, stop) }()
+	go func() {
+		// A bug in reading the input (or a panicking Input reader) fails this run with an error;
+		// it must not take down the process and every other pipeline in it.
+		defer func() {
+			if r := recover(); r != nil {
+				srcErr <- fmt.Errorf("pipeline: internal error reading input (please report it): %v", r)
+			}
+		}()
+		srcErr <- src.run(elems, stop)
+	}()
 
 	progressDone := make(chan struct{})
 	if opts.Progress != nil {

@@ -394,6 +394,20 @@ func TestRunFailures(t *testing.T) {
 	})
 }
 
+type panicReader struct{}
+
+func (panicReader) Read([]byte) (int, error) { panic("reader bug") }
+
+// TestSourcePanicIsAnError: a panic while reading the input fails the run; the process lives on.
+func TestSourcePanicIsAnError(t *testing.T) {
+	var out bytes.Buffer
+	_, err := Run(context.Background(), Options{Module: fixture(t, "counter"), KeyField: "u",
+		Input: io.MultiReader(strings.NewReader(twoA), panicReader{}), Output: &out})
+	if err == nil || !strings.Contains(err.Error(), "internal error reading input") || !strings.Contains(err.Error(), "reader bug") {
+		t.Fatalf("%v", err)
+	}
+}
+
 type iotestErr struct{}
 
 func (iotestErr) Read([]byte) (int, error) { return 0, errors.New("device gone") }
