@@ -129,6 +129,23 @@ func TestSourceCSVMalformed(t *testing.T) {
 	}
 }
 
+// TestSourceCSVRecordLimit: a CSV row over the record limit is a malformed record kept whole;
+// one so long that encoding/csv would have to hold it all (over the limit plus 64 KiB) fails
+// the run, naming its line, instead of growing without bound.
+func TestSourceCSVRecordLimit(t *testing.T) {
+	big := strings.Repeat("x", 2000) // over runSource's 1 KiB limit
+	_, dl, err := runSource(t, sourceConfig{format: FormatCSV, policy: MalformedSkip}, "u,v\na,1\nb,"+big+"\nc,3\n")
+	dead := deadLetters(t, dl.Bytes())
+	if err != nil || len(dead) != 1 || dead[0].Line != 3 || string(dead[0].Raw) != "b,"+big || !strings.Contains(dead[0].Reason, "exceeds the 1024-byte limit") {
+		t.Fatalf("%v %+v", err, dead)
+	}
+	huge := strings.Repeat("y", 200<<10)
+	els, _, err := runSource(t, sourceConfig{format: FormatCSV, policy: MalformedSkip}, "u,v\na,1\nb,\""+huge+"\"\nc,3\n")
+	if err == nil || !strings.Contains(err.Error(), "input line 3: a CSV record exceeds the 1024-byte record limit") || len(records(els)) != 1 {
+		t.Fatalf("huge row: %v, %d records", err, len(records(els)))
+	}
+}
+
 // TestSourceCSVRawRow: a row that parses but cannot be keyed goes to the dead letters as the
 // row's raw text, not as its JSON conversion (nor as "").
 func TestSourceCSVRawRow(t *testing.T) {

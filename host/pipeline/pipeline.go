@@ -324,6 +324,17 @@ func (o *Options) validate() error {
 	case o.Order > scheduler.OrderNone:
 		return fmt.Errorf("unknown output order %d", o.Order)
 	}
+	l := o.Limits
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"record key", l.MaxRecordKey}, {"record value", l.MaxRecordValue}, {"state key", l.MaxStateKey}, {"state value", l.MaxStateValue},
+		{"emitted value", l.MaxEmitValue}, {"emits per call", l.MaxEmitsPerCall}, {"lookup request", l.MaxLookupRequest},
+		{"log message", l.MaxLogMessage}, {"prefetch value", l.MaxPrefetchValue}} {
+		if f.v < 0 {
+			return fmt.Errorf("%s limit must be > 0 (or 0 for the default), not %d", f.name, f.v)
+		}
+	}
 	return nil
 }
 

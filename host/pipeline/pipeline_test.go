@@ -292,6 +292,8 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{WatermarkDelay: -1}, "watermark delay must be >= 0"},
 		{Options{WatermarkEvery: -1}, "records between watermarks"},
 		{Options{Order: 9}, "unknown output order 9"},
+		{Options{Limits: abi.Limits{MaxRecordValue: -1}}, "record value limit must be > 0"},
+		{Options{Limits: abi.Limits{MaxPrefetchValue: -5}}, "prefetch value limit must be > 0"},
 	} {
 		tc.opts.Module = counter
 		if _, _, err := run(t, tc.opts, twoA); err == nil || !strings.Contains(err.Error(), tc.want) {
