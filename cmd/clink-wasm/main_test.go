@@ -103,6 +103,8 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"--on-malformed", "skip", "--dead-letter", in}, "is the input file"},
 		{[]string{"--on-malformed", "skip", "--dead-letter", "x", "--output", "./x"}, "--output and --dead-letter must be different files"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--state", "ftp://user:hunter22@x/y"}, "--state must be a file:///dir, s3://bucket/prefix or mem:// URL, not ftp://user:xxxxx@x/y"},
+		{[]string{"--state", "/tmp/dir"}, "--state must be a file:///dir"},
 		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
 	} {
 		r := clink(t, "", append(append([]string{}, base...), tc.args...)...)

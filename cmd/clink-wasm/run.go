@@ -139,6 +139,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if *stateURL, err = pipeline.StateURLForDir(pipeline.DefaultStateDir); err != nil {
 			return err
 		}
+	} else if u, err := url.Parse(*stateURL); err != nil || (u.Scheme != "file" && u.Scheme != "s3" && u.Scheme != "mem") {
+		return usagef("run: --state must be a file:///dir, s3://bucket/prefix or mem:// URL, not %s", pipeline.RedactURL(*stateURL))
 	}
 	var hot int64
 	if *hotBytes != "" {

@@ -237,7 +237,11 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		}()
 	}
 
-	runErr := ctrl.Run(ctx, elems)
+	// The controller's context ends with the run: when it fails, lookups and fetches still out
+	// are cancelled instead of running on until the endpoints close.
+	runCtx, cancelRun := context.WithCancel(ctx)
+	runErr := ctrl.Run(runCtx, elems)
+	cancelRun()
 	close(stop)
 	for range elems { // let the source finish if the controller stopped early
 	}
@@ -417,6 +421,9 @@ func openState(ctx context.Context, opts Options, name string, self ModuleIdenti
 // password of its own userinfo, and that of any URL in its query (an S3 endpoint such as
 // endpoint=http://user:pass@host).
 func redactURL(s string) string { return secretReplacer(s).Replace(s) }
+
+// RedactURL returns a state URL fit for a message: without the credentials it may carry.
+func RedactURL(s string) string { return redactURL(s) }
 
 // redactErr returns err with the credentials of rawURL taken out of its text. Errors from the
 // state tier and the S3 client can quote the URL or the endpoint; errors.Is and errors.As
