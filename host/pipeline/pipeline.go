@@ -327,6 +327,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("records between watermarks must be > 0 (or 0 for the default), not %d", o.WatermarkEvery)
 	case o.Order > scheduler.OrderNone:
 		return fmt.Errorf("unknown output order %d", o.Order)
+	case o.Backend != nil && o.Restore != 0:
+		return errors.New("restore needs a state pool (StateURL): a fixed Backend is used as it is")
 	}
 	l := o.Limits
 	for _, f := range []struct {

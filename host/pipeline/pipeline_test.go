@@ -293,6 +293,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{WatermarkEvery: -1}, "records between watermarks"},
 		{Options{Order: 9}, "unknown output order 9"},
 		{Options{Limits: abi.Limits{MaxRecordValue: -1}}, "record value limit must be > 0"},
+		{Options{Backend: state.NewMemory(), Restore: state.RestoreLatest}, "restore needs a state pool"},
 		{Options{Limits: abi.Limits{MaxPrefetchValue: -5}}, "prefetch value limit must be > 0"},
 	} {
 		tc.opts.Module = counter
