@@ -443,10 +443,13 @@ func mustJSON(s string) []byte {
 	return b
 }
 
-// trimEOL drops one line terminator ("\n" or "\r\n") from the end of line.
+// trimEOL drops one line terminator ("\n" or "\r\n") from the end of line. A "\r" without a
+// "\n" is data.
 func trimEOL(line []byte) []byte {
-	line = bytes.TrimSuffix(line, []byte{'\n'})
-	return bytes.TrimSuffix(line, []byte{'\r'})
+	if l, ok := bytes.CutSuffix(line, []byte{'\n'}); ok {
+		return bytes.TrimSuffix(l, []byte{'\r'})
+	}
+	return line
 }
 
 func jsonSyntaxError(b []byte) error {
