@@ -80,7 +80,7 @@ func (e *NoCheckpointError) Error() string {
 		fmt.Fprintf(&b, "checkpoint %d of job %q is not in %s", e.Want, e.Job, e.Pool)
 	}
 	if len(e.Existing) > 0 {
-		fmt.Fprintf(&b, " (it has checkpoint%s %s)", plural(len(e.Existing)), joinIDs(e.Existing, 5))
+		fmt.Fprintf(&b, " (it has checkpoint%s %s)", pluralSuffix(len(e.Existing)), joinIDs(e.Existing, 5))
 	}
 	switch {
 	case len(e.Existing) > 0:
@@ -94,7 +94,7 @@ func (e *NoCheckpointError) Error() string {
 
 func (e *NoCheckpointError) Is(target error) bool { return target == ErrNoCheckpoint }
 
-func plural(n int) string {
+func pluralSuffix(n int) string {
 	if n == 1 {
 		return ""
 	}
@@ -158,7 +158,7 @@ func (r *RestoreInfo) String() string {
 		return fmt.Sprintf("restored checkpoint %d (it does not record which module wrote it)", r.Checkpoint)
 	case r.Upgrade:
 		s := fmt.Sprintf("restored checkpoint %d of module %s into module %s, an upgrade: state kept: %s",
-			r.Checkpoint, r.From, r.Into, listOrNone(r.Kept))
+			r.Checkpoint, r.From, r.Into, namesOrNone(r.Kept))
 		if len(r.Dropped) > 0 {
 			s += "; not restored (no longer declared): " + strings.Join(r.Dropped, ", ")
 		}
@@ -199,13 +199,13 @@ func checkModule(info *RestoreInfo, recorded []byte, cur ModuleIdentity, job, po
 	}
 	if len(info.Kept) == 0 && (len(prev.States) > 0 || len(cur.States) > 0) {
 		return fmt.Errorf("%w: checkpoint %d of job %q in %s was written by module %s with state %s; module %s declares %s: no state in common, so nothing could be restored (name the job that belongs to this module with --job, or start empty without --restore)",
-			ErrModuleMismatch, info.Checkpoint, job, pool, prev, listOrNone(prev.States), cur, listOrNone(cur.States))
+			ErrModuleMismatch, info.Checkpoint, job, pool, prev, namesOrNone(prev.States), cur, namesOrNone(cur.States))
 	}
 	info.Upgrade = true
 	return nil
 }
 
-func listOrNone(s []string) string {
+func namesOrNone(s []string) string {
 	if len(s) == 0 {
 		return "(none)"
 	}

@@ -151,7 +151,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	if opts.Order != scheduler.OrderPerKey && len(mod.Manifest.States) > 0 {
 		return sum, fmt.Errorf("%w: operator %q declares keyed state (%s), which needs per-key order: output order %s runs the records of a key concurrently; use order key",
-			ErrOrderWithState, mod.Name(), strings.Join(mod.Manifest.States, ", "), orderName(opts.Order))
+			ErrOrderWithState, mod.Name(), strings.Join(mod.Manifest.States, ", "), orderFlagName(opts.Order))
 	}
 	var lookupFn scheduler.LookupFunc
 	if len(opts.Endpoints) > 0 {
@@ -294,7 +294,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 // key: keyed state is not available there (nothing orders two records of a key).
 var ErrOrderWithState = errors.New("keyed state needs per-key order")
 
-func orderName(o scheduler.Order) string {
+func orderFlagName(o scheduler.Order) string {
 	switch o {
 	case scheduler.OrderPerKey:
 		return "key"

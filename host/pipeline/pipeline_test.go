@@ -304,7 +304,7 @@ func TestOptionsValidate(t *testing.T) {
 	if _, err := Run(context.Background(), Options{Module: counter}); err == nil || !strings.Contains(err.Error(), "Input and Output are required") {
 		t.Errorf("no input: %v", err)
 	}
-	if orderName(scheduler.OrderNone) != "none" || orderName(7) != "Order(7)" {
+	if orderFlagName(scheduler.OrderNone) != "none" || orderFlagName(7) != "Order(7)" {
 		t.Error("orderName")
 	}
 }

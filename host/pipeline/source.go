@@ -386,8 +386,8 @@ func (s *source) oversizeLine(head []byte, err error) error {
 		return me
 	}
 	me.streamed = true
-	w := &errWriter{w: s.cfg.deadLetter}
-	fmt.Fprintf(w, `{"line":%d,"reason":%s,"raw_base64":"`, me.Line, mustJSON(me.Err.Error()))
+	w := &deadLetterWriter{w: s.cfg.deadLetter}
+	fmt.Fprintf(w, `{"line":%d,"reason":%s,"raw_base64":"`, me.Line, jsonString(me.Err.Error()))
 	enc := base64.NewEncoder(base64.StdEncoding, w)
 	// The terminator may be split over the last two chunks ("\r" then "\n"): hold back a final
 	// "\r" until the next chunk shows whether a "\n" follows.
@@ -423,13 +423,13 @@ func (s *source) oversizeLine(head []byte, err error) error {
 	return me
 }
 
-// errWriter keeps the first write error.
-type errWriter struct {
+// deadLetterWriter keeps the first write error.
+type deadLetterWriter struct {
 	w   io.Writer
 	err error
 }
 
-func (e *errWriter) Write(p []byte) (int, error) {
+func (e *deadLetterWriter) Write(p []byte) (int, error) {
 	if e.err != nil {
 		return 0, e.err
 	}
@@ -438,7 +438,7 @@ func (e *errWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-func mustJSON(s string) []byte {
+func jsonString(s string) []byte {
 	b, _ := json.Marshal(s)
 	return b
 }
