@@ -52,7 +52,7 @@ func deadLetters(t testing.TB, out []byte) []deadRec {
 	return recs
 }
 
-func records(els []scheduler.Element) []string {
+func recordValues(els []scheduler.Element) []string {
 	var out []string
 	for _, e := range els {
 		if e.Kind == scheduler.ElementRecord {
@@ -102,7 +102,7 @@ func TestSourceCSVMalformed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := records(els); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+			if got := recordValues(els); strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
 				t.Errorf("records %q, want %q", got, tc.want)
 			}
 			dead := deadLetters(t, dl.Bytes())
@@ -141,8 +141,8 @@ func TestSourceCSVRecordLimit(t *testing.T) {
 	}
 	huge := strings.Repeat("y", 200<<10)
 	els, _, err := runSource(t, sourceConfig{format: FormatCSV, policy: MalformedSkip}, "u,v\na,1\nb,\""+huge+"\"\nc,3\n")
-	if err == nil || !strings.Contains(err.Error(), "input line 3: a CSV record exceeds the 1024-byte record limit") || len(records(els)) != 1 {
-		t.Fatalf("huge row: %v, %d records", err, len(records(els)))
+	if err == nil || !strings.Contains(err.Error(), "input line 3: a CSV record exceeds the 1024-byte record limit") || len(recordValues(els)) != 1 {
+		t.Fatalf("huge row: %v, %d records", err, len(recordValues(els)))
 	}
 }
 
@@ -166,12 +166,12 @@ func TestSourceCSVRawRow(t *testing.T) {
 func TestSourceBOM(t *testing.T) {
 	bom := "\xef\xbb\xbf"
 	els, _, err := runSource(t, sourceConfig{keyField: "k"}, bom+`{"k":"a"}`+"\n")
-	if err != nil || len(records(els)) != 1 || string(els[0].Key) != "a" {
-		t.Fatalf("JSON Lines with a BOM: %v %v", records(els), err)
+	if err != nil || len(recordValues(els)) != 1 || string(els[0].Key) != "a" {
+		t.Fatalf("JSON Lines with a BOM: %v %v", recordValues(els), err)
 	}
 	els, _, err = runSource(t, sourceConfig{format: FormatCSV, keyField: "k"}, bom+"k,n\na,1\n")
-	if err != nil || len(records(els)) != 1 || string(els[0].Key) != "a" || records(els)[0] != `{"k":"a","n":1}` {
-		t.Fatalf("CSV with a BOM: %q %v", records(els), err)
+	if err != nil || len(recordValues(els)) != 1 || string(els[0].Key) != "a" || recordValues(els)[0] != `{"k":"a","n":1}` {
+		t.Fatalf("CSV with a BOM: %q %v", recordValues(els), err)
 	}
 	// Short inputs that start like a BOM but are not one are kept whole.
 	for _, in := range []string{"\xef", "\xef\xbb", "{}"} {
@@ -198,7 +198,7 @@ func TestDeadLetterLossless(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := records(els); len(got) != 1 {
+	if got := recordValues(els); len(got) != 1 {
 		t.Fatalf("records %q", got)
 	}
 	dead := deadLetters(t, dl.Bytes())
@@ -226,14 +226,14 @@ func TestDeadLetterLossless(t *testing.T) {
 	}
 }
 
-// errAfter fails every write.
-type failWriter struct{}
+// diskFullWriter fails every write.
+type diskFullWriter struct{}
 
-func (failWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
+func (diskFullWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
 func TestDeadLetterWriteFails(t *testing.T) {
 	for _, in := range []string{"[1]\n", `{"k":"` + strings.Repeat("x", 4000) + "\"}\n"} {
-		_, _, err := runSource(t, sourceConfig{keyField: "k", policy: MalformedSkip, deadLetter: failWriter{}}, in)
+		_, _, err := runSource(t, sourceConfig{keyField: "k", policy: MalformedSkip, deadLetter: diskFullWriter{}}, in)
 		if err == nil || !strings.Contains(err.Error(), "dead-letter output: disk full") {
 			t.Errorf("%.10q: %v", in, err)
 		}
@@ -295,7 +295,7 @@ func FuzzSourceCSV(f *testing.F) {
 		if err != nil {
 			t.Fatalf("source failed: %v", err)
 		}
-		recs := records(els)
+		recs := recordValues(els)
 		dead := deadLetters(t, dl.Bytes())
 		if len(recs)+len(dead) != len(rows) {
 			t.Fatalf("%d records + %d dead letters, reference has %d rows", len(recs), len(dead), len(rows))

@@ -24,7 +24,7 @@ import (
 	"github.com/clink-wasm/clink-wasm/host/state"
 )
 
-func fixture(t testing.TB, name string) []byte {
+func abiFixture(t testing.TB, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "abi", "testdata", name+".wasm"))
 	if err != nil {
@@ -47,12 +47,12 @@ var poolSeq atomic.Int64
 
 // memPool returns a named mem:// pool of its own: it outlives one Run, so restores can be tested
 // in process.
-func memPool(t testing.TB) string {
+func newMemPool(t testing.TB) string {
 	return fmt.Sprintf("mem://%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), poolSeq.Add(1))
 }
 
 // run runs opts over input and returns the output.
-func run(t testing.TB, opts Options, input string) (string, *Summary, error) {
+func runOpts(t testing.TB, opts Options, input string) (string, *Summary, error) {
 	t.Helper()
 	var out bytes.Buffer
 	opts.Input, opts.Output = strings.NewReader(input), &out
@@ -66,7 +66,7 @@ func run(t testing.TB, opts Options, input string) (string, *Summary, error) {
 const twoA = "{\"u\":\"a\"}\n{\"u\":\"b\"}\n{\"u\":\"a\"}\n"
 
 func TestRunCounter(t *testing.T) {
-	out, sum, err := run(t, Options{Module: fixture(t, "counter"), KeyField: "u"}, twoA)
+	out, sum, err := runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u"}, twoA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,23 +82,23 @@ func TestRunCounter(t *testing.T) {
 	}
 }
 
-// TestRestore: restores that find nothing fail with what was looked for and where; latest
+// TestRunRestore: restores that find nothing fail with what was looked for and where; latest
 // continues from the newest checkpoint; latest-if-any starts empty when there is none.
-func TestRestore(t *testing.T) {
-	pool := memPool(t)
-	counter := fixture(t, "counter")
+func TestRunRestore(t *testing.T) {
+	pool := newMemPool(t)
+	counter := abiFixture(t, "counter")
 	opts := Options{Module: counter, KeyField: "u", StateURL: pool}
 
 	// Nothing there yet.
 	opts.Restore = state.RestoreLatest
-	_, _, err := run(t, opts, twoA)
+	_, _, err := runOpts(t, opts, twoA)
 	var nce *NoCheckpointError
 	if !errors.Is(err, ErrNoCheckpoint) || !errors.As(err, &nce) || nce.Job != "counter" || nce.Pool != pool ||
 		!strings.Contains(err.Error(), `no checkpoint of job "counter" in `+pool) {
 		t.Fatalf("latest with no checkpoint: %v", err)
 	}
 	opts.Restore = RestoreLatestIfAny
-	out, sum, err := run(t, opts, twoA)
+	out, sum, err := runOpts(t, opts, twoA)
 	if err != nil || out != "{\"count\":1}\n{\"count\":1}\n{\"count\":2}\n" || sum.Restored == nil || sum.Restored.Checkpoint != 0 ||
 		!strings.Contains(sum.Restored.String(), "started from empty state") {
 		t.Fatalf("latest-if-any on nothing: %v %q %+v", err, out, sum.Restored)
@@ -110,7 +110,7 @@ func TestRestore(t *testing.T) {
 	// Now there is checkpoint 1: latest and latest-if-any both continue from it.
 	for i, r := range []uint64{state.RestoreLatest, RestoreLatestIfAny} {
 		opts.Restore = r
-		out, sum, err = run(t, opts, twoA)
+		out, sum, err = runOpts(t, opts, twoA)
 		want := []string{"{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n", "{\"count\":5}\n{\"count\":3}\n{\"count\":6}\n"}[i]
 		if err != nil || out != want || sum.Restored == nil || sum.Restored.Checkpoint != uint64(i+1) || sum.Restored.Upgrade ||
 			sum.Restored.From == nil || sum.Restored.From.Name != "counter" || sum.Restored.String() != fmt.Sprintf("restored checkpoint %d", i+1) {
@@ -119,24 +119,24 @@ func TestRestore(t *testing.T) {
 	}
 	// A named checkpoint that exists, one that does not, and the wrong job.
 	opts.Restore = 1
-	if out, _, err = run(t, opts, "{\"u\":\"a\"}\n"); err != nil || out != "{\"count\":3}\n" {
+	if out, _, err = runOpts(t, opts, "{\"u\":\"a\"}\n"); err != nil || out != "{\"count\":3}\n" {
 		t.Fatalf("restore 1: %v %q", err, out)
 	}
 	opts.Restore = 99
-	_, _, err = run(t, opts, twoA)
+	_, _, err = runOpts(t, opts, twoA)
 	if !errors.Is(err, ErrNoCheckpoint) || !strings.Contains(err.Error(), `checkpoint 99 of job "counter" is not in `+pool) ||
 		!strings.Contains(err.Error(), "it has checkpoints 4, 3, 2") || strings.Contains(err.Error(), "mem:// state lives") {
 		t.Fatalf("restore 99: %v", err)
 	}
 	opts.Restore, opts.Job = state.RestoreLatest, "other-job"
-	if _, _, err = run(t, opts, twoA); !errors.Is(err, ErrNoCheckpoint) || !strings.Contains(err.Error(), `job "other-job"`) {
+	if _, _, err = runOpts(t, opts, twoA); !errors.Is(err, ErrNoCheckpoint) || !strings.Contains(err.Error(), `job "other-job"`) {
 		t.Fatalf("wrong job: %v", err)
 	}
 	// Without a pool there is never anything to restore.
-	if _, _, err = run(t, Options{Module: counter, KeyField: "u", Restore: state.RestoreLatest}, twoA); !errors.Is(err, ErrNoCheckpoint) {
+	if _, _, err = runOpts(t, Options{Module: counter, KeyField: "u", Restore: state.RestoreLatest}, twoA); !errors.Is(err, ErrNoCheckpoint) {
 		t.Fatalf("no pool: %v", err)
 	}
-	if out, _, err = run(t, Options{Module: counter, KeyField: "u", Restore: RestoreLatestIfAny}, twoA); err != nil || !strings.HasPrefix(out, "{\"count\":1}") {
+	if out, _, err = runOpts(t, Options{Module: counter, KeyField: "u", Restore: RestoreLatestIfAny}, twoA); err != nil || !strings.HasPrefix(out, "{\"count\":1}") {
 		t.Fatalf("no pool, latest-if-any: %v", err)
 	}
 	// mem:// says why a new process has nothing.
@@ -145,16 +145,16 @@ func TestRestore(t *testing.T) {
 	}
 }
 
-// TestRestoreOtherModule: a checkpoint records the module that wrote it. A module sharing a state
+// TestRunRestoreOtherModule: a checkpoint records the module that wrote it. A module sharing a state
 // name restores it and says it upgraded; one sharing none is refused.
-func TestRestoreOtherModule(t *testing.T) {
-	pool := memPool(t)
-	counter := fixture(t, "counter")
-	if _, _, err := run(t, Options{Module: counter, KeyField: "u", StateURL: pool}, twoA); err != nil {
+func TestRunRestoreOtherModule(t *testing.T) {
+	pool := newMemPool(t)
+	counter := abiFixture(t, "counter")
+	if _, _, err := runOpts(t, Options{Module: counter, KeyField: "u", StateURL: pool}, twoA); err != nil {
 		t.Fatal(err)
 	}
 	v2 := withManifest(t, counter, `{"abi":1,"name":"counter","states":["count","extra"]}`)
-	out, sum, err := run(t, Options{Module: v2, KeyField: "u", StateURL: pool, Restore: state.RestoreLatest}, twoA)
+	out, sum, err := runOpts(t, Options{Module: v2, KeyField: "u", StateURL: pool, Restore: state.RestoreLatest}, twoA)
 	if err != nil || out != "{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n" {
 		t.Fatalf("upgrade: %v %q", err, out)
 	}
@@ -167,23 +167,23 @@ func TestRestoreOtherModule(t *testing.T) {
 		t.Fatalf("upgrade message %q", s)
 	}
 	// The checkpoint v2 wrote records v2; the original restores it back, dropping "extra".
-	_, sum, err = run(t, Options{Module: counter, KeyField: "u", StateURL: pool, Restore: state.RestoreLatest}, twoA)
+	_, sum, err = runOpts(t, Options{Module: counter, KeyField: "u", StateURL: pool, Restore: state.RestoreLatest}, twoA)
 	if err != nil || !sum.Restored.Upgrade || !slices.Equal(sum.Restored.Dropped, []string{"extra"}) || !strings.Contains(sum.Restored.String(), "not restored (no longer declared): extra") {
 		t.Fatalf("downgrade: %v %+v", err, sum.Restored)
 	}
 	// Nothing in common: refused, naming both modules.
 	other := withManifest(t, counter, `{"abi":1,"name":"tally","states":["total"]}`)
-	_, _, err = run(t, Options{Module: other, KeyField: "u", StateURL: pool, Job: "counter", Restore: state.RestoreLatest}, twoA)
+	_, _, err = runOpts(t, Options{Module: other, KeyField: "u", StateURL: pool, Job: "counter", Restore: state.RestoreLatest}, twoA)
 	if !errors.Is(err, ErrModuleMismatch) || !strings.Contains(err.Error(), "written by module counter (sha256 ") ||
 		!strings.Contains(err.Error(), "module tally (sha256 ") || !strings.Contains(err.Error(), "no state in common") {
 		t.Fatalf("unrelated module: %v", err)
 	}
 }
 
-// TestRestoreUnrecordedModule: a checkpoint from before checkpoints named their module restores,
+// TestRunRestoreUnrecordedModule: a checkpoint from before checkpoints named their module restores,
 // and says it could not check.
-func TestRestoreUnrecordedModule(t *testing.T) {
-	pool := memPool(t)
+func TestRunRestoreUnrecordedModule(t *testing.T) {
+	pool := newMemPool(t)
 	ctx := context.Background()
 	st, err := state.Open(ctx, pool)
 	if err != nil {
@@ -204,7 +204,7 @@ func TestRestoreUnrecordedModule(t *testing.T) {
 	}
 	b.Close()
 	st.Close()
-	out, sum, err := run(t, Options{Module: fixture(t, "counter"), KeyField: "u", StateURL: pool, Restore: state.RestoreLatest}, "{\"u\":\"a\"}\n")
+	out, sum, err := runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", StateURL: pool, Restore: state.RestoreLatest}, "{\"u\":\"a\"}\n")
 	if err != nil || out != "{\"count\":42}\n" || sum.Restored == nil || sum.Restored.From != nil ||
 		!strings.Contains(sum.Restored.String(), "does not record which module wrote it") {
 		t.Fatalf("%v %q %+v", err, out, sum.Restored)
@@ -225,27 +225,27 @@ func TestRestoreUnrecordedModule(t *testing.T) {
 	}
 }
 
-// TestCheckpoints: periodic checkpoints while the input lasts, and the final one; with a negative
+// TestRunCheckpoints: periodic checkpoints while the input lasts, and the final one; with a negative
 // interval only the final one.
-func TestCheckpoints(t *testing.T) {
+func TestRunCheckpoints(t *testing.T) {
 	var in strings.Builder
 	for i := range 1000 {
 		fmt.Fprintf(&in, "{\"u\":\"k%d\"}\n", i%10)
 	}
-	_, sum, err := run(t, Options{Module: fixture(t, "counter"), KeyField: "u", StateURL: memPool(t), CheckpointEvery: time.Nanosecond}, in.String())
+	_, sum, err := runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", StateURL: newMemPool(t), CheckpointEvery: time.Nanosecond}, in.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(sum.Checkpoints) < 2 || !slices.IsSorted(sum.Checkpoints) || sum.Checkpoints[0] != 1 || sum.CheckpointBytes <= 0 || sum.State == nil {
 		t.Fatalf("checkpoints %v, %d bytes", sum.Checkpoints, sum.CheckpointBytes)
 	}
-	_, sum, err = run(t, Options{Module: fixture(t, "counter"), KeyField: "u", StateURL: memPool(t), CheckpointEvery: -1}, in.String())
+	_, sum, err = runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", StateURL: newMemPool(t), CheckpointEvery: -1}, in.String())
 	if err != nil || !slices.Equal(sum.Checkpoints, []uint64{1}) {
 		t.Fatalf("final only: %v %v", err, sum.Checkpoints)
 	}
 	// A fixed backend takes no checkpoints.
 	mem := state.NewMemory()
-	if _, sum, err = run(t, Options{Module: fixture(t, "counter"), KeyField: "u", Backend: mem}, twoA); err != nil || len(sum.Checkpoints) != 0 || mem.Len() != 2 {
+	if _, sum, err = runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", Backend: mem}, twoA); err != nil || len(sum.Checkpoints) != 0 || mem.Len() != 2 {
 		t.Fatalf("fixed backend: %v %v %d", err, sum.Checkpoints, mem.Len())
 	}
 }
@@ -257,19 +257,19 @@ func TestFileStateAndHotBytes(t *testing.T) {
 	if err != nil || !strings.HasPrefix(pool, "file:///") {
 		t.Fatal(pool, err)
 	}
-	opts := Options{Module: fixture(t, "counter"), KeyField: "u", StateURL: pool, HotBytes: 1 << 20}
-	if _, sum, err := run(t, opts, twoA); err != nil || !sum.Resumable || sum.State == nil || sum.State.HotLimit != 1<<20 {
+	opts := Options{Module: abiFixture(t, "counter"), KeyField: "u", StateURL: pool, HotBytes: 1 << 20}
+	if _, sum, err := runOpts(t, opts, twoA); err != nil || !sum.Resumable || sum.State == nil || sum.State.HotLimit != 1<<20 {
 		t.Fatalf("%v %+v", err, sum)
 	}
 	opts.Restore = state.RestoreLatest
-	if out, _, err := run(t, opts, twoA); err != nil || out != "{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n" {
+	if out, _, err := runOpts(t, opts, twoA); err != nil || out != "{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n" {
 		t.Fatalf("%v %q", err, out)
 	}
 }
 
 func TestOrderInputRefusesKeyedState(t *testing.T) {
 	for _, o := range []scheduler.Order{scheduler.OrderInput, scheduler.OrderNone} {
-		out, sum, err := run(t, Options{Module: fixture(t, "counter"), KeyField: "u", Order: o}, twoA)
+		out, sum, err := runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", Order: o}, twoA)
 		if !errors.Is(err, ErrOrderWithState) || !strings.Contains(err.Error(), `operator "counter" declares keyed state (count)`) ||
 			!strings.Contains(err.Error(), "use order key") || out != "" || sum.RecordsIn != 0 {
 			t.Fatalf("order %d: %v (out %q)", o, err, out)
@@ -278,7 +278,7 @@ func TestOrderInputRefusesKeyedState(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
-	counter := fixture(t, "counter")
+	counter := abiFixture(t, "counter")
 	for _, tc := range []struct {
 		opts Options
 		want string
@@ -297,7 +297,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{Limits: abi.Limits{MaxPrefetchValue: -5}}, "prefetch value limit must be > 0"},
 	} {
 		tc.opts.Module = counter
-		if _, _, err := run(t, tc.opts, twoA); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, _, err := runOpts(t, tc.opts, twoA); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want %q", tc.opts, err, tc.want)
 		}
 	}
@@ -314,7 +314,7 @@ func TestOptionsValidate(t *testing.T) {
 func TestRunFailures(t *testing.T) {
 	t.Run("guest trap", func(t *testing.T) {
 		var log bytes.Buffer
-		_, sum, err := run(t, Options{Module: fixture(t, "trap"), KeyField: "u", Log: &log}, twoA)
+		_, sum, err := runOpts(t, Options{Module: abiFixture(t, "trap"), KeyField: "u", Log: &log}, twoA)
 		if err == nil || !strings.Contains(err.Error(), `operator "trapper" failed at input line 1`) || sum.Operator != "trapper" {
 			t.Fatalf("%v", err)
 		}
@@ -323,7 +323,7 @@ func TestRunFailures(t *testing.T) {
 		}
 	})
 	t.Run("invalid output", func(t *testing.T) {
-		_, _, err := run(t, Options{Module: fixture(t, "garbage"), KeyField: "u"}, twoA)
+		_, _, err := runOpts(t, Options{Module: abiFixture(t, "garbage"), KeyField: "u"}, twoA)
 		var oe *OutputError
 		var se *json.SyntaxError
 		if !errors.As(err, &oe) || oe.Operator != "garbage" || oe.Where != "input line 1" || string(oe.Key) != "a" || !errors.As(err, &se) {
@@ -331,20 +331,20 @@ func TestRunFailures(t *testing.T) {
 		}
 	})
 	t.Run("malformed input", func(t *testing.T) {
-		out, sum, err := run(t, Options{Module: fixture(t, "counter"), KeyField: "u"}, "{\"u\":\"a\"}\n{\"u\":\n{\"u\":\"a\"}\n")
+		out, sum, err := runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u"}, "{\"u\":\"a\"}\n{\"u\":\n{\"u\":\"a\"}\n")
 		var me *MalformedError
 		var se *json.SyntaxError
 		if !errors.As(err, &me) || me.Line != 2 || !errors.As(err, &se) || out != "{\"count\":1}\n" || sum.RecordsIn != 1 {
 			t.Fatalf("%v %q", err, out)
 		}
 		var dl bytes.Buffer
-		out, sum, err = run(t, Options{Module: fixture(t, "counter"), KeyField: "u", OnMalformed: MalformedSkip, DeadLetter: &dl}, "{\"u\":\"a\"}\n{\"u\":\n{\"u\":\"a\"}\n")
+		out, sum, err = runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", OnMalformed: MalformedSkip, DeadLetter: &dl}, "{\"u\":\"a\"}\n{\"u\":\n{\"u\":\"a\"}\n")
 		if err != nil || out != "{\"count\":1}\n{\"count\":2}\n" || sum.Skipped != 1 || !strings.Contains(dl.String(), `"line":2`) {
 			t.Fatalf("skip: %v %q %d %s", err, out, sum.Skipped, dl.String())
 		}
 	})
 	t.Run("bad event time", func(t *testing.T) {
-		_, _, err := run(t, Options{Module: fixture(t, "counter"), KeyField: "u", TimeField: "ts"}, "{\"u\":\"a\",\"ts\":\"yesterday\"}\n")
+		_, _, err := runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", TimeField: "ts"}, "{\"u\":\"a\",\"ts\":\"yesterday\"}\n")
 		var pe *time.ParseError
 		if !errors.As(err, &pe) || !strings.Contains(err.Error(), `input line 1: field "ts": a time must be`) {
 			t.Fatalf("%v", err)
@@ -355,7 +355,7 @@ func TestRunFailures(t *testing.T) {
 		for range 20000 { // more than the sink's buffer, so a write reaches the writer mid-run
 			in.WriteString("{\"u\":\"a\"}\n")
 		}
-		sum, err := Run(context.Background(), Options{Module: fixture(t, "counter"), KeyField: "u", Input: strings.NewReader(in.String()), Output: failWriter{}})
+		sum, err := Run(context.Background(), Options{Module: abiFixture(t, "counter"), KeyField: "u", Input: strings.NewReader(in.String()), Output: diskFullWriter{}})
 		if err == nil || !strings.HasPrefix(err.Error(), "writing output: disk full") || sum.RecordsIn == 0 {
 			t.Fatalf("%v", err)
 		}
@@ -363,18 +363,18 @@ func TestRunFailures(t *testing.T) {
 	t.Run("input read fails", func(t *testing.T) {
 		in := io.MultiReader(strings.NewReader("{\"u\":\"a\"}\n"), iotestErr{})
 		var out bytes.Buffer
-		_, err := Run(context.Background(), Options{Module: fixture(t, "counter"), KeyField: "u", Input: in, Output: &out})
+		_, err := Run(context.Background(), Options{Module: abiFixture(t, "counter"), KeyField: "u", Input: in, Output: &out})
 		if err == nil || !strings.Contains(err.Error(), "reading input: device gone") || out.String() != "{\"count\":1}\n" {
 			t.Fatalf("%v %q", err, out.String())
 		}
 	})
 	t.Run("not a module", func(t *testing.T) {
-		if _, _, err := run(t, Options{Module: []byte("nope")}, twoA); err == nil || !strings.Contains(err.Error(), "not a WebAssembly module") {
+		if _, _, err := runOpts(t, Options{Module: []byte("nope")}, twoA); err == nil || !strings.Contains(err.Error(), "not a WebAssembly module") {
 			t.Fatalf("%v", err)
 		}
 	})
 	t.Run("unknown pool scheme", func(t *testing.T) {
-		if _, _, err := run(t, Options{Module: fixture(t, "counter"), StateURL: "ftp://x"}, twoA); err == nil || !strings.Contains(err.Error(), "state pool ftp://x") {
+		if _, _, err := runOpts(t, Options{Module: abiFixture(t, "counter"), StateURL: "ftp://x"}, twoA); err == nil || !strings.Contains(err.Error(), "state pool ftp://x") {
 			t.Fatalf("%v", err)
 		}
 	})
@@ -383,9 +383,9 @@ func TestRunFailures(t *testing.T) {
 		// and takes no final checkpoint.
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		in := io.MultiReader(strings.NewReader(twoA), &gateReader{gate: ctx.Done(), r: strings.NewReader(twoA)})
+		in := io.MultiReader(strings.NewReader(twoA), &gatedReader{gate: ctx.Done(), r: strings.NewReader(twoA)})
 		var out bytes.Buffer
-		sum, err := Run(ctx, Options{Module: fixture(t, "counter"), KeyField: "u", Input: in, Output: &out, StateURL: memPool(t),
+		sum, err := Run(ctx, Options{Module: abiFixture(t, "counter"), KeyField: "u", Input: in, Output: &out, StateURL: newMemPool(t),
 			Progress: func(p Progress) {
 				if p.RecordsIn >= 3 {
 					cancel()
@@ -404,7 +404,7 @@ func (panicReader) Read([]byte) (int, error) { panic("reader bug") }
 // TestSourcePanicIsAnError: a panic while reading the input fails the run; the process lives on.
 func TestSourcePanicIsAnError(t *testing.T) {
 	var out bytes.Buffer
-	_, err := Run(context.Background(), Options{Module: fixture(t, "counter"), KeyField: "u",
+	_, err := Run(context.Background(), Options{Module: abiFixture(t, "counter"), KeyField: "u",
 		Input: io.MultiReader(strings.NewReader(twoA), panicReader{}), Output: &out})
 	if err == nil || !strings.Contains(err.Error(), "internal error reading input") || !strings.Contains(err.Error(), "reader bug") {
 		t.Fatalf("%v", err)
@@ -415,16 +415,16 @@ type iotestErr struct{}
 
 func (iotestErr) Read([]byte) (int, error) { return 0, errors.New("device gone") }
 
-// TestProgress: the callback sees the bytes and records read so far while the run lasts.
-func TestProgress(t *testing.T) {
+// TestRunProgress: the callback sees the bytes and records read so far while the run lasts.
+func TestRunProgress(t *testing.T) {
 	first := "{\"u\":\"a\"}\n{\"u\":\"b\"}\n"
 	release := make(chan struct{})
 	var once sync.Once
 	var seen Progress
-	in := io.MultiReader(strings.NewReader(first), &gateReader{gate: release, r: strings.NewReader("{\"u\":\"a\"}\n")})
+	in := io.MultiReader(strings.NewReader(first), &gatedReader{gate: release, r: strings.NewReader("{\"u\":\"a\"}\n")})
 	var out bytes.Buffer
 	sum, err := Run(context.Background(), Options{
-		Module: fixture(t, "counter"), KeyField: "u", Input: in, InputSize: 30, Output: &out,
+		Module: abiFixture(t, "counter"), KeyField: "u", Input: in, InputSize: 30, Output: &out,
 		Progress: func(p Progress) {
 			if p.RecordsIn == 2 {
 				once.Do(func() { seen = p; close(release) })
@@ -439,19 +439,19 @@ func TestProgress(t *testing.T) {
 	}
 }
 
-// gateReader blocks until gate is closed, then reads r.
-type gateReader struct {
+// gatedReader blocks until gate is closed, then reads r.
+type gatedReader struct {
 	gate <-chan struct{}
 	r    io.Reader
 }
 
-func (g *gateReader) Read(p []byte) (int, error) {
+func (g *gatedReader) Read(p []byte) (int, error) {
 	<-g.gate
 	return g.r.Read(p)
 }
 
-// TestLookups: a module's endpoint is served over loopback HTTP, and its metrics are reported.
-func TestLookups(t *testing.T) {
+// TestRunLookups: a module's endpoint is served over loopback HTTP, and its metrics are reported.
+func TestRunLookups(t *testing.T) {
 	var calls atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
@@ -468,7 +468,7 @@ func TestLookups(t *testing.T) {
 		t.Fatalf("%v %+v", err, ep)
 	}
 	ep.Methods = []string{"POST"}
-	out, sum, err := run(t, Options{Module: fixture(t, "enrich"), KeyField: "u", Endpoints: []lookup.EndpointConfig{ep}}, twoA)
+	out, sum, err := runOpts(t, Options{Module: abiFixture(t, "enrich"), KeyField: "u", Endpoints: []lookup.EndpointConfig{ep}}, twoA)
 	// Per-key order: the two records of key a in order; b may come anywhere.
 	if lines := strings.Split(strings.TrimSpace(out), "\n"); err != nil || len(lines) != 3 || calls.Load() != 3 ||
 		slices.Index(lines, `{"got":{"u":"b"}}`) < 0 || strings.Count(out, `{"got":{"u":"a"}}`) != 2 {
@@ -478,25 +478,25 @@ func TestLookups(t *testing.T) {
 		t.Fatalf("lookup metrics %+v", sum.Lookups)
 	}
 	// A stateless module runs under input order, outputs in input order.
-	out, _, err = run(t, Options{Module: fixture(t, "enrich"), KeyField: "u", Order: scheduler.OrderInput, Endpoints: []lookup.EndpointConfig{ep}}, twoA)
+	out, _, err = runOpts(t, Options{Module: abiFixture(t, "enrich"), KeyField: "u", Order: scheduler.OrderInput, Endpoints: []lookup.EndpointConfig{ep}}, twoA)
 	if err != nil || out != "{\"got\":{\"u\":\"a\"}}\n{\"got\":{\"u\":\"b\"}}\n{\"got\":{\"u\":\"a\"}}\n" {
 		t.Fatalf("input order: %v %q", err, out)
 	}
 	// A GET-only endpoint refuses the guest's POST: the guest sees the code and the run goes on.
 	ep.Methods = nil
-	out, _, err = run(t, Options{Module: fixture(t, "enrich"), KeyField: "u", Endpoints: []lookup.EndpointConfig{ep}}, "{\"u\":\"a\"}\n")
+	out, _, err = runOpts(t, Options{Module: abiFixture(t, "enrich"), KeyField: "u", Endpoints: []lookup.EndpointConfig{ep}}, "{\"u\":\"a\"}\n")
 	if err != nil || !strings.HasPrefix(out, "{\"lookup_error\":") {
 		t.Fatalf("refused: %v %q", err, out)
 	}
 	// Configuration errors.
-	if _, _, err = run(t, Options{Module: fixture(t, "enrich"), Endpoints: []lookup.EndpointConfig{ep, ep}}, twoA); err == nil || !strings.Contains(err.Error(), `endpoint "svc" is defined twice`) {
+	if _, _, err = runOpts(t, Options{Module: abiFixture(t, "enrich"), Endpoints: []lookup.EndpointConfig{ep, ep}}, twoA); err == nil || !strings.Contains(err.Error(), `endpoint "svc" is defined twice`) {
 		t.Fatalf("duplicate: %v", err)
 	}
-	if _, _, err = run(t, Options{Module: fixture(t, "enrich")}, twoA); err == nil || !strings.Contains(err.Error(), `endpoint "svc"`) {
+	if _, _, err = runOpts(t, Options{Module: abiFixture(t, "enrich")}, twoA); err == nil || !strings.Contains(err.Error(), `endpoint "svc"`) {
 		t.Fatalf("missing: %v", err)
 	}
 	bad := lookup.EndpointConfig{Name: "svc", BaseURL: "ftp://x"}
-	if _, _, err = run(t, Options{Module: fixture(t, "enrich"), Endpoints: []lookup.EndpointConfig{bad}}, twoA); err == nil || !strings.Contains(err.Error(), `endpoint "svc": `) {
+	if _, _, err = runOpts(t, Options{Module: abiFixture(t, "enrich"), Endpoints: []lookup.EndpointConfig{bad}}, twoA); err == nil || !strings.Contains(err.Error(), `endpoint "svc": `) {
 		t.Fatalf("bad endpoint: %v", err)
 	}
 }
@@ -575,9 +575,9 @@ func TestParseRestoreAndSizes(t *testing.T) {
 	}
 }
 
-// TestRedaction: credentials in a state URL, in its userinfo or in the URL of its S3 endpoint,
+// TestStateURLRedaction: credentials in a state URL, in its userinfo or in the URL of its S3 endpoint,
 // never reach a message.
-func TestRedaction(t *testing.T) {
+func TestStateURLRedaction(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"s3://b/p?endpoint=http://user:hunter22@127.0.0.1:1&path_style=true", "s3://b/p?endpoint=http://user:xxxxx@127.0.0.1:1&path_style=true"},
 		{"s3://AKID:s3cretkey@b/p", "s3://AKID:xxxxx@b/p"},
@@ -612,7 +612,7 @@ func TestUnreachableS3Redacted(t *testing.T) {
 		"s3://bucket/prefix?endpoint=http://user:hunter22pass@127.0.0.1:1&path_style=true&max_attempts=1",
 		"s3://AKIDURL:urlsecretkey@bucket/prefix?endpoint=http://127.0.0.1:1&path_style=true&max_attempts=1",
 	} {
-		_, _, err := run(t, Options{Module: fixture(t, "counter"), KeyField: "u", StateURL: pool}, twoA)
+		_, _, err := runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", StateURL: pool}, twoA)
 		if err == nil || !strings.Contains(err.Error(), "state pool s3://") || !strings.Contains(err.Error(), "connection refused") {
 			t.Fatalf("%s: %v", pool, err)
 		}
