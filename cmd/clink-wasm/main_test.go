@@ -10,26 +10,26 @@ import (
 	"testing"
 )
 
-const fixtures = "../../host/abi/testdata/"
+const abiTestdata = "../../host/abi/testdata/"
 
-type result struct {
+type cliResult struct {
 	code           int
 	stdout, stderr string
 }
 
-// clink runs the CLI in process, with the compilation cache off unless the arguments say
+// runCLI runs the CLI in process, with the compilation cache off unless the arguments say
 // otherwise.
-func clink(t *testing.T, stdin string, args ...string) result {
+func runCLI(t *testing.T, stdin string, args ...string) cliResult {
 	t.Helper()
 	if len(args) > 0 && args[0] == "run" {
 		args = append(args, "--no-cache")
 	}
 	var out, errb bytes.Buffer
 	code := run(context.Background(), args, strings.NewReader(stdin), &out, &errb)
-	return result{code, out.String(), errb.String()}
+	return cliResult{code, out.String(), errb.String()}
 }
 
-func writeFile(t *testing.T, name, content string) string {
+func writeTemp(t *testing.T, name, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
 	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
@@ -39,19 +39,19 @@ func writeFile(t *testing.T, name, content string) string {
 }
 
 func TestTopLevel(t *testing.T) {
-	r := clink(t, "")
+	r := runCLI(t, "")
 	if r.code != 2 || !strings.Contains(r.stderr, "Usage:") {
 		t.Fatalf("no args: %+v", r)
 	}
 	for _, a := range []string{"help", "-h", "--help"} {
-		if r := clink(t, "", a); r.code != 0 || !strings.Contains(r.stdout, "clink-wasm manifest embed --manifest MANIFEST.json IN.wasm [-o OUT.wasm]") {
+		if r := runCLI(t, "", a); r.code != 0 || !strings.Contains(r.stdout, "clink-wasm manifest embed --manifest MANIFEST.json IN.wasm [-o OUT.wasm]") {
 			t.Fatalf("%s: %+v", a, r)
 		}
 	}
-	if r := clink(t, "", "version"); r.code != 0 || r.stdout != "clink-wasm dev\n" {
+	if r := runCLI(t, "", "version"); r.code != 0 || r.stdout != "clink-wasm dev\n" {
 		t.Fatalf("version: %+v", r)
 	}
-	if r := clink(t, "", "frobnicate"); r.code != 2 || !strings.Contains(r.stderr, `unknown command "frobnicate"`) {
+	if r := runCLI(t, "", "frobnicate"); r.code != 2 || !strings.Contains(r.stderr, `unknown command "frobnicate"`) {
 		t.Fatalf("unknown: %+v", r)
 	}
 }
@@ -70,8 +70,8 @@ func TestInternalErrorNoTrace(t *testing.T) {
 // TestRunUsageErrors: every meaningless flag value is refused with exit status 2 and a message
 // naming the flag, before anything runs.
 func TestRunUsageErrors(t *testing.T) {
-	in := writeFile(t, "in.jsonl", "{\"u\":\"a\"}\n")
-	base := []string{"run", "--module", fixtures + "counter.wasm", "--input", in, "--key", "u", "--state", "mem://"}
+	in := writeTemp(t, "in.jsonl", "{\"u\":\"a\"}\n")
+	base := []string{"run", "--module", abiTestdata + "counter.wasm", "--input", in, "--key", "u", "--state", "mem://"}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -107,7 +107,7 @@ func TestRunUsageErrors(t *testing.T) {
 		{[]string{"--state", "/tmp/dir"}, "--state must be a file:///dir"},
 		{[]string{"--bogus"}, "flag provided but not defined: -bogus"},
 	} {
-		r := clink(t, "", append(append([]string{}, base...), tc.args...)...)
+		r := runCLI(t, "", append(append([]string{}, base...), tc.args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) || r.stdout != "" {
 			t.Errorf("%v: exit %d, want 2 and %q:\n%s", tc.args, r.code, tc.want, r.stderr)
 		}
@@ -115,10 +115,10 @@ func TestRunUsageErrors(t *testing.T) {
 			t.Errorf("%v: a password reached stderr: %s", tc.args, r.stderr)
 		}
 	}
-	if r := clink(t, "", "run", "--input", in); r.code != 2 || !strings.Contains(r.stderr, "--module and --input are required") {
+	if r := runCLI(t, "", "run", "--input", in); r.code != 2 || !strings.Contains(r.stderr, "--module and --input are required") {
 		t.Errorf("missing module: %+v", r)
 	}
-	r := clink(t, "", "run", "--help")
+	r := runCLI(t, "", "run", "--help")
 	if r.code != 0 {
 		t.Fatalf("--help: exit %d", r.code)
 	}
@@ -131,20 +131,20 @@ func TestRunUsageErrors(t *testing.T) {
 
 // TestRunFailuresExitOne: failures of the pipeline or the module exit 1 with a message.
 func TestRunFailuresExitOne(t *testing.T) {
-	in := writeFile(t, "in.jsonl", "{\"u\":\"a\"}\n")
+	in := writeTemp(t, "in.jsonl", "{\"u\":\"a\"}\n")
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--module", "nope.wasm", "--input", in}, "reading module"},
-		{[]string{"--module", fixtures + "counter.wasm", "--input", "/nonexistent/in.jsonl"}, "opening input"},
-		{[]string{"--module", fixtures + "counter.wasm", "--input", in, "--output", "/nonexistent/out"}, "creating output"},
-		{[]string{"--module", fixtures + "counter.wasm", "--input", in, "--on-malformed", "skip", "--dead-letter", "/nonexistent/dl"}, "creating dead-letter file"},
-		{[]string{"--module", fixtures + "counter.wasm", "--input", in, "--key", "u", "--order", "input"}, `operator "counter" declares keyed state (count)`},
-		{[]string{"--module", fixtures + "trap.wasm", "--input", in, "--key", "u"}, `operator "trapper" failed at input line 1`},
-		{[]string{"--module", fixtures + "counter.wasm", "--input", in, "--key", "u", "--restore", "latest"}, `no checkpoint of job "counter" in mem://`},
+		{[]string{"--module", abiTestdata + "counter.wasm", "--input", "/nonexistent/in.jsonl"}, "opening input"},
+		{[]string{"--module", abiTestdata + "counter.wasm", "--input", in, "--output", "/nonexistent/out"}, "creating output"},
+		{[]string{"--module", abiTestdata + "counter.wasm", "--input", in, "--on-malformed", "skip", "--dead-letter", "/nonexistent/dl"}, "creating dead-letter file"},
+		{[]string{"--module", abiTestdata + "counter.wasm", "--input", in, "--key", "u", "--order", "input"}, `operator "counter" declares keyed state (count)`},
+		{[]string{"--module", abiTestdata + "trap.wasm", "--input", in, "--key", "u"}, `operator "trapper" failed at input line 1`},
+		{[]string{"--module", abiTestdata + "counter.wasm", "--input", in, "--key", "u", "--restore", "latest"}, `no checkpoint of job "counter" in mem://`},
 	} {
-		r := clink(t, "", append(append([]string{"run"}, tc.args...), "--state", "mem://")...)
+		r := runCLI(t, "", append(append([]string{"run"}, tc.args...), "--state", "mem://")...)
 		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: exit %d, want 1 and %q:\n%s", tc.args, r.code, tc.want, r.stderr)
 		}
@@ -155,9 +155,9 @@ func TestRunFailuresExitOne(t *testing.T) {
 // as JSON, --quiet.
 func TestRunFilesAndStats(t *testing.T) {
 	dir := t.TempDir()
-	in := writeFile(t, "in.CSV", "u,n\na,1\nb\"x,2\na,3\n")
+	in := writeTemp(t, "in.CSV", "u,n\na,1\nb\"x,2\na,3\n")
 	out, dl := filepath.Join(dir, "out.jsonl"), filepath.Join(dir, "dead.jsonl")
-	r := clink(t, "", "run", "--module", fixtures+"counter.wasm", "--input", in, "--key", "u", "--state", "mem://",
+	r := runCLI(t, "", "run", "--module", abiTestdata+"counter.wasm", "--input", in, "--key", "u", "--state", "mem://",
 		"--output", out, "--on-malformed", "skip", "--dead-letter", dl, "--stats", "--hot-bytes", "1m")
 	if r.code != 0 || r.stdout != "" {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
@@ -180,7 +180,7 @@ func TestRunFilesAndStats(t *testing.T) {
 	if i < 0 || json.Unmarshal([]byte(r.stderr[i:]), &stats) != nil || stats.Scheduler == nil || stats.State.HotLimit != 1<<20 {
 		t.Errorf("stats (hot limit from --hot-bytes): %s", r.stderr)
 	}
-	r = clink(t, "{\"u\":\"a\"}\n", "run", "--module", fixtures+"counter.wasm", "--input", "-", "--key", "u", "--state", "mem://", "--quiet")
+	r = runCLI(t, "{\"u\":\"a\"}\n", "run", "--module", abiTestdata+"counter.wasm", "--input", "-", "--key", "u", "--state", "mem://", "--quiet")
 	if r.code != 0 || r.stdout != "{\"count\":1}\n" || r.stderr != "" {
 		t.Fatalf("quiet: %+v", r)
 	}
@@ -190,50 +190,50 @@ func TestRunFilesAndStats(t *testing.T) {
 // latest-if-any says it started empty; mem:// runs do not offer a resume.
 func TestRunRestoreMessages(t *testing.T) {
 	pool := "file://" + t.TempDir()
-	in := writeFile(t, "in.jsonl", "{\"u\":\"a\"}\n")
-	args := []string{"run", "--module", fixtures + "counter.wasm", "--input", in, "--key", "u", "--state", pool}
-	r := clink(t, "", append(args, "--restore", "latest")...)
+	in := writeTemp(t, "in.jsonl", "{\"u\":\"a\"}\n")
+	args := []string{"run", "--module", abiTestdata + "counter.wasm", "--input", in, "--key", "u", "--state", pool}
+	r := runCLI(t, "", append(args, "--restore", "latest")...)
 	if r.code != 1 || !strings.Contains(r.stderr, `no checkpoint of job "counter" in `+pool) || !strings.Contains(r.stderr, "--restore latest-if-any") || r.stdout != "" {
 		t.Fatalf("latest on nothing: %+v", r)
 	}
-	r = clink(t, "", append(args, "--restore", "latest-if-any")...)
+	r = runCLI(t, "", append(args, "--restore", "latest-if-any")...)
 	if r.code != 0 || !strings.Contains(r.stderr, "started from empty state") || !strings.Contains(r.stderr, "checkpoint 1 committed") ||
 		!strings.Contains(r.stderr, "resume with --restore latest") {
 		t.Fatalf("latest-if-any on nothing: %+v", r)
 	}
-	r = clink(t, "", append(args, "--restore", "latest-if-any")...)
+	r = runCLI(t, "", append(args, "--restore", "latest-if-any")...)
 	if r.code != 0 || r.stdout != "{\"count\":2}\n" || !strings.Contains(r.stderr, "state: restored checkpoint 1\n") {
 		t.Fatalf("latest-if-any on one: %+v", r)
 	}
 	// An upgrade says so.
-	man := writeFile(t, "m.json", `{"abi":1,"name":"counter","states":["count","seen"]}`)
+	man := writeTemp(t, "m.json", `{"abi":1,"name":"counter","states":["count","seen"]}`)
 	v2 := filepath.Join(t.TempDir(), "v2.wasm")
-	if r := clink(t, "", "manifest", "embed", "--manifest", man, fixtures+"counter.wasm", "-o", v2); r.code != 0 {
+	if r := runCLI(t, "", "manifest", "embed", "--manifest", man, abiTestdata+"counter.wasm", "-o", v2); r.code != 0 {
 		t.Fatalf("embed: %+v", r)
 	}
 	args[2] = v2
-	r = clink(t, "", append(args, "--restore", "latest")...)
+	r = runCLI(t, "", append(args, "--restore", "latest")...)
 	if r.code != 0 || r.stdout != "{\"count\":3}\n" || !strings.Contains(r.stderr, "an upgrade: state kept: count; new, starting empty: seen") {
 		t.Fatalf("upgrade: %+v", r)
 	}
-	r = clink(t, "", "run", "--module", fixtures+"counter.wasm", "--input", in, "--key", "u", "--state", "mem://")
+	r = runCLI(t, "", "run", "--module", abiTestdata+"counter.wasm", "--input", in, "--key", "u", "--state", "mem://")
 	if r.code != 0 || strings.Contains(r.stderr, "--restore") || !strings.Contains(r.stderr, "to process memory (mem://): it ends with this run") {
 		t.Fatalf("mem://: %+v", r)
 	}
 	// --checkpoint-interval 0 takes only the final checkpoint.
-	r = clink(t, "", "run", "--module", fixtures+"counter.wasm", "--input", in, "--key", "u", "--state", "mem://", "--checkpoint-interval", "0")
+	r = runCLI(t, "", "run", "--module", abiTestdata+"counter.wasm", "--input", in, "--key", "u", "--state", "mem://", "--checkpoint-interval", "0")
 	if r.code != 0 || !strings.Contains(r.stderr, "(1 checkpoint,") {
 		t.Fatalf("interval 0: %+v", r)
 	}
 }
 
 func TestInspectCommand(t *testing.T) {
-	r := clink(t, "", "inspect", fixtures+"probe.wasm")
+	r := runCLI(t, "", "inspect", abiTestdata+"probe.wasm")
 	if r.code != 0 || !strings.Contains(r.stdout, "operator:   probe") || !strings.Contains(r.stdout, "status:     usable") {
 		t.Fatalf("%+v", r)
 	}
 	// Flags after the module, as the usage line allows.
-	r = clink(t, "", "inspect", fixtures+"counter.wasm", "--json")
+	r = runCLI(t, "", "inspect", abiTestdata+"counter.wasm", "--json")
 	var rep struct {
 		Module   string `json:"module"`
 		ABI      int    `json:"abi"`
@@ -246,20 +246,20 @@ func TestInspectCommand(t *testing.T) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &rep) != nil || !rep.Usable || rep.ABI != 1 || rep.Manifest.Name != "counter" || rep.Manifest.States[0] != "count" {
 		t.Fatalf("json: %+v", r)
 	}
-	r = clink(t, "", "inspect", fixtures+"abiv2.wasm")
+	r = runCLI(t, "", "inspect", abiTestdata+"abiv2.wasm")
 	if r.code != 1 || !strings.Contains(r.stdout, "status:     UNUSABLE") || !strings.Contains(r.stderr, "is not usable (1 problem)") {
 		t.Fatalf("unusable: %+v", r)
 	}
-	if r := clink(t, "", "inspect"); r.code != 2 || !strings.Contains(r.stderr, "give exactly one module file") {
+	if r := runCLI(t, "", "inspect"); r.code != 2 || !strings.Contains(r.stderr, "give exactly one module file") {
 		t.Fatalf("no module: %+v", r)
 	}
-	if r := clink(t, "", "inspect", "a.wasm", "b.wasm"); r.code != 2 {
+	if r := runCLI(t, "", "inspect", "a.wasm", "b.wasm"); r.code != 2 {
 		t.Fatalf("two modules: %+v", r)
 	}
-	if r := clink(t, "", "inspect", "/nonexistent.wasm"); r.code != 1 || !strings.Contains(r.stderr, "reading module") {
+	if r := runCLI(t, "", "inspect", "/nonexistent.wasm"); r.code != 1 || !strings.Contains(r.stderr, "reading module") {
 		t.Fatalf("missing: %+v", r)
 	}
-	if r := clink(t, "", "inspect", "--help"); r.code != 0 || !strings.Contains(r.stderr, "inspect [--json] OP.wasm") {
+	if r := runCLI(t, "", "inspect", "--help"); r.code != 0 || !strings.Contains(r.stderr, "inspect [--json] OP.wasm") {
 		t.Fatalf("help: %+v", r)
 	}
 }
@@ -267,11 +267,11 @@ func TestInspectCommand(t *testing.T) {
 // TestManifestEmbedCommand: the usage line's own form works (flags after the module: issue 15),
 // as do -o first and the in-place rewrite.
 func TestManifestEmbedCommand(t *testing.T) {
-	src, err := os.ReadFile(fixtures + "counter.wasm")
+	src, err := os.ReadFile(abiTestdata + "counter.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}
-	man := writeFile(t, "m.json", `{"abi":1,"name":"counter2","states":["count"]}`)
+	man := writeTemp(t, "m.json", `{"abi":1,"name":"counter2","states":["count"]}`)
 	dir := t.TempDir()
 	for i, form := range [][]string{
 		{"--manifest", man, "IN", "-o", "OUT"}, // the usage line
@@ -286,10 +286,10 @@ func TestManifestEmbedCommand(t *testing.T) {
 		for _, a := range form {
 			args = append(args, strings.NewReplacer("IN", in, "OUT", out).Replace(a))
 		}
-		if r := clink(t, "", args...); r.code != 0 {
+		if r := runCLI(t, "", args...); r.code != 0 {
 			t.Fatalf("form %d %v: %+v", i, form, r)
 		}
-		if r := clink(t, "", "inspect", out); !strings.Contains(r.stdout, "operator:   counter2") || !strings.Contains(r.stdout, "custom section") {
+		if r := runCLI(t, "", "inspect", out); !strings.Contains(r.stdout, "operator:   counter2") || !strings.Contains(r.stdout, "custom section") {
 			t.Fatalf("form %d: inspect after embed:\n%s", i, r.stdout)
 		}
 		if b, _ := os.ReadFile(in); !bytes.Equal(b, src) {
@@ -297,13 +297,13 @@ func TestManifestEmbedCommand(t *testing.T) {
 		}
 	}
 	in := filepath.Join(dir, "in.wasm")
-	if r := clink(t, "", "manifest", "embed", in, "--manifest", man); r.code != 0 {
+	if r := runCLI(t, "", "manifest", "embed", in, "--manifest", man); r.code != 0 {
 		t.Fatalf("in place: %+v", r)
 	}
-	if r := clink(t, "", "inspect", in); !strings.Contains(r.stdout, "operator:   counter2") {
+	if r := runCLI(t, "", "inspect", in); !strings.Contains(r.stdout, "operator:   counter2") {
 		t.Fatalf("in place: %s", r.stdout)
 	}
-	bad := writeFile(t, "bad.json", `{"abi":1,"name":"has space"}`)
+	bad := writeTemp(t, "bad.json", `{"abi":1,"name":"has space"}`)
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -320,7 +320,7 @@ func TestManifestEmbedCommand(t *testing.T) {
 		{[]string{"manifest", "embed", "--manifest", man, in, "-o", "/nonexistent/x.wasm"}, 1, "writing module"},
 		{[]string{"manifest", "embed", "--help"}, 0, "manifest embed --manifest M.json IN.wasm [-o OUT.wasm]"},
 	} {
-		if r := clink(t, "", tc.args...); r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
+		if r := runCLI(t, "", tc.args...); r.code != tc.code || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: exit %d, want %d and %q:\n%s", tc.args, r.code, tc.code, tc.want, r.stderr)
 		}
 	}
