@@ -383,7 +383,7 @@ func TestRunFailures(t *testing.T) {
 		// and takes no final checkpoint.
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		in := io.MultiReader(strings.NewReader(twoA), &gatedReader{gate: ctx.Done(), r: strings.NewReader(twoA)})
+		in := io.MultiReader(strings.NewReader(twoA), ctxReader{ctx})
 		var out bytes.Buffer
 		sum, err := Run(ctx, Options{Module: abiFixture(t, "counter"), KeyField: "u", Input: in, Output: &out, StateURL: newMemPool(t),
 			Progress: func(p Progress) {
@@ -395,6 +395,14 @@ func TestRunFailures(t *testing.T) {
 			t.Fatalf("%v, checkpoints %v", err, sum.Checkpoints)
 		}
 	})
+}
+
+// ctxReader blocks until its context ends, then fails with the context's error.
+type ctxReader struct{ ctx context.Context }
+
+func (r ctxReader) Read([]byte) (int, error) {
+	<-r.ctx.Done()
+	return 0, r.ctx.Err()
 }
 
 type panicReader struct{}
