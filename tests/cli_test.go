@@ -312,6 +312,11 @@ func TestS3State(t *testing.T) {
 	pool := fmt.Sprintf("s3://%s/cli-%d?endpoint=%s&path_style=true", bucket, time.Now().UnixNano(), ep)
 	in := writeFile(t, "in.jsonl", "{\"u\":\"a\"}\n{\"u\":\"a\"}\n")
 	args := []string{"run", "--module", abiFixtures + "counter.wasm", "--input", in, "--key", "u", "--state", pool}
+	// Nothing to restore yet: a failure that names the job and the pool, not an empty start.
+	if r := clink(t, "", append(args, "--restore", "latest")...); r.code != 1 || r.stdout != "" ||
+		!strings.Contains(r.stderr, `no checkpoint of job "counter" in s3://`+bucket+"/cli-") {
+		t.Fatalf("restore with nothing: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
+	}
 	if r := clink(t, "", args...); r.code != 0 || r.stdout != "{\"count\":1}\n{\"count\":2}\n" {
 		t.Fatalf("first run: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
 	}
