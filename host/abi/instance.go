@@ -11,6 +11,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 )
 
 const (
@@ -145,7 +146,8 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 		WithEnv("CLINK_OPERATOR", m.Manifest.Name)
 	in.kind = callInit
 	in.seq++
-	mod, err := m.e.rt.InstantiateModule(in.ctx, m.compiled, cfg)
+	// The allocator is looked up in the context only while the memory is created.
+	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(in.ctx, memoryAllocator), m.compiled, cfg)
 	if err != nil {
 		in.kind = callNone
 		return nil, in.fault(callInit, err)
