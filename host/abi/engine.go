@@ -25,6 +25,7 @@ type Engine struct {
 	cache  wazero.CompilationCache
 	owns   bool   // whether Close closes cache
 	dir    string // the on-disk cache's directory, when the engine opened it (cache.go)
+	wd     *watchdog
 
 	closeOnce sync.Once
 }
@@ -75,8 +76,12 @@ func NewEngine(ctx context.Context, opts ...EngineOption) (*Engine, error) {
 	e.rt = wazero.NewRuntimeWithConfig(ctx, e.runtimeConfig(e.cache))
 	if err := e.instantiateHostModules(ctx); err != nil {
 		_ = e.rt.Close(ctx)
+		if e.owns {
+			_ = e.cache.Close(ctx)
+		}
 		return nil, err
 	}
+	e.wd = newWatchdog(cfg.limits.CallTime)
 	return e, nil
 }
 
@@ -96,6 +101,7 @@ func (e *Engine) Limits() Limits { return e.limits }
 func (e *Engine) Close(ctx context.Context) error {
 	var err error
 	e.closeOnce.Do(func() {
+		e.wd.close()
 		err = e.rt.Close(ctx)
 		if e.owns {
 			err = errors.Join(err, e.cache.Close(ctx))

@@ -12,6 +12,8 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/clink-wasm/clink-wasm/internal/wasmbin"
 )
 
 const (
@@ -91,6 +93,8 @@ type Instance struct {
 	// resumes from a suspension; budgetSeq/budgetStart remember when the current run began.
 	seq, budgetSeq uint64
 	budgetStart    time.Duration
+	refills        uint64      // fuel checks that reached the host, for measuring (BenchmarkFuelRefill)
+	stopPoke       func() bool // stops the context.AfterFunc that forces a check on cancellation
 
 	broken bool // faulted: must not be called again
 	closed bool
@@ -153,9 +157,13 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 		return nil, in.fault(callInit, err)
 	}
 	in.mod = mod
+	if fuel, ok := mod.ExportedGlobal(wasmbin.FuelExportName).(api.MutableGlobal); ok {
+		m.e.wd.add(in, fuel)
+		in.stopPoke = context.AfterFunc(ctx, func() { m.e.wd.poke(in) })
+	}
 	in.mem = mod.Memory()
 	if in.mem == nil {
-		_ = mod.Close(ctx)
+		in.closeModule(ctx)
 		return nil, &Fault{Operator: m.Manifest.Name, Export: "instantiate", Kind: FaultTrap, Err: errors.New("module has no memory")}
 	}
 	in.fnInput = mod.ExportedFunction(ExportInput)
@@ -169,7 +177,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 		in.begin(callInit)
 		err := mod.ExportedFunction(ExportInitialize).CallWithStack(in.ctx, in.stack)
 		if err = in.end(err); err != nil {
-			_ = mod.Close(ctx)
+			in.closeModule(ctx)
 			return nil, err
 		}
 	}
@@ -345,8 +353,17 @@ func (in *Instance) discard(ctx context.Context) {
 	in.closed = true
 	in.broken = true
 	if in.mod != nil {
-		_ = in.mod.Close(context.WithoutCancel(ctx))
+		in.closeModule(ctx)
 	}
+}
+
+// closeModule stops watching the instance and closes its module.
+func (in *Instance) closeModule(ctx context.Context) {
+	in.m.e.wd.remove(in)
+	if in.stopPoke != nil {
+		in.stopPoke()
+	}
+	_ = in.mod.Close(context.WithoutCancel(ctx))
 }
 
 // ensureInput makes the guest input buffer at least n bytes large.

@@ -21,7 +21,8 @@
 //     indices are unchanged and every defined function index shifts by one;
 //   - a mutable i32 global $fuel, defined after every existing global, so no
 //     global index shifts. It starts at 0, so the first check of an instance
-//     calls the import at once.
+//     calls the import at once;
+//   - an export of $fuel named FuelExportName, after every existing export.
 //
 // At the start of every defined function body (after the locals) and right
 // after the block type of every loop instruction, it inserts this
@@ -106,6 +107,12 @@ const (
 	// FuelImportName is the name of the fuel import, with signature () -> i32.
 	// It is called when the fuel runs out and returns the new fuel value.
 	FuelImportName = "fuel_exhausted"
+	// FuelExportName is the name under which the rewritten module exports $fuel
+	// (a mutable i32), so that the host can set it to 0 from outside a call and
+	// make the next check call the import: the host's watchdog does that to stop
+	// a call whose refill would last too long. Exports are visible only to the
+	// host, never to guest code. A guest module that exports this name is refused.
+	FuelExportName = "clink_internal.fuel"
 )
 
 // Error kinds. Every error returned by Instrument is an *Error whose Kind is
@@ -119,13 +126,15 @@ var (
 	ErrUnsupported = errors.New("unsupported module")
 	// ErrReservedImport means the module imports from FuelImportModule.
 	ErrReservedImport = errors.New("module imports from reserved module " + FuelImportModule)
+	// ErrReservedExport means the module exports FuelExportName itself.
+	ErrReservedExport = errors.New("module exports reserved name " + FuelExportName)
 )
 
 // Error describes why Instrument refused a module.
 type Error struct {
 	// Offset is the byte offset in the input at which the problem was found.
 	Offset int
-	// Kind is ErrMalformed, ErrUnsupported or ErrReservedImport.
+	// Kind is ErrMalformed, ErrUnsupported, ErrReservedImport or ErrReservedExport.
 	Kind error
 	// Msg says what was wrong.
 	Msg string
