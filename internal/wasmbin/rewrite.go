@@ -259,7 +259,7 @@ func (m *module) code(s *stream) {
 			s.err = b.err
 			return
 		}
-		m.bodyBuf = b.finish()
+		m.bodyBuf = m.dropLeafCheck(b.finish())
 		s.flushTo(sizeAt)
 		s.out = appendU32(s.out, uint32(len(m.bodyBuf)))
 		s.out = append(s.out, m.bodyBuf...)
@@ -296,9 +296,25 @@ func (m *module) body(s *stream) {
 		return
 	}
 	s.insert(m.check)
+	m.entryCheck = len(s.out) - len(m.check)
+	m.mayRecur = false
 	for s.more() {
 		m.instr(s)
 	}
+}
+
+// dropLeafCheck removes the entry check from a finished body that has no loop and makes no call
+// (a leaf): such a function runs at most once through its instructions, so it cannot run
+// unboundedly, and every unbounded execution still passes a check (a backward branch targets a
+// loop header; a cycle of calls goes through function bodies that each contain a call). Small
+// leaf helpers are common in compiled code (AssemblyScript's runtime is full of them), and the
+// check made every call to one pay for a decrement, a branch and the register pressure of the
+// slow path's call.
+func (m *module) dropLeafCheck(body []byte) []byte {
+	if m.mayRecur {
+		return body
+	}
+	return append(body[:m.entryCheck], body[m.entryCheck+len(m.check):]...)
 }
 
 // custom copies a custom section, rewriting the name section.

@@ -24,8 +24,9 @@
 //     calls the import at once;
 //   - an export of $fuel named FuelExportName, after every existing export.
 //
-// At the start of every defined function body (after the locals) and right
-// after the block type of every loop instruction, it inserts this
+// At the start of every defined function body that has a loop or a call
+// instruction (after the locals), and right after the block type of every loop
+// instruction, it inserts this
 // stack-neutral sequence (see fuelCheck for why this shape):
 //
 //	block
@@ -43,9 +44,12 @@
 //	  global.set $fuel      ;; fuel = F-1
 //	end
 //
-// Every backward branch in WebAssembly targets a loop, and every call enters a
-// function body, so guest code cannot run unboundedly without passing a check:
-// one unit of fuel is one function entry or one loop iteration. When the
+// Every backward branch in WebAssembly targets a loop, and every cycle of calls
+// runs through function bodies that each contain a call, so guest code cannot
+// run unboundedly without passing a check: one unit of fuel is one loop
+// iteration or one entry into a function that loops or calls. A leaf function
+// (no loop, no call) runs each of its instructions at most once per entry, and
+// its caller's checks bound how often it is entered, so it has no check. When the
 // import returns F, the next F checks (including the one that called it) pass
 // without calling it again. A host returning 0 or a negative value (other than
 // math.MinInt32, which wraps) gets called again at the next check.
