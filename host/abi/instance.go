@@ -78,7 +78,6 @@ type Instance struct {
 	inPtr, inCap uint32 // guest-owned input buffer from clink_input
 
 	pf             prefetch // frames of prefetched values (fastpath.go)
-	scratch        []byte   // the composed input of the next call (fastpath.go)
 	outPtr, outCap uint32   // the registered output area, if any (fastpath.go)
 
 	kind       callKind
@@ -214,7 +213,7 @@ func (in *Instance) Process(key, value []byte, ts int64) error {
 		return err
 	}
 	if len(in.pf.ids) > 0 {
-		in.writeInput(key, value)
+		in.writeInput(need, key, value)
 	} else {
 		in.mem.Write(in.inPtr, key)
 		in.mem.Write(in.inPtr+uint32(len(key)), value)
@@ -258,7 +257,7 @@ func (in *Instance) OnTimer(key []byte, ts int64) error {
 		return err
 	}
 	if len(in.pf.ids) > 0 {
-		in.writeInput(key)
+		in.writeInput(need, key, nil)
 	} else {
 		in.mem.Write(in.inPtr, key)
 	}
