@@ -6,6 +6,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"testing"
 
@@ -60,6 +62,44 @@ func counterRecords(n, keys int) []benchRecord {
 // (examples/wasm/counter) and for a guest whose clink_process does nothing (the floor of an
 // export call), with the state backend the scheduler uses. ns/op is per record.
 func BenchmarkProcess(b *testing.B) {
+	benchGuests(b, []benchGuest{
+		{"noop", "testdata/noop.wasm", false},
+		{"as-counter", "../../examples/wasm/counter/counter-as.wasm", true},
+		{"go-counter", "../../examples/wasm/counter/counter-go.wasm", true},
+	})
+}
+
+// BenchmarkGoGuest splits what the Go counter costs per record, with probe guests built from
+// testdata/goprobe: a bare //go:wasmexport clink_process that returns at once (what the Go
+// runtime costs per export call), the SDK with an empty process function (its dispatch: guard,
+// frames), the SDK reading and writing the prefetched count, and that plus the counter's JSON
+// (everything but the emit). It builds the probes first, which takes a while.
+func BenchmarkGoGuest(b *testing.B) {
+	dir := b.TempDir()
+	var guests []benchGuest
+	for _, p := range []string{"bare", "sdknoop", "sdkstate", "sdkjson"} {
+		out := filepath.Join(dir, p+".wasm")
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-buildvcs=false", "-ldflags=-s -w",
+			"-o", out, "./host/abi/testdata/goprobe/"+p)
+		cmd.Dir = filepath.Join("..", "..")
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("building probe %s: %v\n%s", p, err, msg)
+		}
+		guests = append(guests, benchGuest{"go-" + p, out, false})
+	}
+	guests = append(guests,
+		benchGuest{"wat-noop", "testdata/noop.wasm", false},
+		benchGuest{"go-counter", "../../examples/wasm/counter/counter-go.wasm", true})
+	benchGuests(b, guests)
+}
+
+type benchGuest struct {
+	name, path string
+	emits      bool // one emit per record, checked
+}
+
+func benchGuests(b *testing.B, guests []benchGuest) {
 	ctx := context.Background()
 	e, err := abi.NewEngine(ctx)
 	if err != nil {
@@ -67,11 +107,7 @@ func BenchmarkProcess(b *testing.B) {
 	}
 	defer e.Close(ctx)
 	recs := counterRecords(1<<14, 10_000)
-	for _, g := range []struct{ name, path string }{
-		{"noop", "testdata/noop.wasm"},
-		{"as-counter", "../../examples/wasm/counter/counter-as.wasm"},
-		{"go-counter", "../../examples/wasm/counter/counter-go.wasm"},
-	} {
+	for _, g := range guests {
 		b.Run(g.name, func(b *testing.B) {
 			bin, err := os.ReadFile(g.path)
 			if err != nil {
@@ -96,7 +132,7 @@ func BenchmarkProcess(b *testing.B) {
 				}
 				i++
 			}
-			if g.name != "noop" && h.emits != i {
+			if g.emits && h.emits != i {
 				b.Fatalf("%d emits for %d records", h.emits, i)
 			}
 		})
