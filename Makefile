@@ -79,10 +79,12 @@ fuzz:
 	done
 
 # Long randomized runs: the scheduler's property tests with hundreds of seeds, and the state
-# tier's crash test with hundreds of kill points (both under -race).
+# tier's crash test with hundreds of kill points (both under -race), and the peak RSS of a runaway
+# guest through the CLI (host/abi).
 soak:
 	CLINK_SOAK=1 $(GO) test -race -count=1 -run 'TestProperties' -timeout 60m ./host/scheduler/
 	CLINK_STATE_SOAK=1 AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 -run 'TestCrashRecovery' -timeout 60m ./host/state/
+	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestRunawayGuestRSS' -timeout 10m ./host/abi/
 
 s3-up:
 	@scripts/s3-up.sh
