@@ -1,12 +1,15 @@
 package sdktest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
 )
 
 // TestABIDocMinimalGuest builds the WAT module of docs/abi.md's "Minimal guest" section, from
@@ -62,7 +65,8 @@ func TestABIDocMinimalGuest(t *testing.T) {
 	}
 }
 
-// codeBlock returns the body of the first fenced block opening with fence after heading.
+// codeBlock returns the body of the first fenced block opening with fence (indentation
+// included) after heading.
 func codeBlock(doc, heading, fence string) (string, error) {
 	i := strings.Index(doc, "\n"+heading+"\n")
 	if i < 0 {
@@ -73,9 +77,52 @@ func codeBlock(doc, heading, fence string) (string, error) {
 		return "", fmt.Errorf("section %q has no %q block", heading, strings.TrimSpace(fence))
 	}
 	body := doc[i+j+1+len(fence):]
-	k := strings.Index(body, "\n```")
+	indent := fence[:len(fence)-len(strings.TrimLeft(fence, " "))] // a block inside a list item
+	k := strings.Index(body, "\n"+indent+"```")
 	if k < 0 {
 		return "", fmt.Errorf("unterminated block in section %q", heading)
 	}
 	return body[:k+1], nil
+}
+
+// TestABIDocCManifest compiles docs/abi.md's clang recipe for the manifest custom section,
+// as printed, into a module with the two required exports, and checks that the host finds the
+// manifest in the custom section. It needs Debian's clang and wasi-libc (which CI installs).
+func TestABIDocCManifest(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/abi.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipe, err := codeBlock(string(doc), "## Declaring the module: the manifest", "  ```c\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clang, err := exec.LookPath("/usr/bin/clang")
+	if err != nil {
+		t.Skip("clang not installed (apt-get install clang lld wasi-libc libclang-rt-14-dev-wasm32)")
+	}
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "m.c"), filepath.Join(dir, "m.wasm")
+	prog := recipe + `
+#include <stdint.h>
+static char buf[65536];
+__attribute__((export_name("clink_input"))) char *clink_input(int32_t cap) { return cap > 65536 ? 0 : buf; }
+__attribute__((export_name("clink_process"))) int32_t clink_process(int32_t k, int32_t v, int64_t ts) { return 0; }
+`
+	if err := os.WriteFile(src, []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(clang, "--target=wasm32-wasi", "-O2", "-mexec-model=reactor", "-o", bin, src)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("clang: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := module(t, bin)
+	rep := engine.e.Inspect(context.Background(), b, abi.LoadOptions{})
+	if rep.ManifestSource != "custom section "+abi.ManifestSection || m.Manifest.Name != "counter" || strings.Join(m.Manifest.States, ",") != "count" {
+		t.Errorf("manifest from %q: %+v (problems %v)", rep.ManifestSource, m.Manifest, rep.Problems)
+	}
 }

@@ -20,6 +20,7 @@ import (
 var conformanceModules = []string{
 	"../testdata/conformance/conformance-go.wasm",
 	"../testdata/conformance/conformance-as.wasm",
+	"../testdata/conformance/conformance-c.wasm",
 }
 
 type step struct {
