@@ -74,7 +74,9 @@ c_build() { # source file, output file
 # Rust: the SDK crate guest-sdk/rust, compiled by rustc directly (no cargo, no registry), then
 # the operator as a cdylib against it. Rust 1.63 links no reactor start file for a cdylib, so
 # crt1-reactor.o from the target's self-contained directory is linked in (docs/abi.md,
-# "Building a reactor"); without it, wasm-ld wraps every export in constructor calls.
+# "Building a reactor"); without it, wasm-ld wraps every export in constructor calls. The stack
+# is 64 KiB, clang's default, instead of rustc's 1 MiB: every in-flight record holds an
+# instance, so linear memory per instance is what bounds how many can wait at once.
 RUSTC=${RUSTC:-/usr/bin/rustc}
 rust_flags=(--edition 2021 --target wasm32-wasi -C opt-level=2 -C strip=debuginfo
 	-C codegen-units=1 --remap-path-prefix "$root=.")
@@ -91,6 +93,7 @@ rust_build() { # source file, output file
 	"$RUSTC" "${rust_flags[@]}" --crate-type cdylib --crate-name "$(basename "${2%.wasm}" | tr - _)" \
 		--extern clink="$rust_sdk/libclink.rlib" \
 		-C link-arg="$sysroot/lib/rustlib/wasm32-wasi/lib/self-contained/crt1-reactor.o" \
+		-C link-arg=-zstack-size=65536 \
 		-o "$2" "$1"
 }
 
