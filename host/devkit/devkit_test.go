@@ -223,3 +223,27 @@ func TestMissingToolchain(t *testing.T) {
 		t.Fatalf("Build without clang = %v", err)
 	}
 }
+
+// TestDocumentedCase: the example case in guest-sdk/README.md is a valid case.
+func TestDocumentedCase(t *testing.T) {
+	doc, err := os.ReadFile("../../guest-sdk/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	i := strings.Index(s, "A test table is")
+	j := strings.Index(s[i:], "```json\n")
+	k := strings.Index(s[i+j+8:], "```")
+	if i < 0 || j < 0 || k < 0 {
+		t.Fatal("guest-sdk/README.md has no example case")
+	}
+	dec := json.NewDecoder(strings.NewReader(s[i+j+8 : i+j+8+k]))
+	dec.DisallowUnknownFields()
+	var c Case
+	if err := dec.Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Input) != 3 || c.Input[1].Watermark == nil || len(c.Lookups) != 2 || c.Expect.State["alice"]["count"][""] == nil {
+		t.Errorf("example case decoded as %+v", c)
+	}
+}
