@@ -896,9 +896,24 @@ pub mod json {
         dst.push(b'"');
     }
 
-    /// Appends `v` in decimal.
+    /// Appends `v` in decimal, without allocating (the hot path of most operators).
     pub fn append_int(dst: &mut Vec<u8>, v: i64) {
-        dst.extend_from_slice(v.to_string().as_bytes());
+        let mut tmp = [0u8; 20];
+        let mut i = tmp.len();
+        // Work on the negative value: its range includes i64::MIN.
+        let mut n = if v < 0 { v } else { -v };
+        loop {
+            i -= 1;
+            tmp[i] = b'0' + (-(n % 10)) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        if v < 0 {
+            dst.push(b'-');
+        }
+        dst.extend_from_slice(&tmp[i..]);
     }
 
     fn hex4(s: &[u8], i: usize) -> Option<u32> {
