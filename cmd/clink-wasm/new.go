@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/clink-wasm/clink-wasm/host/devkit"
@@ -35,8 +36,8 @@ func cmdNew(args []string, stdout, stderr io.Writer) error {
 }
 
 func scaffold(lang, sdk, name string, stdout io.Writer) error {
-	if lang == "" {
-		return usagef("new: give --lang (%s)", strings.Join(devkit.Languages, ", "))
+	if !slices.Contains(devkit.Languages, lang) {
+		return usagef("new: give --lang, one of %s", strings.Join(devkit.Languages, ", "))
 	}
 	var start []string
 	if wd, err := os.Getwd(); err == nil {
