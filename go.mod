@@ -32,3 +32,9 @@ require (
 	github.com/stretchr/testify v1.11.1 // indirect
 	golang.org/x/text v0.40.0 // indirect
 )
+
+// The guest SDK is its own module (guest-sdk/go/go.mod, standard library only). The host's
+// tests and the examples build it from this checkout.
+require github.com/clink-wasm/clink-wasm/guest-sdk/go v0.0.0
+
+replace github.com/clink-wasm/clink-wasm/guest-sdk/go => ./guest-sdk/go
