@@ -1,0 +1,371 @@
+package server
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/clink-wasm/clink-wasm/host/control"
+)
+
+var pipelineIDRE = regexp.MustCompile(`^pl-[0-9a-f]{16}$`)
+
+// PipelineView is a pipeline record as the API shows it.
+type PipelineView struct {
+	ID         string                     `json:"id"`
+	Tenant     string                     `json:"tenant"`
+	Name       string                     `json:"name"`
+	State      string                     `json:"state"`
+	Revision   int                        `json:"revision"`
+	Spec       json.RawMessage            `json:"spec"`
+	Modules    []string                   `json:"modules"`
+	Subtasks   int                        `json:"subtasks"`
+	Checkpoint *control.CheckpointPointer `json:"checkpoint,omitempty"`
+	CreatedAt  time.Time                  `json:"created_at"`
+	UpdatedAt  time.Time                  `json:"updated_at"`
+}
+
+func viewPipeline(p *control.Pipeline) PipelineView {
+	return PipelineView{ID: p.ID, Tenant: p.Tenant, Name: p.Name, State: p.State, Revision: p.Revision, Spec: p.Spec,
+		Modules: p.Modules, Subtasks: p.Subtasks, Checkpoint: p.Checkpoint, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+}
+
+// specRefs is the part of a pipeline spec the control plane checks: which modules it uses,
+// how many subtasks it asks for, and where its lookups go. The rest of the spec belongs to the
+// pipeline runtime and is kept as it was sent.
+type specRefs struct {
+	Operators []struct {
+		Name        string `json:"name"`
+		Module      string `json:"module"`
+		Parallelism *int   `json:"parallelism"`
+	} `json:"operators"`
+	Endpoints []struct {
+		Name    string `json:"name"`
+		BaseURL string `json:"base_url"`
+	} `json:"endpoints"`
+}
+
+// checkSpec validates spec for tenant against the catalog and returns the module ids it uses and
+// its subtask count. self is the pipeline being changed ("" for a new one): its own subtasks do
+// not count against the quota twice.
+func checkSpec(cat *control.Catalog, tenant, self string, spec json.RawMessage) ([]string, int, error) {
+	t, ok := cat.Tenants[tenant]
+	if !ok {
+		return nil, 0, notFound("tenant", tenant)
+	}
+	if b := bytes.TrimSpace(spec); len(b) == 0 || b[0] != '{' {
+		return nil, 0, badField("spec", "the spec must be a JSON object")
+	}
+	var refs specRefs
+	if err := json.Unmarshal(spec, &refs); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field != "" {
+			return nil, 0, problem(http.StatusBadRequest, CodeMalformedJSON, "spec."+te.Field, "spec.%s must be %s, not a JSON %s", te.Field, jsonKind(te.Type.String()), te.Value)
+		}
+		return nil, 0, badField("spec", "%v", err)
+	}
+	if len(refs.Operators) == 0 {
+		return nil, 0, badField("spec.operators", "a pipeline needs at least one operator")
+	}
+	endpoints := map[string]bool{}
+	for i, ep := range refs.Endpoints {
+		field := fmt.Sprintf("spec.endpoints[%d]", i)
+		if ep.Name == "" {
+			return nil, 0, badField(field+".name", "an endpoint needs a name")
+		}
+		u, err := url.Parse(ep.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, 0, badField(field+".base_url", "%q is not an http(s) URL", ep.BaseURL)
+		}
+		if !t.Quotas.HostAllowed(u.Host) {
+			return nil, 0, problem(http.StatusUnprocessableEntity, CodeQuotaExceeded, field+".base_url",
+				"host %q is not among tenant %q's allowed_lookup_hosts (%s)", u.Host, tenant, strings.Join(t.Quotas.AllowedLookupHosts, ", "))
+		}
+		endpoints[ep.Name] = true
+	}
+	var ids []string
+	subtasks := 0
+	for i, op := range refs.Operators {
+		field := fmt.Sprintf("spec.operators[%d]", i)
+		if op.Module == "" {
+			return nil, 0, badField(field+".module", "an operator needs a module (an id, NAME@VERSION or NAME)")
+		}
+		m, err := resolveModule(cat, tenant, op.Module, field+".module")
+		if err != nil {
+			if p, ok := err.(*Problem); ok && p.Status == http.StatusNotFound {
+				p.Status, p.Code, p.Title, p.Field, p.Type = http.StatusUnprocessableEntity, CodeInvalidField, titles[CodeInvalidField], field+".module", "urn:clink:problem:"+CodeInvalidField
+			}
+			return nil, 0, err
+		}
+		for _, ep := range m.Manifest.Endpoints {
+			if !endpoints[ep] {
+				return nil, 0, problem(http.StatusUnprocessableEntity, CodeInvalidField, field+".module",
+					"module %s@%s declares lookup endpoint %q but the spec defines no such endpoint", m.Name, m.Version, ep)
+			}
+		}
+		par := 1
+		if op.Parallelism != nil {
+			par = *op.Parallelism
+			if par < 1 {
+				return nil, 0, badField(field+".parallelism", "parallelism must be at least 1, got %d", par)
+			}
+		}
+		subtasks += par
+		if !slices.Contains(ids, m.ID) {
+			ids = append(ids, m.ID)
+		}
+	}
+	used := 0
+	n := 0
+	for _, p := range cat.TenantPipelines(tenant) {
+		if p.ID != self {
+			used += p.Subtasks
+			n++
+		}
+	}
+	if self == "" && n >= t.Quotas.MaxPipelines {
+		return nil, 0, problem(http.StatusUnprocessableEntity, CodeQuotaExceeded, "quotas.max_pipelines", "tenant %q has %d pipelines, its quota", tenant, n)
+	}
+	if used+subtasks > t.Quotas.MaxSubtasks {
+		return nil, 0, problem(http.StatusUnprocessableEntity, CodeQuotaExceeded, "quotas.max_subtasks",
+			"this spec asks for %d subtasks; tenant %q uses %d of its %d", subtasks, tenant, used, t.Quotas.MaxSubtasks)
+	}
+	return ids, subtasks, nil
+}
+
+type pipelineCreate struct {
+	Name string          `json:"name"`
+	Spec json.RawMessage `json:"spec"`
+}
+
+func newPipelineID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "pl-" + hex.EncodeToString(b[:])
+}
+
+func (s *Server) createPipeline(c echo.Context) error {
+	tenant, err := s.tenantFor(c)
+	if err != nil {
+		return err
+	}
+	var req pipelineCreate
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Name == "" {
+		return badField("name", "a pipeline needs a name")
+	}
+	if err := validModuleName("name", req.Name); err != nil {
+		return err
+	}
+	if len(req.Spec) == 0 {
+		return badField("spec", "a pipeline needs a spec")
+	}
+	var view PipelineView
+	err = s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
+		for _, p := range cat.TenantPipelines(tenant) {
+			if p.Name == req.Name {
+				return problem(http.StatusConflict, CodeConflict, "name", "tenant %q has a pipeline named %q already (%s)", tenant, req.Name, p.ID)
+			}
+		}
+		ids, subtasks, err := checkSpec(cat, tenant, "", req.Spec)
+		if err != nil {
+			return err
+		}
+		now := s.ctl.Now()
+		p := &control.Pipeline{ID: newPipelineID(), Tenant: tenant, Name: req.Name, Spec: compact(req.Spec), Modules: ids, Subtasks: subtasks,
+			State: control.PipelineCreated, Revision: 1, CreatedAt: now, UpdatedAt: now}
+		cat.Pipelines[p.ID] = p
+		view = viewPipeline(p)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.log.InfoContext(c.Request().Context(), "pipeline created", "tenant", tenant, "pipeline", view.ID)
+	c.Response().Header().Set(echo.HeaderLocation, "/api/v1/pipelines/"+view.ID)
+	return c.JSON(http.StatusCreated, view)
+}
+
+func compact(b json.RawMessage) json.RawMessage {
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		return b
+	}
+	return out.Bytes()
+}
+
+// pipelineOf finds tenant's pipeline id; another tenant's pipeline is not found.
+func (s *Server) pipelineOf(tenant, id string) (*control.Pipeline, error) {
+	if !pipelineIDRE.MatchString(id) {
+		return nil, badField("id", "%q is not a pipeline id (pl- and 16 hex digits)", id)
+	}
+	p, ok := s.ctl.Snapshot().Pipelines[id]
+	if !ok || p.Tenant != tenant {
+		return nil, notFound("pipeline", id)
+	}
+	return p, nil
+}
+
+func (s *Server) listPipelines(c echo.Context) error {
+	tenant, err := s.tenantFor(c)
+	if err != nil {
+		return err
+	}
+	items := []PipelineView{}
+	for _, p := range s.ctl.Snapshot().TenantPipelines(tenant) {
+		items = append(items, viewPipeline(p))
+	}
+	slices.SortFunc(items, func(a, b PipelineView) int { return strings.Compare(a.ID, b.ID) })
+	return page(c, items, func(v PipelineView) string { return v.ID })
+}
+
+func (s *Server) getPipeline(c echo.Context) error {
+	tenant, err := s.tenantFor(c)
+	if err != nil {
+		return err
+	}
+	p, err := s.pipelineOf(tenant, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, viewPipeline(p))
+}
+
+type pipelinePatch struct {
+	Name *string         `json:"name"`
+	Spec json.RawMessage `json:"spec"`
+}
+
+func (s *Server) patchPipeline(c echo.Context) error {
+	tenant, err := s.tenantFor(c)
+	if err != nil {
+		return err
+	}
+	id := c.Param("id")
+	if _, err := s.pipelineOf(tenant, id); err != nil {
+		return err
+	}
+	var req pipelinePatch
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Name != nil {
+		if err := validModuleName("name", *req.Name); err != nil {
+			return err
+		}
+	}
+	var view PipelineView
+	err = s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
+		p, ok := cat.Pipelines[id]
+		if !ok || p.Tenant != tenant {
+			return notFound("pipeline", id)
+		}
+		if req.Name != nil && *req.Name != p.Name {
+			for _, o := range cat.TenantPipelines(tenant) {
+				if o.Name == *req.Name {
+					return problem(http.StatusConflict, CodeConflict, "name", "tenant %q has a pipeline named %q already (%s)", tenant, o.Name, o.ID)
+				}
+			}
+			p.Name = *req.Name
+		}
+		if len(req.Spec) > 0 {
+			merged, err := mergePatch(p.Spec, req.Spec)
+			if err != nil {
+				return badField("spec", "%v", err)
+			}
+			ids, subtasks, err := checkSpec(cat, tenant, id, merged)
+			if err != nil {
+				return err
+			}
+			p.Spec, p.Modules, p.Subtasks = compact(merged), ids, subtasks
+			p.Revision++
+		}
+		p.UpdatedAt = s.ctl.Now()
+		view = viewPipeline(p)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, view)
+}
+
+// mergePatch applies an RFC 7396 JSON merge patch to doc.
+func mergePatch(doc, patch json.RawMessage) (json.RawMessage, error) {
+	var d, p any
+	if err := json.Unmarshal(doc, &d); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(patch, &p); err != nil {
+		return nil, fmt.Errorf("the spec patch is not JSON: %w", err)
+	}
+	return json.Marshal(mergeValue(d, p))
+}
+
+func mergeValue(doc, patch any) any {
+	pm, ok := patch.(map[string]any)
+	if !ok {
+		return patch
+	}
+	dm, ok := doc.(map[string]any)
+	if !ok {
+		dm = map[string]any{}
+	}
+	for k, v := range pm {
+		if v == nil {
+			delete(dm, k)
+		} else {
+			dm[k] = mergeValue(dm[k], v)
+		}
+	}
+	return dm
+}
+
+func (s *Server) deletePipeline(c echo.Context) error {
+	tenant, err := s.tenantFor(c)
+	if err != nil {
+		return err
+	}
+	id := c.Param("id")
+	if _, err := s.pipelineOf(tenant, id); err != nil {
+		return err
+	}
+	err = s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
+		p, ok := cat.Pipelines[id]
+		if !ok || p.Tenant != tenant {
+			return notFound("pipeline", id)
+		}
+		delete(cat.Pipelines, id)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.log.InfoContext(c.Request().Context(), "pipeline deleted", "tenant", tenant, "pipeline", id)
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) pipelineCheckpoints(c echo.Context) error {
+	tenant, err := s.tenantFor(c)
+	if err != nil {
+		return err
+	}
+	p, err := s.pipelineOf(tenant, c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"pipeline": p.ID, "latest": p.Checkpoint})
+}
