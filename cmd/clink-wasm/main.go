@@ -27,6 +27,11 @@ Usage:
         print a module's ABI version, capabilities, imports, exports and problems
   clink-wasm manifest embed --manifest MANIFEST.json IN.wasm [-o OUT.wasm]
         put a manifest in a module's clink.manifest custom section
+  clink-wasm serve [--listen ADDR] [--data URL]
+        run the multi-tenant REST API and web console (default 127.0.0.1:8080, .clink/server)
+  clink-wasm module push|ls|get|rm      clink-wasm tenant create|ls|quota
+        client commands for a server (--server/CLINK_SERVER, --token/CLINK_TOKEN)
+  clink-wasm completion bash|zsh|fish|powershell
   clink-wasm version
 
 Run "clink-wasm COMMAND --help" for a command's flags.
@@ -71,6 +76,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdInspect(ctx, args[1:], stdout, stderr)
 	case "manifest":
 		err = cmdManifest(args[1:], stdout, stderr)
+	case "serve", "module", "tenant", "completion", "__complete", "__completeNoDesc":
+		return cobraMain(ctx, args, stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "clink-wasm", version())
 		return 0

@@ -64,7 +64,7 @@ func IsRetryable(err error) bool {
 }
 
 // OpenStore opens the object store a URL names: file:///abs/dir, a bare directory path, or
-// s3://bucket/prefix (see S3Options for the endpoint).
+// s3://bucket/prefix[?endpoint=URL&region=R&path_style=true] (the parameters override s3).
 func OpenStore(ctx context.Context, rawURL string, s3 S3Options) (ObjectStore, error) {
 	if !strings.Contains(rawURL, "://") {
 		abs, err := filepath.Abs(rawURL)
@@ -84,6 +84,19 @@ func OpenStore(ctx context.Context, rawURL string, s3 S3Options) (ObjectStore, e
 		}
 		return OpenFileStore(u.Path)
 	case "s3":
+		// The same query parameters as the state tier's s3:// URLs.
+		for k, v := range u.Query() {
+			switch k {
+			case "endpoint":
+				s3.Endpoint = v[0]
+			case "region":
+				s3.Region = v[0]
+			case "path_style":
+				s3.PathStyle = v[0] == "true" || v[0] == "1"
+			default:
+				return nil, fmt.Errorf("control: unknown s3 URL parameter %q (known: endpoint, region, path_style)", k)
+			}
+		}
 		return OpenS3Store(ctx, u.Host, strings.Trim(u.Path, "/"), s3)
 	default:
 		return nil, fmt.Errorf("control: unsupported data URL scheme %q (use file:// or s3://)", u.Scheme)
