@@ -8,6 +8,7 @@
 #   make wasm-check  fail if a committed fixture differs from its source build
 #   make fuzz    run each fuzz target for FUZZTIME (default 30s)
 #   make s3-up / s3-down   start/stop the loopback S3 server (versitygw) for manual runs
+#   make console-test  the web console in headless Chromium (Debian chromium + playwright-core)
 
 GO        ?= go
 FUZZTIME  ?= 30s
@@ -15,7 +16,7 @@ BENCHTIME ?= 1x
 # Packages whose tests exercise concurrency; `make race` runs them with -race.
 RACE_PKGS := ./host/... ./internal/...
 
-.PHONY: all build test test-short race bench lint wasm wasm-check fuzz soak s3-up s3-down clean
+.PHONY: all build test test-short race bench lint wasm wasm-check fuzz soak s3-up s3-down clean console-test
 
 all: build
 
@@ -81,6 +82,12 @@ s3-up:
 
 s3-down:
 	@scripts/s3-down.sh
+
+# The web console in headless Chromium against a real `clink-wasm serve`; screenshots in
+# web/test/artifacts/ (or $$ARTIFACTS). Needs /usr/bin/chromium (apt-get install chromium).
+console-test: build
+	cd web/test && npm ci --no-audit --no-fund --loglevel=error
+	CLINK_BIN=$(CURDIR)/bin/clink-wasm node web/test/console.test.mjs
 
 clean:
 	rm -rf bin bench.out

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/control"
@@ -695,5 +696,28 @@ func TestRestartKeepsRecords(t *testing.T) {
 	r = e2.json("GET", "/api/v1/pipelines/"+pl.ID+"/checkpoints", tok, nil)
 	if r.code != 200 || !bytes.Contains(r.body, []byte(`"id":3`)) {
 		t.Fatalf("checkpoint pointer after restart: %d %s", r.code, r.body)
+	}
+}
+
+func TestConsoleFiles(t *testing.T) {
+	e := newEnv(t)
+	e.srv.cfg.Console = fstest.MapFS{
+		"index.html":    {Data: []byte("<!doctype html><title>console</title>")},
+		"assets/app.js": {Data: []byte("console.log(1)")},
+	}
+	r := e.do("GET", "/", "", "", nil)
+	if r.code != 200 || !strings.HasPrefix(r.hdr.Get("Content-Type"), "text/html") || !bytes.Contains(r.body, []byte("console")) {
+		t.Fatalf("index: %d %q", r.code, r.hdr.Get("Content-Type"))
+	}
+	if csp := r.hdr.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'self'") || !strings.Contains(csp, "connect-src 'self'") {
+		t.Fatalf("CSP %q", csp)
+	}
+	if r := e.do("GET", "/assets/app.js", "", "", nil); r.code != 200 || !strings.Contains(r.hdr.Get("Content-Type"), "javascript") {
+		t.Fatalf("asset: %d %q", r.code, r.hdr.Get("Content-Type"))
+	}
+	for _, p := range []string{"/assets/missing.js", "/assets/..%2Findex.html", "/assets/", "/assets/a%5Cb"} {
+		if r := e.do("GET", p, "", "", nil); r.code != 404 {
+			t.Errorf("%s: %d", p, r.code)
+		}
 	}
 }

@@ -259,5 +259,3 @@ func (s *Server) readyz(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})
 }
-
-
