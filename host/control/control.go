@@ -25,6 +25,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -205,7 +206,7 @@ func (c *Control) Now() time.Time { return c.now().UTC() }
 func (c *Control) Store() ObjectStore { return c.store }
 
 // maxTxAttempts bounds how often a transaction is re-applied after losing to another writer.
-const maxTxAttempts = 8
+const maxTxAttempts = 32
 
 // Update runs fn on a copy of the catalog and commits the result atomically. If fn returns an
 // error nothing is written and Update returns it. If another writer committed first, the
@@ -234,6 +235,15 @@ func (c *Control) Update(ctx context.Context, fn func(*Catalog) error) error {
 		}
 		if !errors.Is(err, ErrConflict) || attempt+1 >= maxTxAttempts {
 			return fmt.Errorf("control: committing the catalog: %w", err)
+		}
+		// Another writer won. A jittered pause keeps two writers from losing to each other
+		// in lockstep.
+		t := time.NewTimer(time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 7))))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
 		}
 		if err := c.reload(ctx); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -719,5 +720,132 @@ func TestConsoleFiles(t *testing.T) {
 		if r := e.do("GET", p, "", "", nil); r.code != 404 {
 			t.Errorf("%s: %d", p, r.code)
 		}
+	}
+}
+
+func TestPipelineRecords(t *testing.T) {
+	e := newEnv(t)
+	tok := e.tenant("acme", map[string]any{"max_pipelines": 2, "max_subtasks": 5, "allowed_lookup_hosts": []string{"svc.internal"}, "guest_memory_bytes": 1 << 20})
+	e.upload(tok, "?name=counter", fixture(t, "counter.wasm"))
+	if r := e.upload(tok, "?name=enrich", fixture(t, "enrich.wasm")); r.code != 201 {
+		t.Fatalf("enrich: %d %s", r.code, r.body)
+	}
+	spec := func(ops ...map[string]any) map[string]any {
+		return map[string]any{"operators": ops, "sources": []any{map[string]any{"kind": "http"}}, "future_field": 1}
+	}
+	op := func(module string, par int) map[string]any {
+		return map[string]any{"module": module, "parallelism": par}
+	}
+
+	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p1", "spec": spec(op("counter", 3))})
+	if r.code != 201 {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	var p PipelineView
+	r.decode(t, &p)
+	if p.State != "created" || p.Subtasks != 3 || p.Revision != 1 || len(p.Modules) != 1 || !bytes.Contains(p.Spec, []byte(`"future_field":1`)) {
+		t.Fatalf("record: %+v %s", p, p.Spec)
+	}
+	// The module is in use now.
+	if r := e.json("DELETE", "/api/v1/modules/counter", tok, nil); r.code != 409 || r.problem(t).Code != CodeInUse || !strings.Contains(r.problem(t).Detail, p.ID) {
+		t.Fatalf("delete in use: %d %s", r.code, r.body)
+	}
+	// Quotas: subtasks summed over pipelines.
+	r = e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p2", "spec": spec(op("counter", 3))})
+	if pr := r.problem(t); r.code != 422 || pr.Field != "quotas.max_subtasks" {
+		t.Fatalf("subtasks: %d %s", r.code, r.body)
+	}
+	// Unknown module, bad parallelism, missing operators: the field is named.
+	for _, c := range []struct {
+		spec  any
+		field string
+	}{
+		{spec(op("nosuch", 1)), "spec.operators[0].module"},
+		{spec(op("counter", 0)), "spec.operators[0].parallelism"},
+		{map[string]any{"sources": []any{}}, "spec.operators"},
+		{[]any{1}, "spec"},
+		// enrich declares endpoint "svc": the spec must define it, on an allowed host.
+		{spec(op("enrich", 1)), "spec.operators[0].module"},
+		{map[string]any{"operators": []any{op("enrich", 1)}, "endpoints": []any{map[string]any{"name": "svc", "base_url": "http://evil.example/"}}}, "spec.endpoints[0].base_url"},
+		{map[string]any{"operators": []any{op("enrich", 1)}, "endpoints": []any{map[string]any{"name": "svc", "base_url": "ftp://svc.internal/"}}}, "spec.endpoints[0].base_url"},
+	} {
+		r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "px", "spec": c.spec})
+		if pr := r.problem(t); pr.Field != c.field || (r.code != 400 && r.code != 422) {
+			t.Errorf("spec %v: %d field %q (%s), want %q", c.spec, r.code, pr.Field, pr.Detail, c.field)
+		}
+	}
+	ok := map[string]any{"operators": []any{op("enrich", 1)}, "endpoints": []any{map[string]any{"name": "svc", "base_url": "http://svc.internal:8080/v1"}}}
+	r = e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p2", "spec": ok})
+	if r.code != 201 {
+		t.Fatalf("enrich pipeline: %d %s", r.code, r.body)
+	}
+	// max_pipelines.
+	if r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p3", "spec": spec(op("counter", 1))}); r.code != 422 || r.problem(t).Field != "quotas.max_pipelines" {
+		t.Fatalf("max_pipelines: %d %s", r.code, r.body)
+	}
+	// PATCH: a merge patch of the spec; the record's own subtasks do not count twice.
+	r = e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"future_field": nil, "operators": []any{op("counter", 4)}}})
+	if r.code != 200 {
+		t.Fatalf("patch: %d %s", r.code, r.body)
+	}
+	r.decode(t, &p)
+	if p.Subtasks != 4 || p.Revision != 2 || bytes.Contains(p.Spec, []byte("future_field")) || !bytes.Contains(p.Spec, []byte(`"sources"`)) {
+		t.Fatalf("patched: %+v %s", p, p.Spec)
+	}
+	if r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": []any{op("counter", 5)}}}); r.code != 422 {
+		t.Fatalf("patch over quota: %d", r.code)
+	}
+	if r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"name": "p2"}); r.code != 409 {
+		t.Fatalf("rename onto another: %d", r.code)
+	}
+	// Run-time routes answer 501 with the reason.
+	for _, sub := range []string{"start", "stop", "savepoints", "rescale", "records"} {
+		r := e.json("POST", "/api/v1/pipelines/"+p.ID+"/"+sub, tok, nil)
+		if pr := r.problem(t); r.code != 501 || pr.Code != CodeRuntimeUnavailable || !strings.Contains(pr.Detail, "pipeline runtime not available in this build") {
+			t.Errorf("%s: %d %s", sub, r.code, r.body)
+		}
+	}
+	// Delete: the module is free again.
+	if r := e.json("DELETE", "/api/v1/pipelines/"+p.ID, tok, nil); r.code != 204 {
+		t.Fatalf("delete: %d", r.code)
+	}
+	if r := e.json("GET", "/api/v1/pipelines/"+p.ID, tok, nil); r.code != 404 {
+		t.Fatalf("deleted pipeline: %d", r.code)
+	}
+	if r := e.json("DELETE", "/api/v1/modules/counter", tok, nil); r.code != 204 {
+		t.Fatalf("delete module after: %d %s", r.code, r.body)
+	}
+}
+
+// TestConcurrentUploadsAndPipelines hammers one tenant from many goroutines (run under -race):
+// every accepted pipeline counts against the quota exactly once.
+func TestConcurrentUploadsAndPipelines(t *testing.T) {
+	e := newEnv(t)
+	tok := e.tenant("acme", map[string]any{"max_pipelines": 5, "max_subtasks": 100, "api_requests_per_second": 100000})
+	e.upload(tok, "?name=counter", fixture(t, "counter.wasm"))
+	var wg sync.WaitGroup
+	codes := make(chan int, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p" + strconv.Itoa(i), "spec": map[string]any{"operators": []any{map[string]any{"module": "counter"}}}})
+			codes <- r.code
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	created := 0
+	for c := range codes {
+		switch c {
+		case 201:
+			created++
+		case 422:
+		default:
+			t.Errorf("code %d", c)
+		}
+	}
+	if created != 5 || len(e.ctl.Snapshot().TenantPipelines("acme")) != 5 {
+		t.Fatalf("%d created, %d stored", created, len(e.ctl.Snapshot().TenantPipelines("acme")))
 	}
 }
