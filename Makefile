@@ -62,7 +62,9 @@ FUZZ_TARGETS := \
 	./host/state:FuzzSegmentDecode \
 	./host/state:FuzzManifestDecode \
 	./internal/wasmbin:FuzzInstrument \
-	./internal/wasmbin:FuzzInstrumentPrograms
+	./internal/wasmbin:FuzzInstrumentPrograms \
+	./host/server:FuzzDecodeJSON \
+	./host/server:FuzzMergePatch
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

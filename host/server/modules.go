@@ -157,6 +157,15 @@ func (s *Server) uploadModule(c echo.Context) error {
 	if r.ContentLength > limit {
 		return tooLarge()
 	}
+	// At most ValidationConcurrency uploads hold a body in memory and compile at once, so
+	// upload memory is bounded by ValidationConcurrency × MaxModuleBytes; the others wait
+	// (holding only their connection) until their request ends.
+	select {
+	case s.validate <- struct{}{}:
+	case <-r.Context().Done():
+		return problem(http.StatusServiceUnavailable, CodeUnavailable, "", "the request ended while waiting for an upload slot")
+	}
+	defer func() { <-s.validate }()
 	bin, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		return problem(http.StatusBadRequest, CodeInvalidField, "body", "reading the module: %v", err)
@@ -174,10 +183,7 @@ func (s *Server) uploadModule(c echo.Context) error {
 		return c.JSON(http.StatusOK, viewModule(s.ctl.Snapshot(), m))
 	}
 
-	rep, err := s.inspect(c, bin)
-	if err != nil {
-		return err
-	}
+	rep := s.engine.Inspect(r.Context(), bin, abi.LoadOptions{})
 	problems := make([]ModuleProblem, 0, len(rep.Problems))
 	for _, p := range rep.Problems {
 		problems = append(problems, ModuleProblem{Source: "abi", Detail: p})
@@ -248,18 +254,6 @@ func (s *Server) uploadModule(c echo.Context) error {
 	}
 	c.Response().Header().Set(echo.HeaderLocation, "/api/v1/modules/"+id)
 	return c.JSON(status, view)
-}
-
-// inspect validates bin with the ABI engine, at most ValidationConcurrency at a time.
-func (s *Server) inspect(c echo.Context, bin []byte) (*abi.Report, error) {
-	ctx := c.Request().Context()
-	select {
-	case s.validate <- struct{}{}:
-	case <-ctx.Done():
-		return nil, problem(http.StatusServiceUnavailable, CodeUnavailable, "", "the request ended while waiting to validate")
-	}
-	defer func() { <-s.validate }()
-	return s.engine.Inspect(ctx, bin, abi.LoadOptions{}), nil
 }
 
 const wasmPage = 64 << 10

@@ -188,7 +188,11 @@ func decodeJSONBytes(body []byte, dst any) error {
 		return problem(http.StatusBadRequest, CodeMalformedJSON, "body", "the JSON body ends early")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return problem(http.StatusBadRequest, CodeInvalidField, name, "unknown field %q", name)
+		field := name
+		if field == "" {
+			field = "body"
+		}
+		return problem(http.StatusBadRequest, CodeInvalidField, field, "unknown field %q", name)
 	default:
 		return problem(http.StatusBadRequest, CodeMalformedJSON, "body", "%v", err)
 	}

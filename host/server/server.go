@@ -63,7 +63,8 @@ type Config struct {
 	Now func() time.Time
 	// Console is the web console's files (web.Dist()); nil serves none.
 	Console fs.FS
-	// ValidationConcurrency bounds concurrent module validations (compiling is CPU-heavy).
+	// ValidationConcurrency bounds concurrent module uploads: each holds its body in memory and
+	// compiles it (CPU-heavy). Default 2.
 	ValidationConcurrency int
 }
 

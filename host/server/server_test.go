@@ -849,3 +849,52 @@ func TestConcurrentUploadsAndPipelines(t *testing.T) {
 		t.Fatalf("%d created, %d stored", created, len(e.ctl.Snapshot().TenantPipelines("acme")))
 	}
 }
+
+// TestRestartKeepsRecordsS3 is the restart test over the s3:// store (versitygw on loopback,
+// scripts/with-s3.sh); it fails under CI=true when no server is configured.
+func TestRestartKeepsRecordsS3(t *testing.T) {
+	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
+	if ep == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("S3 tests need CLINK_TEST_S3_ENDPOINT (scripts/with-s3.sh)")
+		}
+		t.Skip("S3 tests need CLINK_TEST_S3_ENDPOINT (scripts/with-s3.sh)")
+	}
+	if !strings.HasPrefix(ep, "http://127.0.0.1:") && !strings.HasPrefix(ep, "http://localhost:") {
+		t.Fatalf("CLINK_TEST_S3_ENDPOINT must be loopback, got %q", ep)
+	}
+	ctx := context.Background()
+	dataURL := "s3://" + os.Getenv("CLINK_TEST_S3_BUCKET") + "/server-test-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "?endpoint=" + ep + "&path_style=true"
+	open := func() (*Server, *control.Control) {
+		st, err := control.OpenStore(ctx, dataURL, control.S3Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctl, err := control.Open(ctx, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, _, err := New(ctx, ctl, Config{AdminToken: testAdmin, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close(ctx) })
+		return srv, ctl
+	}
+	srv, ctl := open()
+	e := &env{t: t, srv: srv, ctl: ctl, http: srv.Handler(), logs: &bytes.Buffer{}}
+	tok := e.tenant("acme", nil)
+	r := e.upload(tok, "?name=counter", fixture(t, "counter.wasm"))
+	if r.code != 201 {
+		t.Fatalf("upload: %d %s", r.code, r.body)
+	}
+	srv2, ctl2 := open()
+	e2 := &env{t: t, srv: srv2, ctl: ctl2, http: srv2.Handler(), logs: &bytes.Buffer{}}
+	if r := e2.json("GET", "/api/v1/modules/counter@1", tok, nil); r.code != 200 {
+		t.Fatalf("after restart: %d %s", r.code, r.body)
+	}
+	b, err := ctl2.Blob(ctx, e2.ctl.Snapshot().TenantModules("acme")[0].ID)
+	if err != nil || !bytes.Equal(b, fixture(t, "counter.wasm")) {
+		t.Fatalf("blob after restart: %v", err)
+	}
+}
