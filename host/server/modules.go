@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -157,15 +159,13 @@ func (s *Server) uploadModule(c echo.Context) error {
 	if r.ContentLength > limit {
 		return tooLarge()
 	}
-	// At most ValidationConcurrency uploads hold a body in memory and compile at once, so
-	// upload memory is bounded by ValidationConcurrency × MaxModuleBytes; the others wait
-	// (holding only their connection) until their request ends.
-	select {
-	case s.validate <- struct{}{}:
-	case <-r.Context().Done():
-		return problem(http.StatusServiceUnavailable, CodeUnavailable, "", "the request ended while waiting for an upload slot")
+	release, err := s.uploadSlot(r.Context(), tenant)
+	if err != nil {
+		return err
 	}
-	defer func() { <-s.validate }()
+	defer release()
+	// A client that trickles its body must not hold a slot for long.
+	_ = http.NewResponseController(c.Response().Writer).SetReadDeadline(time.Now().Add(uploadReadTimeout))
 	bin, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		return problem(http.StatusBadRequest, CodeInvalidField, "body", "reading the module: %v", err)
@@ -257,6 +257,37 @@ func (s *Server) uploadModule(c echo.Context) error {
 }
 
 const wasmPage = 64 << 10
+
+// uploadReadTimeout bounds reading one module body.
+const uploadReadTimeout = 2 * time.Minute
+
+// uploadSlot admits one upload. At most ValidationConcurrency uploads hold a body in memory and
+// compile at once, so upload memory is bounded by ValidationConcurrency × MaxModuleBytes; and a
+// tenant holds at most one of those slots, so a tenant that uploads without pause cannot make
+// another tenant's upload wait behind more than one of its own. Waiters hold only their
+// connection, until their request ends.
+func (s *Server) uploadSlot(ctx context.Context, tenant string) (release func(), err error) {
+	s.uploadsMu.Lock()
+	ch, ok := s.uploads[tenant]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		s.uploads[tenant] = ch // one per tenant: bounded by the tenants the admin created
+	}
+	s.uploadsMu.Unlock()
+	gone := problem(http.StatusServiceUnavailable, CodeUnavailable, "", "the request ended while waiting for an upload slot")
+	select {
+	case ch <- struct{}{}:
+	case <-ctx.Done():
+		return nil, gone
+	}
+	select {
+	case s.validate <- struct{}{}:
+	case <-ctx.Done():
+		<-ch
+		return nil, gone
+	}
+	return func() { <-s.validate; <-ch }, nil
+}
 
 // quotaProblems checks what the module declares against what the tenant may use.
 func quotaProblems(rep *abi.Report, q control.Quotas) []ModuleProblem {

@@ -35,6 +35,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -79,6 +80,9 @@ type Server struct {
 	reg      *prometheus.Registry
 	echo     *echo.Echo
 	validate chan struct{}
+
+	uploadsMu sync.Mutex
+	uploads   map[string]chan struct{} // per-tenant upload slot, see uploadSlot
 }
 
 // New builds a server over ctl. When the catalog has no admin token and cfg.AdminToken is
@@ -110,6 +114,7 @@ func New(ctx context.Context, ctl *control.Control, cfg Config) (*Server, string
 		limiter:  newLimiter(cfg.Now),
 		reg:      prometheus.NewRegistry(),
 		validate: make(chan struct{}, cfg.ValidationConcurrency),
+		uploads:  map[string]chan struct{}{},
 	}
 	s.metrics = newMetrics(s.reg, ctl)
 	s.echo = s.buildEcho()
