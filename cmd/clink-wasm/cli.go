@@ -64,7 +64,7 @@ func newRoot(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) *co
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServeCmd(), newModuleCmd(), newTenantCmd())
+	root.AddCommand(newServeCmd(), newModuleCmd(), newTenantCmd(), newPipelineCmd())
 	// The flag commands, so that help and shell completion list them; main dispatches them
 	// itself (they are not cobra commands this release).
 	for _, c := range []struct{ name, short string }{

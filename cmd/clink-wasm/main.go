@@ -29,7 +29,7 @@ Usage:
         put a manifest in a module's clink.manifest custom section
   clink-wasm serve [--listen ADDR] [--data URL]
         run the multi-tenant REST API and web console (default 127.0.0.1:8080, .clink/server)
-  clink-wasm module push|ls|get|rm      clink-wasm tenant create|ls|quota
+  clink-wasm module push|ls|get|rm   tenant create|ls|quota   pipeline create|ls|get|rm|start|stop|savepoint
         client commands for a server (--server/CLINK_SERVER, --token/CLINK_TOKEN)
   clink-wasm completion bash|zsh|fish|powershell
   clink-wasm version
@@ -76,7 +76,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdInspect(ctx, args[1:], stdout, stderr)
 	case "manifest":
 		err = cmdManifest(args[1:], stdout, stderr)
-	case "serve", "module", "tenant", "completion", "__complete", "__completeNoDesc":
+	case "serve", "module", "tenant", "pipeline", "completion", "__complete", "__completeNoDesc":
 		return cobraMain(ctx, args, stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "clink-wasm", version())

@@ -229,6 +229,18 @@ func TestServeEndToEnd(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "alpha") || !strings.Contains(out, "beta") {
 		t.Fatalf("after restart, tenant ls: %d %s", code, out)
 	}
+	// The pipeline commands: create from a file, list, and a start that says plainly it cannot.
+	specFile := filepath.Join(t.TempDir(), "spec.json")
+	os.WriteFile(specFile, []byte(`{"operators":[{"module":"counter"}]}`), 0o600)
+	if code, out, stderr := cli(t, alpha, "pipeline", "create", "p2", "-f", specFile); code != 0 || !strings.Contains(out, "created pipeline p2") {
+		t.Fatalf("pipeline create: %d %s %s", code, out, stderr)
+	}
+	if code, out, _ := cli(t, alpha, "pipeline", "ls"); code != 0 || !strings.Contains(out, "p1") || !strings.Contains(out, "p2") {
+		t.Fatalf("pipeline ls: %d %s", code, out)
+	}
+	if code, _, stderr := cli(t, alpha, "pipeline", "start", pl.ID); code != exitUnavailable || !strings.Contains(stderr, "pipeline runtime not available") {
+		t.Fatalf("pipeline start: %d %s", code, stderr)
+	}
 	// The module in use cannot be removed (exit 6); the admin token was never printed.
 	if code, _, stderr := cli(t, alpha, "module", "rm", "counter@1"); code != exitConflict {
 		t.Fatalf("rm in use: %d %s", code, stderr)
