@@ -45,6 +45,8 @@ type Catalog struct {
 	Tenants        map[string]*Tenant   `json:"tenants"`   // by name
 	Modules        map[string]*Module   `json:"modules"`   // by ModuleKey(tenant, id)
 	Pipelines      map[string]*Pipeline `json:"pipelines"` // by id
+
+	byToken map[string]*Tenant // token hash → tenant; set on publish (the catalog is immutable then)
 }
 
 // Tenant is one tenant: its quotas and the hash of its API token.
@@ -187,6 +189,13 @@ func (c *Control) reload(ctx context.Context) error {
 }
 
 func (c *Control) publish(cat *Catalog) {
+	idx := make(map[string]*Tenant, len(cat.Tenants))
+	for _, t := range cat.Tenants {
+		if t.TokenHash != "" {
+			idx[t.TokenHash] = t
+		}
+	}
+	cat.byToken = idx
 	c.snap.Lock()
 	c.cur = cat
 	c.snap.Unlock()
@@ -300,8 +309,13 @@ func (c *Control) SetCheckpoint(ctx context.Context, id string, p CheckpointPoin
 	})
 }
 
-// TenantByTokenHash finds the tenant whose token hashes to h.
+// TenantByTokenHash finds the tenant whose token hashes to h. On a published catalog it is a
+// map lookup (the index is built once per commit); on a catalog being changed, a scan.
 func (cat *Catalog) TenantByTokenHash(h string) (*Tenant, bool) {
+	if cat.byToken != nil {
+		t, ok := cat.byToken[h]
+		return t, ok
+	}
 	for _, t := range cat.Tenants {
 		if t.TokenHash == h {
 			return t, true
