@@ -125,21 +125,47 @@ try {
   await page.waitForFunction(() => /1\s*\/ 100/.test(document.querySelector('#usage-cards [data-quota="Modules"]')?.textContent || ""));
   await step(page, "5-usage-updated");
 
-  // 7. Delete it.
+  // 7. A pipeline over it: a bad spec names the field at fault, a good one is listed.
+  await page.click('.tabs button[data-tab="pipelines"]');
+  await page.fill("#pipeline-name", "counts");
+  await page.fill("#pipeline-spec", JSON.stringify({ operators: [{ module: "nosuch@9" }] }));
+  await page.click("#pipeline-button");
+  await page.waitForSelector("#pipeline-problem");
+  assert.match(await page.textContent("#pipeline-problem"), /spec\.operators\[0\]\.module/);
+  await page.fill("#pipeline-spec", JSON.stringify({ operators: [{ module: "counter@1", parallelism: 2 }] }));
+  await page.click("#pipeline-button");
+  await page.waitForSelector("#pipeline-ok");
+  await page.waitForFunction(() => /counts.*created/s.test(document.querySelector("#pipelines-table tbody")?.textContent || ""));
+  await step(page, "6-pipeline-created");
+  // The module is in use now: deleting it shows why not.
+  await page.click('.tabs button[data-tab="modules"]');
+  page.once("dialog", (d) => d.accept());
+  await page.click("#modules-table tbody tr button.danger");
+  await page.waitForSelector("#modules-error:not([hidden])");
+  assert.match(await page.textContent("#modules-error"), /in_use/);
+  // Remove the pipeline over the API, then the module can go.
+  const pls = await call("GET", "/api/v1/pipelines?tenant=acme");
+  const del = await fetch(base + "/api/v1/pipelines/" + pls.items[0].id + "?tenant=acme", { method: "DELETE", headers: { Authorization: "Bearer " + admin } });
+  assert.equal(del.status, 204);
+
+  // 8. Delete it.
   await page.click('.tabs button[data-tab="modules"]');
   page.once("dialog", (d) => d.accept());
   await page.click("#modules-table tbody tr button.danger");
   await page.waitForSelector("#modules-empty:not([hidden])");
-  await step(page, "6-module-deleted");
+  await step(page, "7-module-deleted");
 
-  // 8. The admin signs in too and picks the tenant.
+  // 9. The admin signs in too, picks the tenant, and sees every tenant's usage.
   await page.click("#sign-out");
   await page.fill("#token", admin);
   await page.click("#signin-button");
   await page.waitForSelector("#tenant-pick:not([hidden])");
   assert.equal(await page.textContent("#who-name"), "admin");
   assert.equal(await page.inputValue("#tenant-pick"), "acme");
-  await step(page, "7-admin");
+  await page.click('.tabs button[data-tab="tenants"]');
+  await page.waitForSelector("#tenants-table tbody tr");
+  assert.match(await page.textContent("#tenants-table tbody"), /acme/);
+  await step(page, "8-admin-tenants");
 
   assert.deepEqual(failures, []);
   console.log("console test: ok");

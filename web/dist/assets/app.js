@@ -86,6 +86,7 @@ function showApp() {
   pick.replaceChildren(...state.tenants.map((t) => el("option", { value: t.name }, t.name)));
   pick.value = state.tenant;
   $("#who-name").textContent = state.admin ? "admin" : "tenant " + state.tenant;
+  $("#tenants-tab").hidden = !state.admin;
   refreshAll();
 }
 
@@ -227,9 +228,48 @@ async function loadPipelines() {
   )));
 }
 
+async function createPipeline(ev) {
+  ev.preventDefault();
+  const out = $("#pipeline-result");
+  let spec;
+  try {
+    spec = JSON.parse($("#pipeline-spec").value);
+  } catch (err) {
+    out.replaceChildren(el("div", { class: "result bad", id: "pipeline-problem" }, "The spec is not JSON: " + err.message));
+    return;
+  }
+  try {
+    const p = await api("POST", "/api/v1/pipelines", { body: JSON.stringify({ name: $("#pipeline-name").value.trim(), spec }), type: "application/json" });
+    out.replaceChildren(el("div", { class: "result ok", id: "pipeline-ok" }, el("strong", {}, "Created " + p.name), " ", el("code", {}, p.id),
+      el("div", { class: "muted" }, p.subtasks + " subtask(s), state " + p.state)));
+    await refreshAll();
+  } catch (err) {
+    out.replaceChildren(el("div", { class: "result bad", id: "pipeline-problem" }, problemText(err)));
+  }
+}
+
+// ---- tenants (admin) ----
+
+async function loadTenants() {
+  const page = await api("GET", "/api/v1/tenants", { query: { limit: "1000" } });
+  state.tenants = page.items;
+  const frac = (a, b) => el("span", { class: "frac" }, a + " / " + b);
+  $("#tenants-table tbody").replaceChildren(...page.items.map((t) => el("tr", { class: t.name === state.tenant ? "current" : "" },
+    el("td", {}, t.name),
+    el("td", {}, frac(t.usage.pipelines, t.quotas.max_pipelines)),
+    el("td", {}, frac(t.usage.subtasks, t.quotas.max_subtasks)),
+    el("td", {}, frac(t.usage.modules, t.quotas.max_modules)),
+    el("td", {}, fmtBytes(t.usage.module_bytes)),
+    el("td", {}, t.quotas.api_requests_per_second),
+    el("td", {}, list(t.quotas.allowed_lookup_hosts)),
+    el("td", {}, fmtTime(t.created_at)),
+  )));
+}
+
 async function refreshAll() {
   const jobs = [loadOverview(), loadModules()];
   if (state.tenant) jobs.push(loadPipelines());
+  if (state.admin) jobs.push(loadTenants());
   for (const r of await Promise.allSettled(jobs)) {
     if (r.status === "rejected") {
       if (r.reason instanceof APIError && r.reason.status === 401) return signOut();
@@ -261,6 +301,7 @@ document.addEventListener("DOMContentLoaded", () => {
     });
   }
   $("#upload-form").addEventListener("submit", upload);
+  $("#pipeline-form").addEventListener("submit", createPipeline);
   $("#upload-file").addEventListener("change", () => {
     const f = $("#upload-file").files[0];
     $("#drop-label").textContent = f ? f.name + " (" + fmtBytes(f.size) + ")" : "Drop a .wasm here or choose a file";
