@@ -290,6 +290,11 @@ func (s *Server) patchPipeline(c echo.Context) error {
 			if err != nil {
 				return err
 			}
+			if p.Checkpoint != nil {
+				if err := checkStateCompatible(cat, tenant, p.Spec, merged); err != nil {
+					return err
+				}
+			}
 			p.Spec, p.Modules, p.Subtasks = compact(merged), ids, subtasks
 			p.Revision++
 		}
@@ -368,4 +373,63 @@ func (s *Server) pipelineCheckpoints(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"pipeline": p.ID, "latest": p.Checkpoint})
+}
+
+// CodeIncompatibleState: a spec change would drop keyed state a checkpoint holds.
+const CodeIncompatibleState = "incompatible_state"
+
+// checkStateCompatible refuses a spec change that would lose state: once a pipeline has a
+// checkpoint, an operator whose module changes must keep every state name its old module
+// declared (it may add new ones). Operators are matched by name, or by position when unnamed.
+// The restore itself maps state by name.
+func checkStateCompatible(cat *control.Catalog, tenant string, oldSpec, newSpec json.RawMessage) error {
+	var o, n specRefs
+	if json.Unmarshal(oldSpec, &o) != nil || json.Unmarshal(newSpec, &n) != nil {
+		return nil // checkSpec has validated newSpec; an unreadable old spec has no state to keep
+	}
+	key := func(i int, name string) string {
+		if name != "" {
+			return "name:" + name
+		}
+		return fmt.Sprintf("index:%d", i)
+	}
+	newOps := map[string]int{}
+	for i, op := range n.Operators {
+		newOps[key(i, op.Name)] = i
+	}
+	for i, op := range o.Operators {
+		oldMod, err := resolveModule(cat, tenant, op.Module, "")
+		if err != nil || len(oldMod.Manifest.States) == 0 {
+			continue
+		}
+		field := fmt.Sprintf("spec.operators[%d]", i)
+		j, ok := newOps[key(i, op.Name)]
+		if !ok {
+			return problem(http.StatusConflict, CodeIncompatibleState, field,
+				"operator %s holds checkpointed state (%s) and the new spec removes it; delete the pipeline to drop its state", opLabel(i, op.Name), strings.Join(oldMod.Manifest.States, ", "))
+		}
+		newMod, err := resolveModule(cat, tenant, n.Operators[j].Module, "")
+		if err != nil || newMod.ID == oldMod.ID {
+			continue
+		}
+		var missing []string
+		for _, st := range oldMod.Manifest.States {
+			if !slices.Contains(newMod.Manifest.States, st) {
+				missing = append(missing, st)
+			}
+		}
+		if len(missing) > 0 {
+			return problem(http.StatusConflict, CodeIncompatibleState, fmt.Sprintf("spec.operators[%d].module", j),
+				"module %s@%s does not declare state %s that %s@%s keeps in the last checkpoint; an upgrade may add states but not drop them",
+				newMod.Name, newMod.Version, strings.Join(missing, ", "), oldMod.Name, oldMod.Version)
+		}
+	}
+	return nil
+}
+
+func opLabel(i int, name string) string {
+	if name != "" {
+		return fmt.Sprintf("%q", name)
+	}
+	return fmt.Sprintf("#%d", i)
 }

@@ -76,6 +76,7 @@ var titles = map[string]string{
 	CodeInUse:              "In use",
 	CodeRateLimited:        "Too many requests",
 	CodeRuntimeUnavailable: "Pipeline runtime not available",
+	CodeIncompatibleState:  "Incompatible state",
 	CodeUnavailable:        "Service unavailable",
 	CodeInternal:           "Internal error",
 }

@@ -898,3 +898,46 @@ func TestRestartKeepsRecordsS3(t *testing.T) {
 		t.Fatalf("blob after restart: %v", err)
 	}
 }
+
+func TestUpgradeKeepsState(t *testing.T) {
+	e := newEnv(t)
+	tok := e.tenant("acme", nil)
+	e.upload(tok, "?name=counter", fixture(t, "counter.wasm")) // states: count
+	e.upload(tok, "?name=fast", fixture(t, "fast.wasm"))       // states: n, m
+	e.upload(tok, "?name=plain", fixture(t, "garbage.wasm"))   // no state
+	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p", "spec": map[string]any{"operators": []any{map[string]any{"name": "agg", "module": "counter"}}}})
+	var p PipelineView
+	r.decode(t, &p)
+	// Without a checkpoint there is no state to keep: any module will do.
+	if r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": []any{map[string]any{"name": "agg", "module": "fast"}}}}); r.code != 200 {
+		t.Fatalf("before a checkpoint: %d %s", r.code, r.body)
+	}
+	e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": []any{map[string]any{"name": "agg", "module": "counter"}}}})
+	if err := e.ctl.SetCheckpoint(context.Background(), p.ID, control.CheckpointPointer{ID: 1, URL: "file:///s"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ops   []any
+		field string
+		why   string
+	}{
+		{[]any{map[string]any{"name": "agg", "module": "fast"}}, "spec.operators[0].module", "does not declare state count"},
+		{[]any{map[string]any{"name": "agg", "module": "plain"}}, "spec.operators[0].module", "does not declare state count"},
+		{[]any{map[string]any{"name": "other", "module": "counter"}}, "spec.operators[0]", "removes it"},
+	} {
+		r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": c.ops}})
+		pr := r.problem(t)
+		if r.code != 409 || pr.Code != CodeIncompatibleState || pr.Field != c.field || !strings.Contains(pr.Detail, c.why) {
+			t.Errorf("%v: %d %+v", c.ops, r.code, pr)
+		}
+	}
+	// The same states (new bytes, a new version) and an added operator are fine.
+	if r := e.upload(tok, "?name=counter&version=2", append(fixture(t, "counter.wasm"), 0, 5, 3, 'p', 'a', 'd', 0)); r.code != 201 {
+		t.Fatalf("counter v2: %d %s", r.code, r.body)
+	} // a trailing custom section "pad"
+	r = e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": []any{
+		map[string]any{"name": "agg", "module": "counter@2"}, map[string]any{"name": "more", "module": "fast"}}}})
+	if r.code != 200 {
+		t.Fatalf("compatible upgrade: %d %s", r.code, r.body)
+	}
+}
