@@ -288,8 +288,11 @@ func TestServeCreatesAdminTokenOnce(t *testing.T) {
 	if tok == "" || addr == "" {
 		t.Fatalf("no admin token shown:\n%s", out)
 	}
+	// SIGTERM shuts down gracefully, with exit status 0.
 	cmd.Process.Signal(syscall.SIGTERM)
-	cmd.Wait()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v", err)
+	}
 	cmd2, out2, addr2 := run()
 	defer func() { cmd2.Process.Kill(); cmd2.Wait() }()
 	if strings.Contains(out2.String(), "clk_admin_") {

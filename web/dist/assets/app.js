@@ -3,7 +3,7 @@
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { token: "", admin: false, tenant: "", tenants: [] };
+const state = { token: "", admin: false, tenant: "", tenants: [], timer: 0 };
 
 function el(tag, attrs, ...children) {
   const e = document.createElement(tag);
@@ -88,11 +88,15 @@ function showApp() {
   $("#who-name").textContent = state.admin ? "admin" : "tenant " + state.tenant;
   $("#tenants-tab").hidden = !state.admin;
   refreshAll();
+  // Keep the figures current while the tab is visible.
+  clearInterval(state.timer);
+  state.timer = setInterval(() => { if (state.token && !document.hidden) refreshAll(); }, 10000);
 }
 
 function signOut() {
   sessionStorage.removeItem("clink.token");
-  Object.assign(state, { token: "", admin: false, tenant: "", tenants: [] });
+  clearInterval(state.timer);
+  Object.assign(state, { token: "", admin: false, tenant: "", tenants: [], timer: 0 });
   $("#app").hidden = true;
   $("#who").hidden = true;
   $("#signin").hidden = false;
