@@ -178,6 +178,8 @@ func (c *Control) reload(ctx context.Context) error {
 		cat, gen = emptyCatalog(), ""
 	case err != nil:
 		return fmt.Errorf("control: reading the catalog: %w", err)
+	case gen == c.mu.gen && c.mu.cat != nil:
+		return nil // unchanged since it was last read
 	default:
 		if cat, err = decodeCatalog(b); err != nil {
 			return err
@@ -260,7 +262,8 @@ func (c *Control) Update(ctx context.Context, fn func(*Catalog) error) error {
 	}
 }
 
-// Refresh re-reads the committed catalog (to see another process's changes).
+// Refresh re-reads the committed catalog, to see changes another process committed (a second
+// server on the same store). It costs one read of the catalog object.
 func (c *Control) Refresh(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -205,3 +205,30 @@ func s3Store(t *testing.T) ObjectStore {
 
 func TestS3ConditionalPut(t *testing.T) { testConditionalPut(t, s3Store(t)) }
 func TestS3TwoWriters(t *testing.T)     { testTwoWriters(t, s3Store(t)) }
+
+func TestRefreshSeesAnotherWriter(t *testing.T) {
+	ctx := context.Background()
+	st := fileStore(t)
+	a, b := openTest(t, st), openTest(t, st)
+	if err := a.Update(ctx, func(cat *Catalog) error { cat.Tenants["x"] = &Tenant{Name: "x", TokenHash: "h"}; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := b.Snapshot().Tenants["x"]; ok {
+		t.Fatal("b saw the change before refreshing")
+	}
+	before := b.Snapshot()
+	if err := b.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tn, ok := b.Snapshot().TenantByTokenHash("h"); !ok || tn.Name != "x" {
+		t.Fatal("b does not see a's tenant after refreshing")
+	}
+	// An unchanged catalog is not re-published.
+	snap := b.Snapshot()
+	if err := b.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b.Snapshot() != snap || snap == before {
+		t.Fatal("refresh of an unchanged catalog re-published it")
+	}
+}

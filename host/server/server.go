@@ -64,6 +64,9 @@ type Config struct {
 	Now func() time.Time
 	// Console is the web console's files (web.Dist()); nil serves none.
 	Console fs.FS
+	// RefreshInterval is how often the catalog is re-read to see what another server process
+	// on the same store committed; default 5s, negative for never.
+	RefreshInterval time.Duration
 	// ValidationConcurrency bounds concurrent module uploads: each holds its body in memory and
 	// compiles it (CPU-heavy). Default 2.
 	ValidationConcurrency int
@@ -97,6 +100,9 @@ func New(ctx context.Context, ctl *control.Control, cfg Config) (*Server, string
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.RefreshInterval == 0 {
+		cfg.RefreshInterval = 5 * time.Second
 	}
 	if cfg.ValidationConcurrency <= 0 {
 		cfg.ValidationConcurrency = 2
@@ -167,6 +173,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	if s.cfg.RefreshInterval > 0 {
+		done := make(chan struct{})
+		defer close(done)
+		go s.refreshLoop(ctx, done)
+	}
 	select {
 	case err := <-errc:
 		return err
@@ -179,6 +190,23 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		err = e
 	}
 	return err
+}
+
+func (s *Server) refreshLoop(ctx context.Context, done <-chan struct{}) {
+	t := time.NewTicker(s.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := s.ctl.Refresh(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("re-reading the catalog failed; serving the last one read", "err", err)
+			}
+		}
+	}
 }
 
 func (s *Server) buildEcho() *echo.Echo {
