@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -18,8 +17,6 @@ import (
 
 	"github.com/clink-wasm/clink-wasm/host/control"
 )
-
-var pipelineIDRE = regexp.MustCompile(`^pl-[0-9a-f]{16}$`)
 
 // PipelineView is a pipeline record as the API shows it.
 type PipelineView struct {
@@ -209,7 +206,7 @@ func compact(b json.RawMessage) json.RawMessage {
 
 // pipelineOf finds tenant's pipeline id; another tenant's pipeline is not found.
 func (s *Server) pipelineOf(tenant, id string) (*control.Pipeline, error) {
-	if !pipelineIDRE.MatchString(id) {
+	if !control.ValidPipelineID(id) {
 		return nil, badField("id", "%q is not a pipeline id (pl- and 16 hex digits)", id)
 	}
 	p, ok := s.ctl.Snapshot().Pipelines[id]

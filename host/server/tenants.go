@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,12 +14,10 @@ import (
 	"github.com/clink-wasm/clink-wasm/host/control"
 )
 
-// Names that end up in URLs, object names and metric labels are restricted to what cannot
-// traverse a path or break a label: a DNS label for tenants (as Kubernetes namespaces).
-var tenantNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
+// validTenantName: names that end up in URLs, object names and metric labels cannot traverse a
+// path or break a label (control.ValidTenantName).
 func validTenantName(field, n string) error {
-	if !tenantNameRE.MatchString(n) {
+	if !control.ValidTenantName(n) {
 		return badField(field, "tenant name %q is invalid: use 1-63 lower-case letters, digits and '-', starting and ending with a letter or digit", n)
 	}
 	return nil
