@@ -206,3 +206,31 @@ func printJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// listAll reads every page of a list route.
+func listAll[T any](ctx context.Context, c *apiClient, path string, q url.Values) ([]T, error) {
+	var all []T
+	after := ""
+	for range 10000 { // pages of 1000: bounded
+		pq := url.Values{"limit": {"1000"}}
+		for k, v := range q {
+			pq[k] = v
+		}
+		if after != "" {
+			pq.Set("after", after)
+		}
+		var pg struct {
+			Items []T    `json:"items"`
+			Next  string `json:"next"`
+		}
+		if err := c.call(ctx, "GET", path, pq, "", nil, &pg); err != nil {
+			return nil, err
+		}
+		all = append(all, pg.Items...)
+		if pg.Next == "" {
+			break
+		}
+		after = pg.Next
+	}
+	return all, nil
+}

@@ -12,11 +12,6 @@ import (
 	"github.com/clink-wasm/clink-wasm/host/server"
 )
 
-type moduleList struct {
-	Items []server.ModuleView `json:"items"`
-	Next  string              `json:"next"`
-}
-
 func newModuleCmd() *cobra.Command {
 	var f clientFlags
 	cmd := &cobra.Command{Use: "module", Short: "push, list, show and remove modules on a server"}
@@ -67,25 +62,13 @@ func newModuleCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var all []server.ModuleView
-			after := ""
-			for range 10000 { // pages of 1000: bounded
-				q := url.Values{"limit": {"1000"}}
-				if only != "" {
-					q.Set("name", only)
-				}
-				if after != "" {
-					q.Set("after", after)
-				}
-				var pg moduleList
-				if err := c.call(cmd.Context(), "GET", "/api/v1/modules", q, "", nil, &pg); err != nil {
-					return err
-				}
-				all = append(all, pg.Items...)
-				if pg.Next == "" {
-					break
-				}
-				after = pg.Next
+			q := url.Values{}
+			if only != "" {
+				q.Set("name", only)
+			}
+			all, err := listAll[server.ModuleView](cmd.Context(), c, "/api/v1/modules", q)
+			if err != nil {
+				return err
 			}
 			if f.json {
 				return printJSON(cmd.OutOrStdout(), all)

@@ -12,11 +12,6 @@ import (
 	"github.com/clink-wasm/clink-wasm/host/server"
 )
 
-type pipelineList struct {
-	Items []server.PipelineView `json:"items"`
-	Next  string                `json:"next"`
-}
-
 func newPipelineCmd() *cobra.Command {
 	var f clientFlags
 	cmd := &cobra.Command{Use: "pipeline", Short: "create, list, show and remove pipelines on a server"}
@@ -65,22 +60,9 @@ func newPipelineCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var all []server.PipelineView
-			after := ""
-			for range 10000 {
-				q := url.Values{"limit": {"1000"}}
-				if after != "" {
-					q.Set("after", after)
-				}
-				var pg pipelineList
-				if err := c.call(cmd.Context(), "GET", "/api/v1/pipelines", q, "", nil, &pg); err != nil {
-					return err
-				}
-				all = append(all, pg.Items...)
-				if pg.Next == "" {
-					break
-				}
-				after = pg.Next
+			all, err := listAll[server.PipelineView](cmd.Context(), c, "/api/v1/pipelines", nil)
+			if err != nil {
+				return err
 			}
 			if f.json {
 				return printJSON(cmd.OutOrStdout(), all)

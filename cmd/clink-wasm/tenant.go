@@ -14,11 +14,6 @@ import (
 	"github.com/clink-wasm/clink-wasm/host/server"
 )
 
-type tenantList struct {
-	Items []server.TenantView `json:"items"`
-	Next  string              `json:"next"`
-}
-
 // parseQuotaSets turns --set key=value flags into a quota patch. Values are integers, except
 // allowed_lookup_hosts, a comma-separated list ("" for none).
 func parseQuotaSets(sets []string) (map[string]any, error) {
@@ -92,22 +87,9 @@ func newTenantCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			var all []server.TenantView
-			after := ""
-			for range 10000 {
-				q := url.Values{"limit": {"1000"}}
-				if after != "" {
-					q.Set("after", after)
-				}
-				var pg tenantList
-				if err := c.call(cmd.Context(), "GET", "/api/v1/tenants", q, "", nil, &pg); err != nil {
-					return err
-				}
-				all = append(all, pg.Items...)
-				if pg.Next == "" {
-					break
-				}
-				after = pg.Next
+			all, err := listAll[server.TenantView](cmd.Context(), c, "/api/v1/tenants", nil)
+			if err != nil {
+				return err
 			}
 			if f.json {
 				return printJSON(cmd.OutOrStdout(), all)

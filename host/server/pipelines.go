@@ -204,6 +204,16 @@ func compact(b json.RawMessage) json.RawMessage {
 	return out.Bytes()
 }
 
+// requestPipeline is the tenant a request acts for and the pipeline its :id names.
+func (s *Server) requestPipeline(c echo.Context) (string, *control.Pipeline, error) {
+	tenant, err := s.tenantFor(c)
+	if err != nil {
+		return "", nil, err
+	}
+	p, err := s.pipelineOf(tenant, c.Param("id"))
+	return tenant, p, err
+}
+
 // pipelineOf finds tenant's pipeline id; another tenant's pipeline is not found.
 func (s *Server) pipelineOf(tenant, id string) (*control.Pipeline, error) {
 	if !control.ValidPipelineID(id) {
@@ -230,11 +240,7 @@ func (s *Server) listPipelines(c echo.Context) error {
 }
 
 func (s *Server) getPipeline(c echo.Context) error {
-	tenant, err := s.tenantFor(c)
-	if err != nil {
-		return err
-	}
-	p, err := s.pipelineOf(tenant, c.Param("id"))
+	_, p, err := s.requestPipeline(c)
 	if err != nil {
 		return err
 	}
@@ -361,11 +367,7 @@ func (s *Server) deletePipeline(c echo.Context) error {
 }
 
 func (s *Server) pipelineCheckpoints(c echo.Context) error {
-	tenant, err := s.tenantFor(c)
-	if err != nil {
-		return err
-	}
-	p, err := s.pipelineOf(tenant, c.Param("id"))
+	_, p, err := s.requestPipeline(c)
 	if err != nil {
 		return err
 	}

@@ -87,11 +87,7 @@ func (s *Server) routes() []route {
 }
 
 func (s *Server) runtimeUnavailable(c echo.Context) error {
-	t, err := s.tenantFor(c)
-	if err != nil {
-		return err
-	}
-	if _, err := s.pipelineOf(t, c.Param("id")); err != nil {
+	if _, _, err := s.requestPipeline(c); err != nil {
 		return err
 	}
 	return problem(http.StatusNotImplemented, CodeRuntimeUnavailable, "", "pipeline runtime not available in this build: pipelines are stored records that cannot run yet")
