@@ -369,3 +369,39 @@ func TestServeKillDuringWrites(t *testing.T) {
 	}
 	t.Logf("%d creations acknowledged before the kill, all present after the restart", len(names))
 }
+
+// TestServeS3Restart: the real server with its records in s3:// (versitygw on loopback,
+// scripts/with-s3.sh), SIGKILL, restart: the records are there. Fails under CI=true without S3.
+func TestServeS3Restart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
+	if ep == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("S3 tests need CLINK_TEST_S3_ENDPOINT (scripts/with-s3.sh)")
+		}
+		t.Skip("S3 tests need CLINK_TEST_S3_ENDPOINT (scripts/with-s3.sh)")
+	}
+	if !strings.HasPrefix(ep, "http://127.0.0.1:") && !strings.HasPrefix(ep, "http://localhost:") {
+		t.Fatalf("CLINK_TEST_S3_ENDPOINT must be loopback, got %q", ep)
+	}
+	data := fmt.Sprintf("s3://%s/serve-e2e-%d?endpoint=%s&path_style=true", os.Getenv("CLINK_TEST_S3_BUCKET"), time.Now().UnixNano(), ep)
+	srv := startServer(t, data)
+	code, out, stderr := cli(t, []string{"CLINK_SERVER=" + srv.base, "CLINK_TOKEN=" + e2eAdmin}, "tenant", "create", "s3tenant", "--json")
+	if code != 0 {
+		t.Fatalf("tenant create: %d %s", code, stderr)
+	}
+	var v struct{ Token string }
+	json.Unmarshal([]byte(out), &v)
+	wasm := filepath.Join("..", "..", "host", "abi", "testdata", "counter.wasm")
+	if code, _, stderr := cli(t, []string{"CLINK_SERVER=" + srv.base, "CLINK_TOKEN=" + v.Token}, "module", "push", wasm); code != 0 {
+		t.Fatalf("push: %d %s", code, stderr)
+	}
+	srv.kill(t)
+	srv2 := startServer(t, data)
+	code, out, stderr = cli(t, []string{"CLINK_SERVER=" + srv2.base, "CLINK_TOKEN=" + v.Token}, "module", "get", "counter@1", "--json")
+	if code != 0 || !strings.Contains(out, `"tenant": "s3tenant"`) {
+		t.Fatalf("after restart: %d %s %s", code, out, stderr)
+	}
+}

@@ -35,6 +35,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -243,7 +244,17 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		c.Response().Header().Set(echo.HeaderXRequestID, id)
 		c.Response().Header().Set("X-Content-Type-Options", "nosniff")
-		err := next(c)
+		err := func() (err error) {
+			// A bug in a handler answers 500 and is logged with its stack; it never takes the
+			// connection (or the process) down.
+			defer func() {
+				if r := recover(); r != nil {
+					s.log.ErrorContext(c.Request().Context(), "handler panic", "id", id, "route", c.Path(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+					err = fmt.Errorf("panic: %v", r)
+				}
+			}()
+			return next(c)
+		}()
 		if err != nil {
 			c.Error(err)
 		}

@@ -17,6 +17,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/clink-wasm/clink-wasm/host/control"
 )
 
@@ -939,5 +941,21 @@ func TestUpgradeKeepsState(t *testing.T) {
 		map[string]any{"name": "agg", "module": "counter@2"}, map[string]any{"name": "more", "module": "fast"}}}})
 	if r.code != 200 {
 		t.Fatalf("compatible upgrade: %d %s", r.code, r.body)
+	}
+}
+
+func TestHandlerPanicIsA500(t *testing.T) {
+	e := newEnv(t)
+	e.srv.echo.GET("/boom", func(echo.Context) error { panic("kaboom") })
+	r := e.do("GET", "/boom", "", "", nil)
+	if p := r.problem(t); r.code != 500 || p.Code != CodeInternal || strings.Contains(p.Detail, "kaboom") {
+		t.Fatalf("%d %s", r.code, r.body)
+	}
+	if !strings.Contains(e.logs.String(), "kaboom") || !strings.Contains(e.logs.String(), "handler panic") {
+		t.Fatalf("panic not logged: %s", e.logs.String())
+	}
+	// The server still answers.
+	if r := e.do("GET", "/healthz", "", "", nil); r.code != 200 {
+		t.Fatalf("after the panic: %d", r.code)
 	}
 }
