@@ -165,10 +165,21 @@ func schemas() map[string]any {
 		"ModuleList":    list("Module"),
 		"Pipeline":      pipeline,
 		"PipelineList":  list("Pipeline"),
-		"PipelineCreate": obj(map[string]any{"name": str, "spec": obj(map[string]any{
-			"operators": arr(obj(map[string]any{"name": str, "module": str, "parallelism": integ}, "module")),
-			"endpoints": arr(obj(map[string]any{"name": str, "base_url": str}, "name", "base_url")),
-		}, "operators")}, "name", "spec"),
+		"PipelineCreate": obj(map[string]any{"name": str, "spec": map[string]any{
+			"type":        "object",
+			"description": "a pipeline spec (docs/pipeline-spec.md); the server checks the fields below and keeps the rest as sent. It refuses state.url, file sources and sinks, stdout sinks, and hosts outside allowed_lookup_hosts",
+			"required":    []string{"operators"},
+			"properties": map[string]any{
+				"parallelism": integ,
+				"sources":     arr(obj(map[string]any{"name": str, "type": str, "parallelism": integ})),
+				"operators": arr(obj(map[string]any{
+					"name": str, "module": map[string]any{"type": "string", "description": "sha256:HEX, HEX, NAME@VERSION or NAME (the latest)"}, "parallelism": integ,
+					"endpoints": arr(obj(map[string]any{"name": str, "base_url": str}, "name", "base_url")),
+					"limits":    obj(map[string]any{"memory_pages": integ, "call_timeout": str, "max_in_flight": integ}),
+				}, "module")),
+				"sinks": arr(obj(map[string]any{"name": str, "type": str, "parallelism": integ, "url": str})),
+			},
+		}}, "name", "spec"),
 		"PipelinePatch": obj(map[string]any{"name": str, "spec": map[string]any{"type": "object", "description": "a JSON merge patch (RFC 7396) of the spec"}}),
 		"Checkpoints":   obj(map[string]any{"pipeline": str, "latest": checkpoint}),
 	}

@@ -38,24 +38,79 @@ func viewPipeline(p *control.Pipeline) PipelineView {
 		Modules: p.Modules, Subtasks: p.Subtasks, Checkpoint: p.Checkpoint, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
 }
 
-// specRefs is the part of a pipeline spec the control plane checks: which modules it uses,
-// how many subtasks it asks for, and where its lookups go. The rest of the spec belongs to the
-// pipeline runtime and is kept as it was sent.
+// specRefs is the part of a pipeline spec (docs/pipeline-spec.md) the control plane checks:
+// which modules it uses, how many subtasks it asks for, what it may reach and where its data
+// would go. The rest belongs to the pipeline runtime and is kept as it was sent.
 type specRefs struct {
+	Tenant      string `json:"tenant"`
+	Parallelism *int   `json:"parallelism"`
+	State       struct {
+		URL string `json:"url"`
+	} `json:"state"`
+	Sources []struct {
+		Type        string `json:"type"`
+		Parallelism *int   `json:"parallelism"`
+	} `json:"sources"`
 	Operators []struct {
 		Name        string `json:"name"`
 		Module      string `json:"module"`
 		Parallelism *int   `json:"parallelism"`
+		Endpoints   []struct {
+			Name    string `json:"name"`
+			BaseURL string `json:"base_url"`
+		} `json:"endpoints"`
+		Limits struct {
+			MemoryPages uint32 `json:"memory_pages"`
+			CallTimeout string `json:"call_timeout"`
+			MaxInFlight int    `json:"max_in_flight"`
+		} `json:"limits"`
 	} `json:"operators"`
-	Endpoints []struct {
-		Name    string `json:"name"`
-		BaseURL string `json:"base_url"`
-	} `json:"endpoints"`
+	Sinks []struct {
+		Type        string `json:"type"`
+		Parallelism *int   `json:"parallelism"`
+		URL         string `json:"url"`
+		Options     struct {
+			URL string `json:"url"`
+		} `json:"options"`
+	} `json:"sinks"`
+}
+
+// Connector types a hosted pipeline may not use: they read or write the server's own
+// filesystem or its stdout, which are no tenant's.
+var (
+	hostOnlySources = map[string]string{"file": "a file source reads the server's filesystem; hosted pipelines ingest over HTTP or generate records"}
+	hostOnlySinks   = map[string]string{
+		"file":   "a file sink writes the server's filesystem; use the preview sink, a webhook or discard",
+		"stdout": "a stdout sink writes the server's own output, which every tenant shares; use the preview sink",
+	}
+)
+
+func quotaProblem(field, format string, args ...any) *Problem {
+	return problem(http.StatusUnprocessableEntity, CodeQuotaExceeded, field, format, args...)
+}
+
+// checkHost refuses a URL that is not http(s) or whose host the tenant may not reach.
+func checkHost(t *control.Tenant, field, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return badField(field, "%q is not an http(s) URL", raw)
+	}
+	if !t.Quotas.HostAllowed(u.Host) {
+		return quotaProblem(field, "host %q is not among tenant %q's allowed_lookup_hosts (%s)", u.Host, t.Name, orNone(t.Quotas.AllowedLookupHosts))
+	}
+	return nil
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
 }
 
 // checkSpec validates spec for tenant against the catalog and returns the module ids it uses and
-// its subtask count. self is the pipeline being changed ("" for a new one): its own subtasks do
-// not count against the quota twice.
+// its subtask count (sources, operators and sinks). self is the pipeline being changed ("" for a
+// new one): its own subtasks do not count against the quota twice.
 func checkSpec(cat *control.Catalog, tenant, self string, spec json.RawMessage) ([]string, int, error) {
 	t, ok := cat.Tenants[tenant]
 	if !ok {
@@ -72,27 +127,62 @@ func checkSpec(cat *control.Catalog, tenant, self string, spec json.RawMessage) 
 		}
 		return nil, 0, badField("spec", "%v", err)
 	}
+	if refs.Tenant != "" && refs.Tenant != tenant {
+		return nil, 0, badField("spec.tenant", "the server sets the tenant; leave it out (or give %q)", tenant)
+	}
+	if refs.State.URL != "" {
+		return nil, 0, badField("spec.state.url", "the server places each pipeline's state itself, under its tenant; leave state.url out")
+	}
 	if len(refs.Operators) == 0 {
 		return nil, 0, badField("spec.operators", "a pipeline needs at least one operator")
 	}
-	endpoints := map[string]bool{}
-	for i, ep := range refs.Endpoints {
-		field := fmt.Sprintf("spec.endpoints[%d]", i)
-		if ep.Name == "" {
-			return nil, 0, badField(field+".name", "an endpoint needs a name")
+	par := func(p *int, def int, field string) (int, error) {
+		if p == nil {
+			return def, nil
 		}
-		u, err := url.Parse(ep.BaseURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return nil, 0, badField(field+".base_url", "%q is not an http(s) URL", ep.BaseURL)
+		if *p < 1 {
+			return 0, badField(field, "parallelism must be at least 1, got %d", *p)
 		}
-		if !t.Quotas.HostAllowed(u.Host) {
-			return nil, 0, problem(http.StatusUnprocessableEntity, CodeQuotaExceeded, field+".base_url",
-				"host %q is not among tenant %q's allowed_lookup_hosts (%s)", u.Host, tenant, strings.Join(t.Quotas.AllowedLookupHosts, ", "))
+		return *p, nil
+	}
+	defPar, err := par(refs.Parallelism, 1, "spec.parallelism")
+	if err != nil {
+		return nil, 0, err
+	}
+	subtasks := 0
+	for i, src := range refs.Sources {
+		field := fmt.Sprintf("spec.sources[%d]", i)
+		if why, ok := hostOnlySources[src.Type]; ok {
+			return nil, 0, problem(http.StatusUnprocessableEntity, CodeInvalidField, field+".type", "%s", why)
 		}
-		endpoints[ep.Name] = true
+		n, err := par(src.Parallelism, 1, field+".parallelism")
+		if err != nil {
+			return nil, 0, err
+		}
+		subtasks += n
+	}
+	for i, sk := range refs.Sinks {
+		field := fmt.Sprintf("spec.sinks[%d]", i)
+		if why, ok := hostOnlySinks[sk.Type]; ok {
+			return nil, 0, problem(http.StatusUnprocessableEntity, CodeInvalidField, field+".type", "%s", why)
+		}
+		if sk.Type == "webhook" {
+			u, f := sk.URL, field+".url"
+			if u == "" {
+				u, f = sk.Options.URL, field+".options.url"
+			}
+			if err := checkHost(t, f, u); err != nil {
+				return nil, 0, err
+			}
+		}
+		n, err := par(sk.Parallelism, 1, field+".parallelism")
+		if err != nil {
+			return nil, 0, err
+		}
+		subtasks += n
 	}
 	var ids []string
-	subtasks := 0
+	q := t.Quotas
 	for i, op := range refs.Operators {
 		field := fmt.Sprintf("spec.operators[%d]", i)
 		if op.Module == "" {
@@ -105,38 +195,60 @@ func checkSpec(cat *control.Catalog, tenant, self string, spec json.RawMessage) 
 			}
 			return nil, 0, err
 		}
+		endpoints := map[string]bool{}
+		for j, ep := range op.Endpoints {
+			ef := fmt.Sprintf("%s.endpoints[%d]", field, j)
+			if ep.Name == "" {
+				return nil, 0, badField(ef+".name", "an endpoint needs a name")
+			}
+			if err := checkHost(t, ef+".base_url", ep.BaseURL); err != nil {
+				return nil, 0, err
+			}
+			endpoints[ep.Name] = true
+		}
 		for _, ep := range m.Manifest.Endpoints {
 			if !endpoints[ep] {
-				return nil, 0, problem(http.StatusUnprocessableEntity, CodeInvalidField, field+".module",
-					"module %s@%s declares lookup endpoint %q but the spec defines no such endpoint", m.Name, m.Version, ep)
+				return nil, 0, problem(http.StatusUnprocessableEntity, CodeInvalidField, field+".endpoints",
+					"module %s@%s declares lookup endpoint %q but the operator defines no such endpoint", m.Name, m.Version, ep)
 			}
 		}
-		par := 1
-		if op.Parallelism != nil {
-			par = *op.Parallelism
-			if par < 1 {
-				return nil, 0, badField(field+".parallelism", "parallelism must be at least 1, got %d", par)
+		if lp := int64(op.Limits.MemoryPages); lp*wasmPage > q.GuestMemoryBytes {
+			return nil, 0, quotaProblem(field+".limits.memory_pages", "%d pages are %d bytes; tenant %q's guest_memory_bytes quota is %d", lp, lp*wasmPage, tenant, q.GuestMemoryBytes)
+		}
+		if op.Limits.MaxInFlight > q.MaxInFlightRecords {
+			return nil, 0, quotaProblem(field+".limits.max_in_flight", "%d records in flight; tenant %q's max_in_flight_records quota is %d", op.Limits.MaxInFlight, tenant, q.MaxInFlightRecords)
+		}
+		if op.Limits.CallTimeout != "" {
+			d, err := time.ParseDuration(op.Limits.CallTimeout)
+			if err != nil || d < 0 {
+				return nil, 0, badField(field+".limits.call_timeout", "%q is not a duration like \"250ms\"", op.Limits.CallTimeout)
+			}
+			if d > time.Duration(q.CPUTimePerRecordMs)*time.Millisecond {
+				return nil, 0, quotaProblem(field+".limits.call_timeout", "%s per call; tenant %q's cpu_time_per_record_ms quota is %d", d, tenant, q.CPUTimePerRecordMs)
 			}
 		}
-		subtasks += par
+		n, err := par(op.Parallelism, defPar, field+".parallelism")
+		if err != nil {
+			return nil, 0, err
+		}
+		subtasks += n
 		if !slices.Contains(ids, m.ID) {
 			ids = append(ids, m.ID)
 		}
 	}
 	used := 0
-	n := 0
+	count := 0
 	for _, p := range cat.TenantPipelines(tenant) {
 		if p.ID != self {
 			used += p.Subtasks
-			n++
+			count++
 		}
 	}
-	if self == "" && n >= t.Quotas.MaxPipelines {
-		return nil, 0, problem(http.StatusUnprocessableEntity, CodeQuotaExceeded, "quotas.max_pipelines", "tenant %q has %d pipelines, its quota", tenant, n)
+	if self == "" && count >= q.MaxPipelines {
+		return nil, 0, quotaProblem("quotas.max_pipelines", "tenant %q has %d pipelines, its quota", tenant, count)
 	}
-	if used+subtasks > t.Quotas.MaxSubtasks {
-		return nil, 0, problem(http.StatusUnprocessableEntity, CodeQuotaExceeded, "quotas.max_subtasks",
-			"this spec asks for %d subtasks; tenant %q uses %d of its %d", subtasks, tenant, used, t.Quotas.MaxSubtasks)
+	if used+subtasks > q.MaxSubtasks {
+		return nil, 0, quotaProblem("quotas.max_subtasks", "this spec asks for %d subtasks (sources, operators and sinks); tenant %q uses %d of its %d", subtasks, tenant, used, q.MaxSubtasks)
 	}
 	return ids, subtasks, nil
 }

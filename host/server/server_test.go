@@ -727,17 +727,25 @@ func TestConsoleFiles(t *testing.T) {
 
 func TestPipelineRecords(t *testing.T) {
 	e := newEnv(t)
-	tok := e.tenant("acme", map[string]any{"max_pipelines": 2, "max_subtasks": 5, "allowed_lookup_hosts": []string{"svc.internal"}, "guest_memory_bytes": 1 << 20})
+	tok := e.tenant("acme", map[string]any{"max_pipelines": 2, "max_subtasks": 7, "allowed_lookup_hosts": []string{"svc.internal", "hooks.internal"},
+		"guest_memory_bytes": 1 << 20, "max_in_flight_records": 100, "cpu_time_per_record_ms": 50})
 	e.upload(tok, "?name=counter", fixture(t, "counter.wasm"))
 	if r := e.upload(tok, "?name=enrich", fixture(t, "enrich.wasm")); r.code != 201 {
 		t.Fatalf("enrich: %d %s", r.code, r.body)
 	}
 	spec := func(ops ...map[string]any) map[string]any {
-		return map[string]any{"operators": ops, "sources": []any{map[string]any{"kind": "http"}}, "future_field": 1}
+		return map[string]any{"operators": ops, "sources": []any{map[string]any{"name": "in", "type": "generator"}}, "future_field": 1}
 	}
-	op := func(module string, par int) map[string]any {
-		return map[string]any{"module": module, "parallelism": par}
+	op := func(module string, par int) map[string]any { return map[string]any{"name": "op", "module": module, "parallelism": par} }
+	with := func(m map[string]any, k string, v any) map[string]any {
+		out := map[string]any{}
+		for a, b := range m {
+			out[a] = b
+		}
+		out[k] = v
+		return out
 	}
+	svc := []any{map[string]any{"name": "svc", "base_url": "http://svc.internal:8080/v1"}}
 
 	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p1", "spec": spec(op("counter", 3))})
 	if r.code != 201 {
@@ -745,7 +753,8 @@ func TestPipelineRecords(t *testing.T) {
 	}
 	var p PipelineView
 	r.decode(t, &p)
-	if p.State != "created" || p.Subtasks != 3 || p.Revision != 1 || len(p.Modules) != 1 || !bytes.Contains(p.Spec, []byte(`"future_field":1`)) {
+	// Subtasks count the source's one and the operator's three.
+	if p.State != "created" || p.Subtasks != 4 || p.Revision != 1 || len(p.Modules) != 1 || !bytes.Contains(p.Spec, []byte(`"future_field":1`)) {
 		t.Fatalf("record: %+v %s", p, p.Spec)
 	}
 	// The module is in use now.
@@ -757,7 +766,7 @@ func TestPipelineRecords(t *testing.T) {
 	if pr := r.problem(t); r.code != 422 || pr.Field != "quotas.max_subtasks" {
 		t.Fatalf("subtasks: %d %s", r.code, r.body)
 	}
-	// Unknown module, bad parallelism, missing operators: the field is named.
+	// Each refusal names the field at fault.
 	for _, c := range []struct {
 		spec  any
 		field string
@@ -766,17 +775,30 @@ func TestPipelineRecords(t *testing.T) {
 		{spec(op("counter", 0)), "spec.operators[0].parallelism"},
 		{map[string]any{"sources": []any{}}, "spec.operators"},
 		{[]any{1}, "spec"},
-		// enrich declares endpoint "svc": the spec must define it, on an allowed host.
-		{spec(op("enrich", 1)), "spec.operators[0].module"},
-		{map[string]any{"operators": []any{op("enrich", 1)}, "endpoints": []any{map[string]any{"name": "svc", "base_url": "http://evil.example/"}}}, "spec.endpoints[0].base_url"},
-		{map[string]any{"operators": []any{op("enrich", 1)}, "endpoints": []any{map[string]any{"name": "svc", "base_url": "ftp://svc.internal/"}}}, "spec.endpoints[0].base_url"},
+		{with(spec(op("counter", 1)), "tenant", "other"), "spec.tenant"},
+		{with(spec(op("counter", 1)), "state", map[string]any{"url": "file:///etc"}), "spec.state.url"},
+		{with(spec(op("counter", 1)), "sources", []any{map[string]any{"type": "file", "path": "/etc/passwd"}}), "spec.sources[0].type"},
+		{with(spec(op("counter", 1)), "sinks", []any{map[string]any{"type": "file", "path": "/tmp/x"}}), "spec.sinks[0].type"},
+		{with(spec(op("counter", 1)), "sinks", []any{map[string]any{"type": "stdout"}}), "spec.sinks[0].type"},
+		{with(spec(op("counter", 1)), "sinks", []any{map[string]any{"type": "webhook", "url": "http://evil.example/hook"}}), "spec.sinks[0].url"},
+		{with(spec(op("counter", 1)), "sinks", []any{map[string]any{"type": "webhook", "options": map[string]any{"url": "http://evil.example/"}}}), "spec.sinks[0].options.url"},
+		// enrich declares endpoint "svc": its operator must define it, on an allowed host.
+		{spec(op("enrich", 1)), "spec.operators[0].endpoints"},
+		{spec(with(op("enrich", 1), "endpoints", []any{map[string]any{"name": "svc", "base_url": "http://evil.example/"}})), "spec.operators[0].endpoints[0].base_url"},
+		{spec(with(op("enrich", 1), "endpoints", []any{map[string]any{"name": "svc", "base_url": "ftp://svc.internal/"}})), "spec.operators[0].endpoints[0].base_url"},
+		{spec(with(op("counter", 1), "limits", map[string]any{"memory_pages": 17})), "spec.operators[0].limits.memory_pages"},
+		{spec(with(op("counter", 1), "limits", map[string]any{"max_in_flight": 101})), "spec.operators[0].limits.max_in_flight"},
+		{spec(with(op("counter", 1), "limits", map[string]any{"call_timeout": "51ms"})), "spec.operators[0].limits.call_timeout"},
+		{spec(with(op("counter", 1), "limits", map[string]any{"call_timeout": "soon"})), "spec.operators[0].limits.call_timeout"},
+		{with(spec(op("counter", 1)), "parallelism", 0), "spec.parallelism"},
 	} {
 		r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "px", "spec": c.spec})
 		if pr := r.problem(t); pr.Field != c.field || (r.code != 400 && r.code != 422) {
 			t.Errorf("spec %v: %d field %q (%s), want %q", c.spec, r.code, pr.Field, pr.Detail, c.field)
 		}
 	}
-	ok := map[string]any{"operators": []any{op("enrich", 1)}, "endpoints": []any{map[string]any{"name": "svc", "base_url": "http://svc.internal:8080/v1"}}}
+	ok := map[string]any{"operators": []any{with(with(op("enrich", 1), "endpoints", svc), "limits", map[string]any{"memory_pages": 16, "max_in_flight": 100, "call_timeout": "50ms"})},
+		"sinks": []any{map[string]any{"name": "out", "type": "webhook", "url": "https://hooks.internal/in"}}}
 	r = e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p2", "spec": ok})
 	if r.code != 201 {
 		t.Fatalf("enrich pipeline: %d %s", r.code, r.body)
@@ -785,13 +807,14 @@ func TestPipelineRecords(t *testing.T) {
 	if r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p3", "spec": spec(op("counter", 1))}); r.code != 422 || r.problem(t).Field != "quotas.max_pipelines" {
 		t.Fatalf("max_pipelines: %d %s", r.code, r.body)
 	}
-	// PATCH: a merge patch of the spec; the record's own subtasks do not count twice.
+	// PATCH: a merge patch of the spec; the record's own subtasks do not count twice
+	// (1 source + 4 here, 2 in p2: 7 of 7).
 	r = e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"future_field": nil, "operators": []any{op("counter", 4)}}})
 	if r.code != 200 {
 		t.Fatalf("patch: %d %s", r.code, r.body)
 	}
 	r.decode(t, &p)
-	if p.Subtasks != 4 || p.Revision != 2 || bytes.Contains(p.Spec, []byte("future_field")) || !bytes.Contains(p.Spec, []byte(`"sources"`)) {
+	if p.Subtasks != 5 || p.Revision != 2 || bytes.Contains(p.Spec, []byte("future_field")) || !bytes.Contains(p.Spec, []byte(`"sources"`)) {
 		t.Fatalf("patched: %+v %s", p, p.Spec)
 	}
 	if r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": []any{op("counter", 5)}}}); r.code != 422 {
