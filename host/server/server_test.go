@@ -736,7 +736,9 @@ func TestPipelineRecords(t *testing.T) {
 	spec := func(ops ...map[string]any) map[string]any {
 		return map[string]any{"operators": ops, "sources": []any{map[string]any{"name": "in", "type": "generator"}}, "future_field": 1}
 	}
-	op := func(module string, par int) map[string]any { return map[string]any{"name": "op", "module": module, "parallelism": par} }
+	op := func(module string, par int) map[string]any {
+		return map[string]any{"name": "op", "module": module, "parallelism": par}
+	}
 	with := func(m map[string]any, k string, v any) map[string]any {
 		out := map[string]any{}
 		for a, b := range m {
