@@ -8,6 +8,7 @@
 #   make wasm-check  fail if a committed fixture differs from its source build
 #   make fuzz    run each fuzz target for FUZZTIME (default 30s)
 #   make s3-up / s3-down   start/stop the loopback S3 server (versitygw) for manual runs
+#   make console-test  the web console in headless Chromium (Debian chromium + playwright-core)
 
 GO        ?= go
 FUZZTIME  ?= 30s
@@ -18,7 +19,7 @@ RACE_PKGS := ./host/... ./internal/...
 # packages are named by import path (go.mod's replace points them at ./guest-sdk/go).
 SDK_PKGS  := github.com/clink-wasm/clink-wasm/guest-sdk/go/...
 
-.PHONY: all build test test-short race bench lint wasm wasm-check fuzz soak s3-up s3-down clean
+.PHONY: all build test test-short race bench lint wasm wasm-check fuzz soak s3-up s3-down clean console-test
 
 all: build
 
@@ -72,7 +73,9 @@ FUZZ_TARGETS := \
 	./host/state:FuzzSegmentDecode \
 	./host/state:FuzzManifestDecode \
 	./internal/wasmbin:FuzzInstrument \
-	./internal/wasmbin:FuzzInstrumentPrograms
+	./internal/wasmbin:FuzzInstrumentPrograms \
+	./host/server:FuzzDecodeJSON \
+	./host/server:FuzzMergePatch
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
@@ -94,6 +97,12 @@ s3-up:
 
 s3-down:
 	@scripts/s3-down.sh
+
+# The web console in headless Chromium against a real `clink-wasm serve`; screenshots in
+# web/test/artifacts/ (or $$ARTIFACTS). Needs /usr/bin/chromium (apt-get install chromium).
+console-test: build
+	cd web/test && npm ci --no-audit --no-fund --loglevel=error
+	CLINK_BIN=$(CURDIR)/bin/clink-wasm node web/test/console.test.mjs
 
 clean:
 	rm -rf bin bench.out
