@@ -27,7 +27,7 @@ func fakeAPI(t *testing.T, status int, body string) (*httptest.Server, *http.Req
 	return ts, got
 }
 
-func runCLI(t *testing.T, args ...string) (int, string, string) {
+func runClient(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
 	code := run(context.Background(), args, strings.NewReader(""), &out, &errb)
@@ -45,21 +45,21 @@ func TestClientPrecedence(t *testing.T) {
 	// The config file alone.
 	t.Setenv("CLINK_SERVER", "")
 	t.Setenv("CLINK_TOKEN", "")
-	if code, _, stderr := runCLI(t, "module", "ls"); code != 0 || fileReq.Header.Get("Authorization") != "Bearer file-token" {
+	if code, _, stderr := runClient(t, "module", "ls"); code != 0 || fileReq.Header.Get("Authorization") != "Bearer file-token" {
 		t.Fatalf("config file: %d %s %q", code, stderr, fileReq.Header.Get("Authorization"))
 	}
 	// The environment beats the file.
 	t.Setenv("CLINK_SERVER", envSrv.URL)
 	t.Setenv("CLINK_TOKEN", "env-token")
-	if code, _, _ := runCLI(t, "module", "ls"); code != 0 || envReq.Header.Get("Authorization") != "Bearer env-token" {
+	if code, _, _ := runClient(t, "module", "ls"); code != 0 || envReq.Header.Get("Authorization") != "Bearer env-token" {
 		t.Fatalf("env: %d %q", code, envReq.Header.Get("Authorization"))
 	}
 	// Flags beat both; a flag token with the env server.
-	if code, _, _ := runCLI(t, "module", "ls", "--server", flagSrv.URL, "--token", "flag-token", "--tenant", "acme"); code != 0 ||
+	if code, _, _ := runClient(t, "module", "ls", "--server", flagSrv.URL, "--token", "flag-token", "--tenant", "acme"); code != 0 ||
 		flagReq.Header.Get("Authorization") != "Bearer flag-token" || flagReq.URL.Query().Get("tenant") != "acme" {
 		t.Fatalf("flags: %d %q %q", code, flagReq.Header.Get("Authorization"), flagReq.URL.RawQuery)
 	}
-	if code, _, _ := runCLI(t, "module", "ls", "--token", "flag-token"); code != 0 || envReq.Header.Get("Authorization") != "Bearer flag-token" {
+	if code, _, _ := runClient(t, "module", "ls", "--token", "flag-token"); code != 0 || envReq.Header.Get("Authorization") != "Bearer flag-token" {
 		t.Fatalf("mixed: %d %q", code, envReq.Header.Get("Authorization"))
 	}
 }
@@ -74,44 +74,44 @@ func TestClientExitCodes(t *testing.T) {
 	for _, c := range cases {
 		srv, _ := fakeAPI(t, c.status, `{"type":"urn:clink:problem:x","title":"T","status":0,"code":"some_code","detail":"what went wrong","field":"name"}`)
 		t.Setenv("CLINK_SERVER", srv.URL)
-		code, _, stderr := runCLI(t, "module", "get", "x")
+		code, _, stderr := runClient(t, "module", "get", "x")
 		if code != c.code || !strings.Contains(stderr, "name: what went wrong (some_code)") {
 			t.Errorf("HTTP %d: exit %d (%s), want %d", c.status, code, stderr, c.code)
 		}
 	}
 	// No token at all.
 	t.Setenv("CLINK_TOKEN", "")
-	if code, _, stderr := runCLI(t, "module", "ls"); code != exitAuth || !strings.Contains(stderr, "no token") {
+	if code, _, stderr := runClient(t, "module", "ls"); code != exitAuth || !strings.Contains(stderr, "no token") {
 		t.Errorf("no token: %d %s", code, stderr)
 	}
 	// Nothing listening.
 	t.Setenv("CLINK_TOKEN", "tok")
 	t.Setenv("CLINK_SERVER", "http://127.0.0.1:1")
-	if code, _, stderr := runCLI(t, "tenant", "ls"); code != exitUnreachable || !strings.Contains(stderr, "cannot reach") {
+	if code, _, stderr := runClient(t, "tenant", "ls"); code != exitUnreachable || !strings.Contains(stderr, "cannot reach") {
 		t.Errorf("unreachable: %d %s", code, stderr)
 	}
 	// Usage errors.
-	if code, _, _ := runCLI(t, "module", "get"); code != exitUsage {
+	if code, _, _ := runClient(t, "module", "get"); code != exitUsage {
 		t.Errorf("missing argument: %d", code)
 	}
-	if code, _, _ := runCLI(t, "tenant", "quota", "a", "--set", "max_pipelines"); code != exitUsage {
+	if code, _, _ := runClient(t, "tenant", "quota", "a", "--set", "max_pipelines"); code != exitUsage {
 		t.Errorf("bad --set: %d", code)
 	}
 }
 
 func TestCompletion(t *testing.T) {
-	code, out, stderr := runCLI(t, "completion", "bash")
+	code, out, stderr := runClient(t, "completion", "bash")
 	if code != 0 || !strings.Contains(out, "__start_clink-wasm") {
 		t.Fatalf("completion bash: %d %s", code, stderr)
 	}
 	// The hidden command the scripts call completes the command names, the flag ones included.
-	code, out, _ = runCLI(t, "__complete", "")
+	code, out, _ = runClient(t, "__complete", "")
 	for _, c := range []string{"serve", "module", "tenant", "run", "inspect"} {
 		if code != 0 || !strings.Contains(out, c) {
 			t.Errorf("completion lacks %s: %s", c, out)
 		}
 	}
-	code, out, _ = runCLI(t, "__complete", "module", "")
+	code, out, _ = runClient(t, "__complete", "module", "")
 	if code != 0 || !strings.Contains(out, "push") || !strings.Contains(out, "rm") {
 		t.Errorf("module completion: %s", out)
 	}
