@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -55,8 +56,9 @@ type SourceRecord struct {
 type Split struct {
 	// ID is stable across runs ("orders.jsonl", "topic/3").
 	ID string `json:"id"`
-	// Position is the connector's encoding of where reading resumes; nil is the beginning.
-	Position []byte `json:"position,omitempty"`
+	// Position is where reading resumes, as JSON of the connector's choosing (a byte offset
+	// and line, a Kafka offset); nil is the beginning.
+	Position json.RawMessage `json:"position,omitempty"`
 }
 
 // Source is a configured source.
