@@ -261,7 +261,10 @@ func (p *problems) err() error {
 	return &SpecError{Problems: p.list}
 }
 
-var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var (
+	nameRE      = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	stateNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
+)
 
 // Defaults.
 const (
@@ -395,7 +398,7 @@ func (s *Spec) Validate() error {
 			return
 		}
 		if k, dup := kinds[name]; dup {
-			p.add(path+".name", "%q is already the name of a %s", name, k)
+			p.add(path+".name", "%q is already the name of a %s (names are shared by sources, operators and sinks)", name, k)
 			return
 		}
 		kinds[name], parallel[name] = kind, par
@@ -468,7 +471,7 @@ func (s *Spec) Validate() error {
 			p.add(path+".chain", "a chained operator has exactly one input")
 		}
 		for j, st := range op.State {
-			if !regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`).MatchString(st) {
+			if !stateNameRE.MatchString(st) {
 				p.add(fmt.Sprintf("%s.state[%d]", path, j), "%q is not a state name", st)
 			}
 		}

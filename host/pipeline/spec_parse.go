@@ -89,11 +89,41 @@ func ParseSpec(data []byte) (*Spec, error) {
 		// checkShape accepted the tree, so this is a value a custom decoder refused.
 		return nil, &SpecError{Problems: []*FieldError{{Reason: err.Error()}}}
 	}
+	canonical(reflect.ValueOf(&s).Elem())
 	s.ApplyDefaults()
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	return &s, nil
+}
+
+// canonical makes empty lists and mappings nil, so that a spec and its JSON rendering (which
+// omits them) decode to the same value.
+func canonical(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			canonical(v.Elem())
+		}
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				canonical(v.Field(i))
+			}
+		}
+	case reflect.Slice:
+		if v.Len() == 0 && !v.IsNil() && v.CanSet() {
+			v.SetZero()
+			return
+		}
+		for i := range v.Len() {
+			canonical(v.Index(i))
+		}
+	case reflect.Map:
+		if v.Len() == 0 && !v.IsNil() && v.CanSet() {
+			v.SetZero()
+		}
+	}
 }
 
 // normalize turns YAML's decoded tree into JSON's: string keys only, bounded depth.
