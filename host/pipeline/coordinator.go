@@ -246,7 +246,9 @@ func (c *coordinator) run(ctx context.Context) error {
 			}
 			if a.kind == ackEOF {
 				c.eofs++
-				if c.eofs == c.nSources && final == nil {
+				// In streaming mode a job whose sources all ended keeps running (and taking
+				// checkpoints) until it is stopped.
+				if c.eofs == c.nSources && final == nil && c.a.spec.Mode != ModeStreaming {
 					final = &request{savepoint: *c.a.spec.Checkpoints.FinalSavepoint}
 					finalWanted = true
 				}

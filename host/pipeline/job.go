@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/lookup"
@@ -93,6 +94,7 @@ type Job struct {
 	specSHA string
 
 	requests chan request
+	stopping atomic.Bool
 	runCtx   context.Context
 	cancel   context.CancelCauseFunc
 	done     chan struct{}
@@ -125,6 +127,13 @@ func Start(ctx context.Context, spec *Spec, env Env) (*Job, error) {
 	sources, sinks, err := env.Connectors.build(spec, &env)
 	if err != nil {
 		return nil, err
+	}
+	if spec.Mode == ModeBounded {
+		for i := range spec.Sources {
+			if !sources[spec.Sources[i].Name].Bounded() {
+				return nil, &SpecError{Problems: []*FieldError{{Path: fmt.Sprintf("sources[%d]", i), Reason: "mode is bounded but this source never ends"}}}
+			}
+		}
 	}
 	specJSON, _ := MarshalSpec(spec)
 	h := sha256.Sum256(specJSON)
@@ -267,7 +276,11 @@ func (j *Job) loop(restore *CheckpointRecord) {
 		j.mu.Unlock()
 		err := j.runAttempt(ctx, restore)
 		if err == nil {
-			j.finish(JobFinished, nil)
+			if j.stopping.Load() {
+				j.finish(JobStopped, nil)
+			} else {
+				j.finish(JobFinished, nil)
+			}
 			return
 		}
 		if errors.Is(context.Cause(ctx), ErrStopped) {
@@ -382,6 +395,7 @@ func (j *Job) Stop(ctx context.Context, savepoint bool) (uint64, error) {
 			return 0, ctx.Err()
 		}
 	}
+	j.stopping.Store(true)
 	id, err := j.request(ctx, request{stop: true, savepoint: true})
 	if err != nil {
 		return 0, err

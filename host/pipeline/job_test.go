@@ -1,7 +1,6 @@
 package pipeline_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -137,4 +136,3 @@ func sorted(s []string) []string {
 	return s
 }
 
-var _ = bytes.Equal

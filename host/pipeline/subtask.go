@@ -87,9 +87,14 @@ func (t *sourceTask) run() error {
 			if err := t.record(&buf[i]); err != nil {
 				return err
 			}
+			if err := t.maybeWatermark(1); err != nil {
+				return nil // cancelled
+			}
 		}
-		if err := t.maybeWatermark(n); err != nil {
-			return err
+		if n == 0 {
+			if err := t.maybeWatermark(0); err != nil { // idle splits
+				return nil
+			}
 		}
 		if err := t.out.flush(); err != nil {
 			return nil // cancelled
