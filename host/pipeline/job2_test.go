@@ -285,4 +285,3 @@ sinks:
 		t.Fatalf("final operator metrics: %+v", m.Operators)
 	}
 }
-

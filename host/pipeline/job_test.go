@@ -135,4 +135,3 @@ func sorted(s []string) []string {
 	slices.Sort(s)
 	return s
 }
-
