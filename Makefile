@@ -53,6 +53,7 @@ wasm-check:
 FUZZ_TARGETS := \
 	./host/abi:FuzzImports \
 	./host/pipeline:FuzzTopLevelField \
+	./host/pipeline:FuzzParseSpec \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
@@ -70,11 +71,13 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s $$pkg || exit 1; \
 	done
 
-# Long randomized runs: the scheduler's property tests with hundreds of seeds, and the state
-# tier's crash test with hundreds of kill points (both under -race).
+# Long randomized runs: the scheduler's property tests with hundreds of seeds, the state
+# tier's crash test with hundreds of kill points, and the pipeline crash test.
 soak:
 	CLINK_SOAK=1 $(GO) test -race -count=1 -run 'TestProperties' -timeout 60m ./host/scheduler/
 	CLINK_STATE_SOAK=1 AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 -run 'TestCrashRecovery' -timeout 60m ./host/state/
+	# Pipelines: 60 crash rounds (>= 60 SIGKILLs) of `run --pipeline`, one and two operators.
+	CLINK_SOAK=1 $(GO) test -count=1 -run 'TestPipelineCrash' -timeout 60m ./cmd/clink-wasm/
 
 s3-up:
 	@scripts/s3-up.sh
