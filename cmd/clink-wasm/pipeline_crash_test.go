@@ -63,7 +63,6 @@ func counterModel(keys []string) (map[string][]string, map[string]int64) {
 
 type crashSpec struct {
 	name  string
-	stage int // operators
 	spec  func(dir, input, wasm string) string
 	model func(keys []string) (out map[string][]string, states []map[string]int64)
 }

@@ -199,7 +199,7 @@ func installKillHook(env *pipeline.Env) {
 		return
 	}
 	var seen atomic.Int64
-	env.OnCommitPhase = func(p pipeline.CommitPhase, id uint64) {
+	env.OnCommitPhase = func(p pipeline.CommitPhase, id uint64) error {
 		if p == pipeline.PhaseAcknowledged {
 			seen.Add(1)
 		}
@@ -207,5 +207,6 @@ func installKillHook(env *pipeline.Env) {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			select {}
 		}
+		return nil
 	}
 }

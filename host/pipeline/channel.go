@@ -141,7 +141,7 @@ func (r *router) route(edges []*edgeOut, key, value []byte, ts, pos int64) error
 		if e.forward {
 			if e.par > 1 {
 				if kg := state.KeyGroupOf(k, e.numKG); e.kgOwner[kg] != r.subtask {
-					return fmt.Errorf("%s emitted key %q, whose key group %d belongs to another subtask of a chained operator: chain only operators that keep their input's key, or re-key with key:", r.name, k, kg)
+					return fmt.Errorf("%s emitted key %q, whose key group %d belongs to another subtask of the chained operator downstream (chain only operators that keep their input's key, or re-key with a key)", r.name, k, kg)
 				}
 			}
 		} else {

@@ -125,15 +125,6 @@ func (c *coordinator) info(id uint64) trigger {
 	return c.infos[id]
 }
 
-func (c *coordinator) lastCompleted() (CheckpointInfo, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.last == nil {
-		return CheckpointInfo{}, false
-	}
-	return *c.last, true
-}
-
 // send delivers an acknowledgement; the coordinator always takes them until the attempt ends.
 func (c *coordinator) send(ctx context.Context, a ack) {
 	select {
@@ -311,12 +302,17 @@ var ErrJobFinishing = errors.New("the job is already finishing")
 func (c *coordinator) commit(ctx context.Context, p *pendingCheckpoint) (CheckpointInfo, error) {
 	a := c.a
 	hook := a.env.OnCommitPhase
-	phase := func(ph CommitPhase) {
+	phase := func(ph CommitPhase) error {
 		if hook != nil {
-			hook(ph, p.id)
+			if err := hook(ph, p.id); err != nil {
+				return fmt.Errorf("at %s: %w", ph, err)
+			}
 		}
+		return nil
 	}
-	phase(PhaseAcknowledged)
+	if err := phase(PhaseAcknowledged); err != nil {
+		return CheckpointInfo{}, err
+	}
 	rec := &CheckpointRecord{
 		Format: RecordFormat, Job: a.spec.Name, Tenant: a.spec.Tenant, ID: p.id, Attempt: a.attemptNo,
 		Savepoint: p.savepoint, Final: p.final, Created: time.Now().UTC(), KeyGroups: a.spec.KeyGroups,
@@ -369,25 +365,33 @@ func (c *coordinator) commit(ctx context.Context, p *pendingCheckpoint) (Checkpo
 		if err := a.records.Put(ctx, kindPrepared, rec); err != nil {
 			return info, fmt.Errorf("writing the prepared record: %w", err)
 		}
-		phase(PhasePrepared)
+		if err := phase(PhasePrepared); err != nil {
+			return info, err
+		}
 		for _, name := range deciding {
 			d := a.sinks[name].Committer().(DecidingSink)
 			if err := d.Decide(ctx, p.id, recordName(p.id), rec.Sinks[name].Prepared); err != nil {
 				return info, fmt.Errorf("sink %s: %w", name, err)
 			}
 		}
-		phase(PhaseDecided)
+		if err := phase(PhaseDecided); err != nil {
+			return info, err
+		}
 	}
 	if err := a.records.Put(ctx, kindCommitted, rec); err != nil {
 		return info, fmt.Errorf("committing the checkpoint record: %w", err)
 	}
-	phase(PhaseRecordWritten)
+	if err := phase(PhaseRecordWritten); err != nil {
+		return info, err
+	}
 	for _, sk := range a.spec.Sinks {
 		if cm := a.sinks[sk.Name].Committer(); cm != nil {
 			if err := cm.Commit(ctx, p.id, rec.Sinks[sk.Name].Prepared); err != nil {
 				return info, fmt.Errorf("committing sink %s: %w", sk.Name, err)
 			}
-			phase(PhaseSinkCommitted)
+			if err := phase(PhaseSinkCommitted); err != nil {
+				return info, err
+			}
 		}
 	}
 	if len(deciding) > 0 {

@@ -47,8 +47,9 @@ type Env struct {
 	GuestLog io.Writer
 	// StuckAfter is how long a channel send may block before it is logged (default 5s).
 	StuckAfter time.Duration
-	// OnCommitPhase, if set, is called at each step of a checkpoint commit (fault injection).
-	OnCommitPhase func(phase CommitPhase, checkpoint uint64)
+	// OnCommitPhase, if set, is called at each step of a checkpoint commit (fault injection):
+	// an error fails the checkpoint, and so the attempt, at that point.
+	OnCommitPhase func(phase CommitPhase, checkpoint uint64) error
 }
 
 func (e *Env) module(ctx context.Context, ref string) ([]byte, error) {

@@ -39,7 +39,6 @@ type attempt struct {
 	coord   *coordinator
 	ctx     context.Context // the attempt's; cancelled at its first failure
 
-	mu       sync.Mutex
 	srcTasks []*sourceTask
 	opTasks  []*operatorTask
 	skTasks  []*sinkTask
