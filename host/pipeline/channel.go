@@ -22,10 +22,11 @@ import (
 // channels × channelBatches × batchRecords records. Watermarks and barriers travel in the same
 // channels, in order, to every downstream subtask.
 //
-// INVARIANT: a channel has exactly one sending goroutine at a time except for side outputs,
-// whose late records come from the operator's input merger and whose watermarks and barriers
-// come from its runner; the merger's sends happen-before the runner sees the barrier, so the
-// order per channel is still the order of the cut.
+// INVARIANT: an edgeOut (its batches and arena) is used by one goroutine. The late side
+// output is the one channel with two senders: late records come from the operator's input
+// merger, through edgeOuts of its own, and watermarks and barriers from the runner. The merger
+// flushes its late records after each input batch, before it passes on the barrier that follows
+// them, so they precede that barrier in the channel: the order per channel is the cut's.
 
 const (
 	channelBatches = 4
@@ -36,6 +37,9 @@ const (
 type channel struct {
 	ch       chan []scheduler.Element
 	from, to string
+	// side marks a side output's channel: its records are behind the watermark by nature
+	// (late records) and are never judged late again.
+	side bool
 }
 
 func newChannel(from, to string) *channel {
@@ -311,9 +315,13 @@ type merger struct {
 	done    []bool
 	blocked []bool
 	emitted int64
-	// late receives records at or before the watermark already forwarded (nil: dropped).
-	late    func(el *scheduler.Element) error
-	dropped atomic.Int64
+	// late receives records at or before the watermark already forwarded (nil: dropped);
+	// lateFlush sends what late buffered, after each input batch.
+	late      func(el *scheduler.Element) error
+	lateFlush func() error
+	// checkLate enables late-record detection (operators; never sinks).
+	checkLate bool
+	dropped   atomic.Int64
 }
 
 func newMerger(ins []*channel) *merger {
@@ -449,7 +457,7 @@ func (m *merger) run(ctx context.Context) error {
 						b = append(b, scheduler.Element{Kind: scheduler.ElementWatermark, TS: w})
 					}
 				case scheduler.ElementRecord:
-					if m.emitted != math.MinInt64 && el.TS <= m.emitted && m.emitted != math.MaxInt64 {
+					if m.checkLate && !m.ins[msg.idx].side && m.emitted != math.MinInt64 && el.TS <= m.emitted && m.emitted != math.MaxInt64 {
 						m.dropped.Add(1)
 						if m.late != nil {
 							if err := m.late(&el); err != nil {
@@ -461,12 +469,30 @@ func (m *merger) run(ctx context.Context) error {
 					b = append(b, el)
 				}
 			}
+			if m.lateFlush != nil {
+				if err := m.lateFlush(); err != nil {
+					return err
+				}
+			}
 			if err := emit(b); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// sideRouter returns a router for one side output of r whose edgeOuts are copies (same
+// channels, own batches and arena), for a goroutine other than r's.
+func (r *router) sideRouter(side string) *router {
+	c := &router{name: r.name, ctx: r.ctx, log: r.log, stuckAfter: r.stuckAfter, subtask: r.subtask, side: map[string][]*edgeOut{}}
+	for _, e := range r.side[side] {
+		cp := *e
+		cp.batches = make([][]scheduler.Element, len(e.chans))
+		cp.arena = nil
+		c.side[side] = append(c.side[side], &cp)
+	}
+	return c
 }
 
 func (m *merger) minWM() int64 {

@@ -122,7 +122,9 @@ func TestDecidingSinkRollForward(t *testing.T) {
 	}
 	sink := &txlog{path: filepath.Join(dir, "tx.log")}
 	c := connectors()
-	c.RegisterSink("txlog", func(*pipeline.SinkSpec, *pipeline.ConnectorOptions, *pipeline.Env) (pipeline.Sink, error) { return sink, nil })
+	c.RegisterSink("txlog", func(*pipeline.SinkSpec, *pipeline.ConnectorOptions, *pipeline.Env) (pipeline.Sink, error) {
+		return sink, nil
+	})
 	spec := strings.Replace(genSpec("tx", "unused", 2, 3000, 6000), "type: file, path: unused", "type: txlog", 1)
 	env := pipeline.Env{Connectors: c, StateURL: "file://" + filepath.Join(dir, "state")}
 	seen := 0

@@ -124,11 +124,13 @@ func (a *attempt) wire(ctx context.Context) (*wiring, error) {
 				var chans []*channel
 				if forward {
 					c := newChannel(fmt.Sprintf("%s[%d]", input, u), fmt.Sprintf("%s[%d]", downName, u))
+					c.side = side != ""
 					chans = []*channel{c}
 					ins[u] = append(ins[u], c)
 				} else {
 					for d := range downPar {
 						c := newChannel(fmt.Sprintf("%s[%d]", input, u), fmt.Sprintf("%s[%d]", downName, d))
+						c.side = side != ""
 						chans = append(chans, c)
 						ins[d] = append(ins[d], c)
 					}
@@ -281,8 +283,10 @@ func (a *attempt) run(parent context.Context) error {
 				return fmt.Errorf("state of operator %s: %w", op.spec.Name, err)
 			}
 			t := &operatorTask{a: a, op: op, subtask: i, backend: b, in: newMerger(w.in[op.spec.Name][i]), out: w.routerFor(ctx, a, op.spec.Name, i)}
+			t.in.checkLate = true
 			if op.spec.Late == "side-output" {
-				t.in.late = t.lateRecord
+				t.lateOut = t.out.sideRouter("late")
+				t.in.late, t.in.lateFlush = t.lateRecord, t.lateOut.flush
 			}
 			a.opTasks = append(a.opTasks, t)
 		}

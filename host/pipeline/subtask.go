@@ -233,6 +233,7 @@ type operatorTask struct {
 	backend *state.Tiered
 	in      *merger
 	out     *router
+	lateOut *router // the late side output, used by the input merger
 	ctrl    atomic.Pointer[scheduler.Controller]
 
 	persistQ chan persistJob
@@ -353,11 +354,11 @@ func (t *operatorTask) persister(ctx context.Context) {
 
 // lateRecord sends a late record to the operator's late side output.
 func (t *operatorTask) lateRecord(el *scheduler.Element) error {
-	side := t.out.side["late"]
+	side := t.lateOut.side["late"]
 	if len(side) == 0 {
 		return nil
 	}
-	return t.out.route(side, el.Key, el.Value, el.TS, el.Pos)
+	return t.lateOut.route(side, el.Key, el.Value, el.TS, el.Pos)
 }
 
 // --- sinks ---
