@@ -227,4 +227,3 @@ func (ww *webhookWriter) Close(ctx context.Context) error {
 	ww.wg.Wait()
 	return ww.failure()
 }
-
