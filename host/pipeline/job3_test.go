@@ -90,7 +90,7 @@ func (s *blockingSink) Write(ctx context.Context, recs []pipeline.SinkRecord) er
 	return nil
 }
 func (s *blockingSink) PreCommit(context.Context, uint64) ([]byte, error) { return nil, nil }
-func (s *blockingSink) Close(context.Context) error                     { return nil }
+func (s *blockingSink) Close(context.Context) error                       { return nil }
 
 type syncBuffer struct {
 	mu sync.Mutex
@@ -115,7 +115,9 @@ func (s *syncBuffer) String() string {
 func TestBackpressure(t *testing.T) {
 	sink := &blockingSink{release: make(chan struct{})}
 	c := connectors()
-	c.RegisterSink("blocking", func(*pipeline.SinkSpec, *pipeline.ConnectorOptions, *pipeline.Env) (pipeline.Sink, error) { return sink, nil })
+	c.RegisterSink("blocking", func(*pipeline.SinkSpec, *pipeline.ConnectorOptions, *pipeline.Env) (pipeline.Sink, error) {
+		return sink, nil
+	})
 	var logs syncBuffer
 	const total = 60000
 	spec := fmt.Sprintf(`
