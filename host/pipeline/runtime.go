@@ -282,6 +282,10 @@ func (a *attempt) run(parent context.Context) error {
 				b.Close()
 				return fmt.Errorf("state of operator %s: %w", op.spec.Name, err)
 			}
+			if err := remapTimers(b); err != nil {
+				b.Close()
+				return fmt.Errorf("restoring the timers of operator %s[%d]: %w", op.spec.Name, i, err)
+			}
 			t := &operatorTask{a: a, op: op, subtask: i, backend: b, in: newMerger(w.in[op.spec.Name][i]), out: w.routerFor(ctx, a, op.spec.Name, i)}
 			t.in.checkLate = true
 			if op.spec.Late == "side-output" {
