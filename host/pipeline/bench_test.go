@@ -14,14 +14,14 @@ import (
 func BenchmarkPipelineCounter(b *testing.B) {
 	for _, par := range []int{1, 2} {
 		b.Run(fmt.Sprintf("p%d", par), func(b *testing.B) {
-			n := max(b.N, 1000)
+			n := b.N
 			spec := fmt.Sprintf(`
 name: bench
 checkpoints: {interval: 1s}
 sources: [{name: g, type: generator, splits: %d, count: %d, keys: 100000, parallelism: %d}]
 operators: [{name: count, module: %s, inputs: [g], key: key, parallelism: %d}]
 sinks: [{name: out, type: discard, inputs: [count], parallelism: %d}]
-`, par, n/par, par, counterWasm(b), par, par)
+`, par, max(n/par, 1), par, counterWasm(b), par, par)
 			b.ResetTimer()
 			start := time.Now()
 			m, err := runSpec(b, spec, pipeline.Env{StateURL: "mem://"})
