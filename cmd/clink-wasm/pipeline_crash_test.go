@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -23,8 +24,11 @@ import (
 // TestMain lets the crash test run this test binary as the CLI (CLINK_CLI_CHILD=1), so that
 // a child can be SIGKILLed without building another binary.
 func TestMain(m *testing.M) {
-	if os.Getenv("CLINK_CLI_CHILD") == "1" {
-		os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	if os.Getenv("CLINK_CLI_CHILD") == "1" { // as main does
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
@@ -314,5 +318,53 @@ func checkState(t *testing.T, stateDir string, states []map[string]int64) {
 			}
 		}
 		be.Close()
+	}
+}
+
+// TestPipelineSIGTERM: a streaming job stopped by SIGTERM exits with a summary naming the
+// last committed checkpoint and the input position it covers, and --restore latest resumes.
+func TestPipelineSIGTERM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	wasm, _ := filepath.Abs("../../examples/wasm/counter/counter-as.wasm")
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "spec.yaml")
+	os.WriteFile(spec, []byte(fmt.Sprintf(`
+name: term
+checkpoints: {interval: 20ms}
+sources: [{name: g, type: generator, rate: 5000}]
+operators: [{name: count, module: %s, inputs: [g], key: key}]
+sinks: [{name: out, type: file, path: %s, inputs: [count]}]
+`, wasm, filepath.Join(dir, "out.jsonl"))), 0o644)
+	for i, restore := range []string{"none", "latest"} {
+		cmd := exec.Command(os.Args[0], "run", "--pipeline", spec, "--state", "file://"+filepath.Join(dir, "state"), "--restore", restore)
+		cmd.Env = append(os.Environ(), "CLINK_CLI_CHILD=1")
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Wait for a committed checkpoint, then SIGTERM.
+		for range 500 {
+			if ids, _ := filepath.Glob(filepath.Join(dir, "state", "jobs", "_", "term", "checkpoints", "*.json")); len(ids) > i {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		err := cmd.Wait()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+			t.Fatalf("exit: %v\n%s", err, stderr.String())
+		}
+		s := stderr.String()
+		for _, want := range []string{"term stopped", "committed; it covers the input up to g: gen-0 record ", "resume with --restore latest"} {
+			if !strings.Contains(s, want) {
+				t.Fatalf("summary lacks %q:\n%s", want, s)
+			}
+		}
+		if i == 1 && !strings.Contains(s, "(restored from checkpoint ") {
+			t.Fatalf("the second run did not restore:\n%s", s)
+		}
 	}
 }
