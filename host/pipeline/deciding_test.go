@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
@@ -20,8 +19,6 @@ import (
 // aborted attempt buffered is simply lost, as an aborted transaction is.
 type txlog struct {
 	path string
-	mu   sync.Mutex
-	open map[uint64][][]string // checkpoint -> per subtask records
 }
 
 type txEntry struct {

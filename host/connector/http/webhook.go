@@ -38,7 +38,7 @@ type Webhook struct {
 	maxBackoff  time.Duration
 	inFlight    int
 	client      *http.Client
-	job, name   string
+	name        string
 }
 
 // NewWebhook builds a webhook sink: url (required, http or https), method (POST), timeout
