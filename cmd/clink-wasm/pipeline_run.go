@@ -53,6 +53,13 @@ func cmdRunPipeline(ctx context.Context, args []string, out, stderr io.Writer) e
 	if *specPath == "" {
 		return usagef("run: --pipeline needs a spec file")
 	}
+	switch r := strings.ToLower(*restore); r {
+	case "", "none", "latest", "if-any":
+	default:
+		if id, err := strconv.ParseUint(r, 10, 64); err != nil || id == 0 {
+			return usagef("run: --restore wants none, latest, if-any or a checkpoint id, not %q", *restore)
+		}
+	}
 	data, err := os.ReadFile(*specPath)
 	if err != nil {
 		return fmt.Errorf("reading the pipeline spec: %w", err)

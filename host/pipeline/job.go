@@ -150,7 +150,10 @@ func Start(ctx context.Context, spec *Spec, env Env) (*Job, error) {
 	if env.Store != nil {
 		j.store = env.Store
 	} else {
-		st, err := state.Open(ctx, stateURL)
+		// The state tier keeps the newest `retain` complete checkpoints. Keep a few more than
+		// the job's records, so that a record's state survives the uncommitted checkpoints
+		// that crashed attempts may leave behind it (one per attempt at most).
+		st, err := state.Open(ctx, stateURL, state.WithRetainCheckpoints(spec.Checkpoints.Retain+4))
 		if err != nil {
 			return nil, fmt.Errorf("state pool %s: %w", redactURL(stateURL), err)
 		}
