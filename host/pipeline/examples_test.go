@@ -28,9 +28,8 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 }
 
 // runExample runs an example's pipeline.yaml and returns its stdout lines.
-func runExample(t *testing.T, name string) []string {
+func runExample(t *testing.T, dir string) []string {
 	t.Helper()
-	dir := filepath.Join("../../examples/wasm", name)
 	data, err := os.ReadFile(filepath.Join(dir, "pipeline.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -67,15 +66,25 @@ func byJSONKey(t *testing.T, lines []string) map[string][]string {
 }
 
 func TestExampleTumbling(t *testing.T) {
-	got := runExample(t, "tumbling")
-	want := readLines(t, "../../examples/wasm/tumbling/expected.jsonl")
+	checkExample(t, "../../examples/wasm/tumbling")
+}
+
+func TestExampleTwoStage(t *testing.T) {
+	checkExample(t, "../../examples/pipelines/two-stage")
+}
+
+// checkExample compares an example's output with its expected.jsonl: the same multiset, and
+// each key's lines in the same order.
+func checkExample(t *testing.T, dir string) {
+	got := runExample(t, dir)
+	want := readLines(t, filepath.Join(dir, "expected.jsonl"))
 	if !slices.Equal(sorted(got), sorted(want)) {
 		t.Fatalf("got %d lines:\n%s\nwant %d", len(got), strings.Join(got, "\n"), len(want))
 	}
 	g, w := byJSONKey(t, got), byJSONKey(t, want)
 	for k := range w {
 		if !slices.Equal(g[k], w[k]) {
-			t.Fatalf("key %s: windows out of order: %v", k, g[k])
+			t.Fatalf("key %s: out of order: %v", k, g[k])
 		}
 	}
 }
