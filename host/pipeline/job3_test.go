@@ -175,3 +175,26 @@ sinks: [{name: out, type: blocking, inputs: [count]}]
 		t.Fatalf("the stuck log does not name the channel:\n%s", logs.String())
 	}
 }
+
+// TestTenantNamespacing: a tenant's checkpoint records and state live under its own prefixes,
+// and two tenants running the same job name do not see each other's checkpoints.
+func TestTenantNamespacing(t *testing.T) {
+	dir := t.TempDir()
+	env := pipeline.Env{StateURL: "file://" + filepath.Join(dir, "state")}
+	for _, tenant := range []string{"acme", "globex"} {
+		out := filepath.Join(dir, tenant+".jsonl")
+		spec := fmt.Sprintf("tenant: %s\n%s", tenant, genSpec("shared", out, 2, 500, 0))
+		m, err := runSpec(t, spec, env)
+		if err != nil || m.Restored != 0 {
+			t.Fatalf("%s: %v, restored %d", tenant, err, m.Restored)
+		}
+		for _, p := range []string{"jobs/" + tenant + "/shared/checkpoints", "tenants/" + tenant + "/operators/shared.count"} {
+			if _, err := os.Stat(filepath.Join(dir, "state", p)); err != nil {
+				t.Fatalf("%s: %v", tenant, err)
+			}
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "state", "operators")); err == nil {
+		t.Fatal("tenant state written outside tenants/")
+	}
+}
