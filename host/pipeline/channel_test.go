@@ -12,7 +12,9 @@ import (
 func rec(ts int64) scheduler.Element {
 	return scheduler.Element{Kind: scheduler.ElementRecord, TS: ts, Value: []byte("{}")}
 }
-func wm(ts int64) scheduler.Element { return scheduler.Element{Kind: scheduler.ElementWatermark, TS: ts} }
+func wm(ts int64) scheduler.Element {
+	return scheduler.Element{Kind: scheduler.ElementWatermark, TS: ts}
+}
 func bar(id uint64) scheduler.Element {
 	return scheduler.Element{Kind: scheduler.ElementBarrier, CheckID: id}
 }
