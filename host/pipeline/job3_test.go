@@ -198,3 +198,48 @@ func TestTenantNamespacing(t *testing.T) {
 		t.Fatal("tenant state written outside tenants/")
 	}
 }
+
+// TestStreamingMode: in streaming mode a job whose bounded sources ended keeps running (and
+// checkpointing) until stopped; a stop with a savepoint then ends it. In the default mode the
+// same job ends by itself with a final savepoint.
+func TestStreamingMode(t *testing.T) {
+	dir := t.TempDir()
+	spec := "mode: streaming\n" + genSpec("stream", filepath.Join(dir, "out.jsonl"), 1, 300, 0)
+	j := start(t, spec, pipeline.Env{StateURL: "file://" + filepath.Join(dir, "state")})
+	waitOutput(t, j, 300)
+	first := uint64(0)
+	for range 400 { // periodic checkpoints go on after the end of the input
+		if c := j.Metrics().LastCheckpoint; c != nil {
+			if first == 0 {
+				first = c.ID
+			} else if c.ID > first {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case <-j.Done():
+		t.Fatal("a streaming job ended by itself")
+	default:
+	}
+	id, err := j.Stop(context.Background(), true)
+	if err != nil || id <= first {
+		t.Fatalf("stop: %d %v", id, err)
+	}
+	m, err := j.Wait()
+	if err != nil || m.State != pipeline.JobStopped || !m.LastCheckpoint.Savepoint || !m.LastCheckpoint.Final {
+		t.Fatalf("%v %+v", err, m.LastCheckpoint)
+	}
+
+	m, err = runSpec(t, genSpec("bounded", filepath.Join(dir, "b.jsonl"), 1, 300, 0), pipeline.Env{StateURL: "file://" + filepath.Join(dir, "state")})
+	if err != nil || m.State != pipeline.JobFinished || !m.LastCheckpoint.Savepoint || !m.LastCheckpoint.Final {
+		t.Fatalf("bounded: %v %+v", err, m.LastCheckpoint)
+	}
+	// mode: bounded refuses a source that never ends, naming it.
+	s, _ := pipeline.ParseSpec([]byte("mode: bounded\n" + genSpec("nb", filepath.Join(dir, "c.jsonl"), 1, 0, 10)))
+	if _, err := pipeline.Start(context.Background(), s, pipeline.Env{Connectors: connectors(), StateURL: "mem://"}); err == nil ||
+		!strings.Contains(err.Error(), "sources[0]: mode is bounded but this source never ends") {
+		t.Fatalf("want a bounded-mode error, got %v", err)
+	}
+}
