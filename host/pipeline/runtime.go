@@ -313,6 +313,17 @@ func (a *attempt) run(parent context.Context) error {
 			a.skTasks = append(a.skTasks, &sinkTask{a: a, name: sk.Name, subtask: i, w: wr, in: newMerger(w.in[sk.Name][i])})
 		}
 	}
+	launched := false
+	defer func() {
+		if !launched { // a setup failure: close what was opened
+			for _, t := range a.srcTasks {
+				t.r.Close()
+			}
+			for _, t := range a.skTasks {
+				t.w.Close(context.WithoutCancel(ctx))
+			}
+		}
+	}()
 	for si := range a.spec.Sources {
 		ss := &a.spec.Sources[si]
 		src := a.sources[ss.Name]
@@ -348,6 +359,7 @@ func (a *attempt) run(parent context.Context) error {
 		}
 	}
 	a.job.setAttempt(a)
+	launched = true
 
 	coordDone := make(chan error, 1)
 	go func() {
