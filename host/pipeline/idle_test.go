@@ -17,7 +17,7 @@ import (
 type twoSplits struct{}
 
 func (twoSplits) Splits(context.Context) ([]string, error) { return []string{"busy", "idle"}, nil }
-func (twoSplits) Bounded() bool                             { return false }
+func (twoSplits) Bounded() bool                            { return false }
 func (twoSplits) Open(_ context.Context, s []pipeline.Split) (pipeline.SourceReader, error) {
 	return &twoReader{n: len(s)}, nil
 }
