@@ -65,6 +65,7 @@ FUZZ_TARGETS := \
 	./host/pipeline:FuzzTopLevelField \
 	./host/pipeline:FuzzSourceCSV \
 	./host/pipeline:FuzzIsJSONNumber \
+	./host/pipeline:FuzzParseSpec \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
@@ -84,13 +85,15 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s $$pkg || exit 1; \
 	done
 
-# Long randomized runs: the scheduler's property tests with hundreds of seeds, and the state
-# tier's crash test with hundreds of kill points (both under -race), and the peak RSS of a runaway
-# guest through the CLI (host/abi).
+# Long randomized runs: the scheduler's property tests with hundreds of seeds, the state tier's
+# crash test with hundreds of kill points (both under -race), the peak RSS of a runaway guest
+# through the CLI (host/abi), and the pipeline crash test.
 soak:
 	CLINK_SOAK=1 $(GO) test -race -count=1 -run 'TestProperties' -timeout 60m ./host/scheduler/
 	CLINK_STATE_SOAK=1 AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 -run 'TestCrashRecovery' -timeout 60m ./host/state/
 	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestRunawayGuestRSS' -timeout 10m ./host/abi/
+	# Pipelines: 60 crash rounds (>= 60 SIGKILLs) of `run --pipeline`, one and two operators.
+	CLINK_SOAK=1 $(GO) test -count=1 -run 'TestPipelineCrash' -timeout 60m ./cmd/clink-wasm/
 
 s3-up:
 	@scripts/s3-up.sh
