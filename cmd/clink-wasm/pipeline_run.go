@@ -37,7 +37,7 @@ func cmdRunPipeline(ctx context.Context, args []string, out, stderr io.Writer) e
 	fs := newFlags("run", "run --pipeline SPEC.yaml [--restore latest] [flags]", stderr)
 	var (
 		specPath = fs.String("pipeline", "", "pipeline spec (YAML or JSON; see docs/pipeline-spec.md)")
-		restore  = fs.String("restore", "none", "none, latest (the newest committed checkpoint), if-any (latest if there is one) or a checkpoint id")
+		restore  = fs.String("restore", "none", "none, latest (the newest committed checkpoint; fails if there is none), latest-if-any (the latest if there is one, else start empty) or a checkpoint id")
 		stateURL = fs.String("state", "", "state pool when the spec names none: file:///dir, s3://..., mem:// (default: file:// in "+pipeline.DefaultStateDir+")")
 		quiet    = fs.Bool("quiet", false, "no summary")
 		stats    = fs.Bool("stats", false, "print the job's metrics as JSON on stderr at the end")
@@ -54,10 +54,10 @@ func cmdRunPipeline(ctx context.Context, args []string, out, stderr io.Writer) e
 		return usagef("run: --pipeline needs a spec file")
 	}
 	switch r := strings.ToLower(*restore); r {
-	case "", "none", "latest", "if-any":
+	case "", "none", "latest", "latest-if-any", "if-any":
 	default:
 		if id, err := strconv.ParseUint(r, 10, 64); err != nil || id == 0 {
-			return usagef("run: --restore wants none, latest, if-any or a checkpoint id, not %q", *restore)
+			return usagef("run: --restore wants none, latest, latest-if-any or a checkpoint id, not %q", *restore)
 		}
 	}
 	data, err := os.ReadFile(*specPath)
@@ -97,7 +97,7 @@ func cmdRunPipeline(ctx context.Context, args []string, out, stderr io.Writer) e
 	job, err := pipeline.Start(ctx, spec, env)
 	if err != nil {
 		if errors.Is(err, pipeline.ErrNoCheckpoint) {
-			return fmt.Errorf("%w: run without --restore, or with --restore if-any", err)
+			return fmt.Errorf("%w: run without --restore, or with --restore latest-if-any", err)
 		}
 		return err
 	}

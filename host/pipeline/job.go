@@ -35,7 +35,7 @@ type Env struct {
 	// Modules resolves a module reference to its bytes. Default: read a file under BaseDir.
 	Modules func(ctx context.Context, ref string) ([]byte, error)
 	// Restore: "" or "none" starts fresh, "latest" restores the newest committed checkpoint
-	// (an error if there is none), "if-any" the newest if there is one, or a checkpoint id.
+	// (an error if there is none), "latest-if-any" (alias "if-any") the newest if there is one, or a checkpoint id.
 	Restore string
 	// Lookups is the registry of endpoint clients (breakers are shared per tenant and endpoint).
 	Lookups *lookup.Registry
@@ -183,16 +183,16 @@ func (j *Job) resolveRestore(ctx context.Context, restore string) (*CheckpointRe
 	switch strings.ToLower(restore) {
 	case "", "none":
 		return nil, nil
-	case "latest", "if-any":
+	case "latest", "latest-if-any", "if-any":
 		rec, err := j.latest(ctx)
-		if errors.Is(err, ErrNoCheckpoint) && strings.EqualFold(restore, "if-any") {
+		if errors.Is(err, ErrNoCheckpoint) && (strings.EqualFold(restore, "if-any") || strings.EqualFold(restore, "latest-if-any")) {
 			return nil, nil
 		}
 		return rec, err
 	}
 	id, err := strconv.ParseUint(restore, 10, 64)
 	if err != nil || id == 0 {
-		return nil, fmt.Errorf("restore: want none, latest, if-any or a checkpoint id, not %q", restore)
+		return nil, fmt.Errorf("restore: want none, latest, latest-if-any or a checkpoint id, not %q", restore)
 	}
 	return j.records.Get(ctx, kindCommitted, id)
 }

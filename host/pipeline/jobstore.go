@@ -86,9 +86,6 @@ const (
 	kindPrepared  = "prepared"
 )
 
-// ErrNoCheckpoint is returned by a restore of "latest" when the job has no checkpoint.
-var ErrNoCheckpoint = errors.New("the job has no committed checkpoint")
-
 // ErrRecordExists is a create-once write of a name that exists.
 var ErrRecordExists = errors.New("checkpoint record already exists")
 
