@@ -183,10 +183,11 @@ var ErrAborted = errors.New("scheduler: call aborted because the pipeline is sto
 
 // Controller is the async execution controller of one operator subtask.
 type Controller struct {
-	cfg   Config
-	name  string
-	ctx   context.Context
-	input <-chan []Element
+	cfg    Config
+	name   string
+	ctx    context.Context // the run's: cancelled on the first failure (fail)
+	cancel context.CancelCauseFunc
+	input  <-chan []Element
 
 	// Everything below is owned by the runner role (see carrier.go) unless noted.
 	cur      *carrier
@@ -228,6 +229,9 @@ type Controller struct {
 	suspended    map[*task]struct{}
 
 	comp completions // the only cross-goroutine surface
+	// outstanding counts async operations (lookups sent, batched Fetches issued) whose
+	// completion the runner has not yet taken. Run returns only once it is zero.
+	outstanding int
 
 	out     *outBuffer
 	reorder []*heldOutput // OrderInput: records in input order with their held outputs
@@ -363,7 +367,8 @@ func (c *Controller) Metrics() *Metrics { return &c.metrics }
 // failure or ctx's cancellation. The last watermark a bounded source sends should be
 // math.MaxInt64 so that every timer fires. Run may be called once.
 func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
-	c.ctx = ctx
+	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	defer c.cancel(nil)
 	c.input = input
 	if err := c.sizePool(); err != nil {
 		return err
@@ -417,6 +422,12 @@ func (c *Controller) loop(self *carrier) {
 			if t := c.anySuspended(); t != nil {
 				t.aborted = ErrAborted
 				c.resumeTask(self, t)
+				continue
+			}
+			if c.outstanding > 0 {
+				// The run's context is cancelled: what is still out delivers soon. Run
+				// returns only after it has, so nothing writes into the controller later.
+				<-c.comp.wake
 				continue
 			}
 			c.shutdown()
@@ -693,7 +704,7 @@ func (c *Controller) finish(t *task, err error) {
 		if t.kind == kindTimer {
 			where = fmt.Sprintf("timer at %d", t.ts)
 		}
-		c.err = &OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err}
+		c.fail(&OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err})
 	}
 	c.keyDone(t)
 	if t.held != nil {
@@ -732,9 +743,20 @@ func (c *Controller) releaseHeld() {
 	c.reorder = c.reorder[n:]
 }
 
+// fail records the first failure and cancels the run's context, so that the lookups and
+// fetches still out give up instead of running until their endpoints are closed.
 func (c *Controller) fail(err error) {
 	if c.err == nil {
 		c.err = err
+		if c.cancel != nil {
+			c.cancel(err)
+		}
+		// Reads not yet sent never will be: their tasks are aborted or dropped with the rest.
+		for _, r := range c.pendingReads {
+			r.t.io--
+		}
+		clear(c.pendingReads)
+		c.pendingReads = c.pendingReads[:0]
 	}
 }
 
@@ -820,6 +842,7 @@ func (c *Controller) queueRead(r pendingRead) {
 	if len(c.pendingReads) == 0 {
 		c.pendingSince = time.Now()
 	}
+	r.t.io++
 	c.pendingReads = append(c.pendingReads, r)
 	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch || time.Since(c.pendingSince) >= c.batchWait() {
 		c.flushReads()
@@ -858,6 +881,7 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 		k := state.Key{State: state.StateID(id), Record: t.key}
 		v, found, hot := c.cfg.Backend.Get(k)
 		if !hot {
+			t.io++
 			c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
 			if len(c.pendingReads) == 1 {
 				c.pendingSince = time.Now()
@@ -923,6 +947,7 @@ func (c *Controller) flushReads() {
 		c.metrics.MaxReadBatch.Store(n)
 	}
 	b := &readBatch{reads: reads, issued: time.Now()}
+	c.outstanding++
 	c.cfg.Backend.Fetch(keys, func(res []state.Fetched, err error) {
 		if err == nil && len(res) != len(reads) {
 			err = fmt.Errorf("state backend returned %d results for %d keys", len(res), len(reads))
@@ -934,19 +959,23 @@ func (c *Controller) flushReads() {
 
 // complete installs a completion on the runner and queues its tasks for resumption.
 func (c *Controller) complete(cp completion) {
+	c.outstanding--
 	if b := cp.batch; b != nil {
 		if b.err != nil {
 			c.fail(fmt.Errorf("state backend: %w", b.err))
-			return // the tasks are aborted with everything else
-		}
-		c.cfg.Backend.Fill(b.results)
-		if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
-			c.fetchEWMA = lat
 		} else {
-			c.fetchEWMA += (lat - c.fetchEWMA) / 8
+			c.cfg.Backend.Fill(b.results)
+			if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
+				c.fetchEWMA = lat
+			} else {
+				c.fetchEWMA += (lat - c.fetchEWMA) / 8
+			}
 		}
 		for i, r := range b.reads {
 			t := r.t
+			if c.delivered(t) || b.err != nil {
+				continue // its task was aborted, or is aborted with everything else
+			}
 			if r.prefetch {
 				if t.prefetchWait--; t.prefetchWait == 0 {
 					c.runnable = append(c.runnable, t)
@@ -959,8 +988,26 @@ func (c *Controller) complete(cp completion) {
 		}
 		return
 	}
+	if c.delivered(cp.task) {
+		return
+	}
 	cp.task.waitFrom = cp.at
 	c.ready = append(c.ready, cp.task)
+}
+
+// delivered accounts one async operation of t as delivered, and reports whether t was aborted
+// and freed while it was out: then the operation has nothing left to deliver to, and the task
+// goes back to the pool once its last operation is in (see freeTask).
+func (c *Controller) delivered(t *task) bool {
+	t.io--
+	if !t.orphan {
+		return false
+	}
+	if t.io == 0 {
+		t.orphan = false
+		c.recycle(t)
+	}
+	return true
 }
 
 func (c *Controller) nextReady() *task {
@@ -1016,6 +1063,8 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 		return c.lookupBlocking(endpoint, req)
 	}
 	t.done.Store(0)
+	t.io++
+	c.outstanding++
 	c.cfg.Lookup(c.ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
 		t.lookup = lookupResult{status: status, body: body, err: err}
 		if t.done.CompareAndSwap(0, 2) {
@@ -1028,6 +1077,9 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 		if t.aborted != nil {
 			return 0, nil, t.aborted
 		}
+	} else {
+		t.io-- // delivered already, and no completion was posted
+		c.outstanding--
 	}
 	r := t.lookup
 	t.lookup = lookupResult{}
@@ -1117,10 +1169,28 @@ func (c *Controller) newTask() *task {
 	return &task{seq: c.seq}
 }
 
+// freeTask is the end of a task. The struct is reused for a later task, except while an
+// async operation can still deliver to it.
+//
+// INVARIANT: a task returns to the pool only when t.io is zero: every lookup it sent and every
+// read it queued has delivered and its completion has been taken on the runner (or the read
+// was dropped unsent by fail). A task aborted with operations out (the run failed while its
+// lookup or fetch was in flight) is marked orphan instead, and delivered() pools it when the
+// last one comes in. Without this, a late lookup callback would write t.lookup into a task
+// that reset had cleared and a new record was using. Run, for its part, returns only when
+// c.outstanding is zero, so no callback outlives it.
 func (c *Controller) freeTask(t *task) {
 	if c.pfTask == t {
 		c.pfTask = nil // its stashed prefetch answers must not reach the task struct's next use
 	}
+	if t.io > 0 {
+		t.orphan = true
+		return
+	}
+	c.recycle(t)
+}
+
+func (c *Controller) recycle(t *task) {
 	t.reset()
 	c.taskPool = append(c.taskPool, t)
 }

@@ -49,6 +49,9 @@ type task struct {
 	order    int64 // resume priority, lower first (ResumePriority)
 	waitFrom time.Time
 	done     atomic.Int32 // lookup completion state, see Lookup
+
+	io     int  // async operations out that can still deliver to the task (see freeTask)
+	orphan bool // finished (aborted) while io > 0: pooled when the last one delivers
 }
 
 // reset clears t for reuse. (A plain `*t = task{}` would copy the atomic.) A task that stayed
