@@ -42,6 +42,11 @@ type Metrics struct {
 	LastCheckpointBytes    int64
 	LastCheckpointDuration time.Duration
 	CheckpointDuration     time.Duration // total
+
+	// Spills: deltas of dirty entries written to the pool between checkpoints because they
+	// reached half the hot budget (adopted by the next checkpoint; see Tiered.spill).
+	Spills     int64
+	SpillBytes int64
 }
 
 // backendCounters are a backend's metrics, updated with atomics so Metrics can read them from
@@ -54,6 +59,7 @@ type backendCounters struct {
 	corruptions                                 atomic.Int64
 	checkpoints, ckptFailures, ckptBytes        atomic.Int64
 	lastCkptBytes, lastCkptNanos, ckptNanos     atomic.Int64
+	spills, spillBytes                          atomic.Int64
 }
 
 func (c *backendCounters) snapshot() Metrics {
@@ -69,6 +75,7 @@ func (c *backendCounters) snapshot() Metrics {
 		LastCheckpointBytes:    c.lastCkptBytes.Load(),
 		LastCheckpointDuration: time.Duration(c.lastCkptNanos.Load()),
 		CheckpointDuration:     time.Duration(c.ckptNanos.Load()),
+		Spills:                 c.spills.Load(), SpillBytes: c.spillBytes.Load(),
 	}
 }
 
@@ -100,6 +107,8 @@ func (m *Metrics) add(b Metrics, live bool) {
 	m.CheckpointFailures += b.CheckpointFailures
 	m.CheckpointBytes += b.CheckpointBytes
 	m.CheckpointDuration += b.CheckpointDuration
+	m.Spills += b.Spills
+	m.SpillBytes += b.SpillBytes
 }
 
 func (r *backendCounters) add(b *backendCounters, _ bool) {
@@ -117,6 +126,8 @@ func (r *backendCounters) add(b *backendCounters, _ bool) {
 	r.ckptFailures.Add(b.ckptFailures.Load())
 	r.ckptBytes.Add(b.ckptBytes.Load())
 	r.ckptNanos.Add(b.ckptNanos.Load())
+	r.spills.Add(b.spills.Load())
+	r.spillBytes.Add(b.spillBytes.Load())
 }
 
 // Metrics returns the Store's metrics: the sum over its backends (closed ones included for

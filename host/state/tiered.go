@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -76,6 +77,7 @@ type Tiered struct {
 		lru        entry // sentinel: lru.next is most recent. INVARIANT: holds exactly the clean entries
 		dirty      []*entry
 		bytes      int64
+		dirtyBytes int64 // sizes of the dirty entries, a part of bytes
 		captureSeq uint64
 		committed  uint64 // highest capture seq whose commit the runner has observed
 		seenEvents uint64
@@ -97,6 +99,10 @@ type Tiered struct {
 		closed     bool
 		lastGC     time.Time
 		gcCache    map[string][]string // manifest name -> segment names (manifests are immutable)
+		// spills are the segments of spilled deltas (see spill) not yet adopted by a
+		// checkpoint, newest first. Cold reads see them (the version puts them above base);
+		// the next checkpoint's manifest lists them, then they are cleared.
+		spills []segRef
 	}
 }
 
@@ -185,9 +191,10 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 
 // buildVersionLocked makes the version of manifest m, reusing loaded segment metas.
 func (b *Tiered) buildVersionLocked(m *manifest) *version {
-	v := &version{segs: make([]*liveSeg, 0, len(m.segs)), covered: make([]bool, b.numKG)}
-	live := make(map[string]*liveSeg, len(m.segs))
-	for _, r := range m.segs {
+	n := len(b.mu.spills) + len(m.segs)
+	v := &version{segs: make([]*liveSeg, 0, n), covered: make([]bool, b.numKG)}
+	live := make(map[string]*liveSeg, n)
+	for _, r := range slices.Concat(b.mu.spills, m.segs) {
 		ls := b.mu.live[r.name]
 		if ls == nil || ls.ref.use != r.use {
 			n := &liveSeg{ref: r, object: b.root + r.name}
@@ -250,6 +257,7 @@ func (b *Tiered) poll() {
 				if e.pin == s.seq && !e.dirty {
 					e.dirty = true
 					b.run.dirty = append(b.run.dirty, e)
+					b.run.dirtyBytes += e.size
 				}
 			}
 		}
@@ -387,6 +395,9 @@ func (b *Tiered) writeEntry(k Key) *entry {
 		b.run.hot[e.key] = e
 	} else {
 		b.run.bytes -= e.size
+		if e.dirty {
+			b.run.dirtyBytes -= e.size
+		}
 	}
 	if e.inLRU {
 		b.lruRemove(e)
@@ -399,10 +410,48 @@ func (b *Tiered) writeEntry(k Key) *entry {
 	return e
 }
 
+// account adds the new size of e, just written (so dirty), and keeps the tier in its budget.
 func (b *Tiered) account(e *entry) {
 	e.size = int64(len(e.key)+len(e.value)) + entryOverhead
 	b.run.bytes += e.size
+	b.run.dirtyBytes += e.size
+	if limit := b.member.limit.Load(); limit > 0 && b.run.dirtyBytes >= limit/2 {
+		b.spill()
+	}
 	b.maybeEvict()
+}
+
+// spill keeps dirty data within the hot budget: without it a run that writes more distinct
+// keys than the tier holds would keep every one in memory until the next checkpoint (dirty
+// entries cannot be evicted), and the runner itself is what writes them, so backpressure could
+// not help. When the dirty entries reach half the budget, they are written to the pool as a
+// segment that belongs to no checkpoint yet (ForSt flushes its memtables the same way). Once it
+// is written the version that cold reads use includes it, so the entries are clean and can be
+// evicted like committed ones; the next checkpoint's manifest adopts the segment, so restoring
+// that checkpoint gives exactly the state a checkpoint of the unspilled tier would. A crash
+// before that leaves an unreferenced segment, which garbage collection removes.
+//
+// Bounds: dirty bytes stay under half the budget, and at most one delta (spilled or captured)
+// is in flight: spill first waits for the pending ones (persisting them if nobody has started
+// to), so pinned plus dirty bytes never exceed the budget. The wait is the runner's
+// backpressure, one segment write long.
+func (b *Tiered) spill() {
+	if b.ctx.Err() != nil {
+		return // closed: Capture fails too, and nothing will read what a spill would write
+	}
+	if n := len(b.run.pending); n > 0 {
+		last := b.run.pending[n-1]
+		go last.Persist(b.ctx) // its outcome is observed by poll
+		<-last.done
+		b.poll()
+		if last.err != nil {
+			return // its keys are dirty again; the next checkpoint retries them
+		}
+	}
+	s := b.captureDelta(0, false)
+	s.spill = true
+	b.cnt.spills.Add(1)
+	go s.Persist(b.ctx) // its outcome is observed by poll
 }
 
 // Fetch implements Backend. The keys are encoded on the runner; the reads run on a new
@@ -517,6 +566,12 @@ func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 	if id == 0 || id == RestoreLatest {
 		return nil, fmt.Errorf("state: bad checkpoint id %d", id)
 	}
+	return b.captureDelta(id, savepoint), nil
+}
+
+// captureDelta detaches the dirty entries (and the operator state) as a snapshot that builds
+// on the pending ones.
+func (b *Tiered) captureDelta(id uint64, savepoint bool) *snapshot {
 	b.run.captureSeq++
 	s := &snapshot{b: b, id: id, seq: b.run.captureSeq, savepoint: savepoint, names: b.run.names, done: make(chan struct{})}
 	for _, e := range b.run.dirty {
@@ -531,6 +586,7 @@ func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 	}
 	clear(b.run.dirty)
 	b.run.dirty = b.run.dirty[:0]
+	b.run.dirtyBytes = 0
 	for name, data := range b.run.opState {
 		s.opState = append(s.opState, namedBlob{name: name, data: data}) // SetOperatorState copies
 	}
@@ -546,7 +602,7 @@ func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 	}
 	b.mu.Unlock()
 	b.run.pending = append(b.run.pending, s)
-	return s, nil
+	return s
 }
 
 // Metrics returns this backend's metrics (remote request counters are the Store's).
