@@ -238,6 +238,11 @@ func (b *Tiered) poll() {
 		return
 	}
 	b.run.seenEvents = ev
+	b.observe()
+}
+
+// observe applies the outcomes of the finished snapshots at the front of the pending queue.
+func (b *Tiered) observe() {
 	for len(b.run.pending) > 0 {
 		s := b.run.pending[0]
 		if !s.finished() {
@@ -443,7 +448,7 @@ func (b *Tiered) spill() {
 		last := b.run.pending[n-1]
 		go last.Persist(b.ctx) // its outcome is observed by poll
 		<-last.done
-		b.poll()
+		b.observe() // not poll: the event may not be counted yet
 		if last.err != nil {
 			return // its keys are dirty again; the next checkpoint retries them
 		}
