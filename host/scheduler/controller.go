@@ -46,10 +46,13 @@ import (
 // footprint decides otherwise (the seed's kDefaultMaxInFlight).
 const DefaultMaxInFlight = 6000
 
-// DefaultInstanceMemoryBudget bounds the memory the instance pool may use when deriving the
-// in-flight cap from an instance's size: 1 GiB, i.e. ~270 Go guests or thousands of
-// AssemblyScript guests.
-const DefaultInstanceMemoryBudget = 1 << 30
+// DefaultInstanceMemoryBudget returns the memory the instance pool may use when the
+// configuration does not say: a 64th of the machine's memory (or of the cgroup's limit, if
+// lower), between 64 MiB and 1 GiB. On 24 GiB that is 384 MiB: about 2,500 AssemblyScript
+// counters at ~150 KiB each, or about 90 Go guests at ~4 MiB.
+func DefaultInstanceMemoryBudget() int64 {
+	return min(max(systemMemory()/64, 64<<20), 1<<30)
+}
 
 // ResumeOrder decides the order in which ready calls resume.
 type ResumeOrder uint8
@@ -94,9 +97,14 @@ type Config struct {
 	Lookup  LookupFunc // nil: lookups fail with LOOKUP_UNAVAILABLE
 	Log     LogFunc
 
-	// MaxInFlight caps admitted tasks (and so instances). 0 derives it from the memory one
-	// instance uses: InstanceMemoryBudget / instance size, at most DefaultMaxInFlight.
-	MaxInFlight          int
+	// MaxInFlight caps admitted tasks (running, suspended, parked, waiting for prefetched
+	// values or for an instance). Default DefaultMaxInFlight.
+	MaxInFlight int
+	// InstanceMemoryBudget bounds the host memory of the instance pool: each instance counts
+	// its linear memory as Go holds it (append growth keeps up to a quarter more) plus
+	// wazero's own per-instance structures, measured on the first instance. A task that needs
+	// an instance when the pool is empty and another would exceed the budget waits, without
+	// one, until one is released. Default DefaultInstanceMemoryBudget().
 	InstanceMemoryBudget int64
 
 	// Cold reads are coalesced into batched Fetches (set NoCoalesce to issue each read at
@@ -210,6 +218,12 @@ type Controller struct {
 
 	pool      []*slot
 	instances int
+	instBytes int64   // footprint of the live instances (slot.cost summed)
+	overhead  int64   // wazero's per-instance cost beyond linear memory (sizePool)
+	nextCost  int64   // what one more instance is expected to cost
+	slotWait  []*task // tasks waiting, without an instance, for one to free
+	holder    state.Holder
+	holdBuf   []bool
 
 	epochs    []*epoch // oldest unreleased first; the last is open
 	watermark int64    // last watermark forwarded
@@ -332,7 +346,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	cfg.ReadBatch = min(cfg.ReadBatch, cfg.MaxReadBatch)
 	if cfg.InstanceMemoryBudget <= 0 {
-		cfg.InstanceMemoryBudget = DefaultInstanceMemoryBudget
+		cfg.InstanceMemoryBudget = DefaultInstanceMemoryBudget()
 	}
 	if cfg.Describe == nil {
 		cfg.Describe = func(pos int64) string { return fmt.Sprintf("record #%d", pos) }
@@ -353,6 +367,7 @@ func New(cfg Config) (*Controller, error) {
 	c.epochs = []*epoch{{startWM: math.MinInt64}}
 	if !cfg.Synchronous && cfg.Order == OrderPerKey {
 		c.prefetch = cfg.Module.Manifest.PrefetchIDs()
+		c.holder, _ = cfg.Backend.(state.Holder)
 	}
 	if err := c.timers.unmarshal(cfg.Backend.OperatorState(timersStateName)); err != nil {
 		return nil, err
@@ -385,18 +400,81 @@ func (c *Controller) sizePool() error {
 		c.maxInFlight = 1
 		return nil
 	}
-	if c.cfg.MaxInFlight > 0 {
-		c.maxInFlight = c.cfg.MaxInFlight
-		return nil
-	}
+	before := heapAllocated()
 	s, err := c.newSlot()
 	if err != nil {
 		return err
 	}
+	// Everything the first instantiation allocated, linear memory included: an upper bound
+	// (it counts the garbage instantiation leaves, and whatever other goroutines allocated
+	// meanwhile), which errs on the side of fewer instances.
+	mem := int64(s.inst.MemoryBytes())
+	c.overhead = max(heapAllocated()-before-mem, 32<<10)
+	c.instBytes -= s.cost
+	s.cost = c.footprint(s)
+	c.instBytes += s.cost
+	c.nextCost = s.cost
 	c.pool = append(c.pool, s)
-	per := max(int64(s.inst.MemoryBytes()), 64<<10)
-	c.maxInFlight = int(min(int64(DefaultMaxInFlight), max(1, c.cfg.InstanceMemoryBudget/per)))
+	if c.cfg.MaxInFlight > 0 {
+		c.maxInFlight = c.cfg.MaxInFlight
+	} else {
+		// Records waiting for prefetched values, parked behind their key or waiting for an
+		// instance hold none: the cap bounds the bookkeeping, the budget bounds instances.
+		c.maxInFlight = DefaultMaxInFlight
+	}
 	return nil
+}
+
+// slotFree reports whether a task could take an instance now: an idle one is pooled, or the
+// instance budget allows another.
+func (c *Controller) slotFree() bool {
+	return len(c.pool) > 0 || c.instances == 0 || c.nextCost == 0 ||
+		c.instBytes+c.nextCost <= c.cfg.InstanceMemoryBudget
+}
+
+// footprint is what instance s costs the host: its linear memory with the spare capacity Go's
+// append growth leaves (wazero grows memory by appending), plus wazero's own structures.
+func (c *Controller) footprint(s *slot) int64 {
+	return int64(s.inst.MemoryBytes())*5/4 + c.overhead
+}
+
+// waitForSlot queues t until an instance frees. Its prefetched values are held meanwhile, so
+// that it still finds them hot when it runs.
+func (c *Controller) waitForSlot(t *task) {
+	if c.pfTask == t {
+		c.pfTask = nil // the stashed answers are valid only until the backend is used again
+	}
+	for _, id := range c.prefetch {
+		c.hold(t, state.Key{State: state.StateID(id), Record: t.key})
+	}
+	t.slotWaited, t.async = true, true
+	c.metrics.InstanceWaits.Add(1)
+	c.slotWait = append(c.slotWait, t)
+}
+
+// hold asks the backend to keep k, a prefetched value of t, hot until t's call has run (or the
+// key's next call, see keyDone): otherwise a burst of other fills could evict it and the call
+// would read it again, cold, inside the guest, holding an instance while it waits.
+func (c *Controller) hold(t *task, k state.Key) {
+	if c.holder == nil {
+		return
+	}
+	i := slices.Index(c.prefetch, uint32(k.State))
+	if i < 0 || i >= 64 || t.holds&(1<<i) != 0 {
+		return
+	}
+	if c.holder.Hold(k) {
+		t.holds |= 1 << i
+	}
+}
+
+func (c *Controller) releaseHolds(t *task) {
+	for i := 0; t.holds != 0 && i < len(c.prefetch); i++ {
+		if t.holds&(1<<i) != 0 {
+			t.holds &^= 1 << i
+			c.holder.Release(state.Key{State: state.StateID(c.prefetch[i]), Record: t.key})
+		}
+	}
 }
 
 // MaxInFlight returns the in-flight cap in force (after Run has started).
@@ -435,6 +513,13 @@ func (c *Controller) loop(self *carrier) {
 		}
 		if t := c.nextReady(); t != nil {
 			c.resumeTask(self, t)
+			continue
+		}
+		if len(c.slotWait) > 0 && c.slotFree() {
+			t := c.slotWait[0]
+			c.slotWait[0] = nil
+			c.slotWait = c.slotWait[1:]
+			c.execute(t)
 			continue
 		}
 		if len(c.runnable) > 0 {
@@ -631,6 +716,7 @@ func (c *Controller) keyDone(t *task) {
 		g.queue[0] = nil
 		g.queue = g.queue[1:]
 		next.inGate = true
+		next.holds, t.holds = t.holds, 0 // the values stay held for the key's next call
 		c.parked--
 		c.metrics.GateWaits.Add(1)
 		c.metrics.GateWaitNanos.Add(int64(time.Since(next.waitFrom)))
@@ -651,6 +737,10 @@ func (c *Controller) execute(t *task) {
 	}
 	if len(c.prefetch) > 0 && !t.prefetched && c.awaitPrefetch(t) {
 		return // runnable again once its prefetched values are loaded
+	}
+	if !c.slotFree() || len(c.slotWait) > 0 && !t.slotWaited {
+		c.waitForSlot(t)
+		return
 	}
 	s, err := c.acquireSlot()
 	if err != nil {
@@ -707,6 +797,7 @@ func (c *Controller) finish(t *task, err error) {
 		c.fail(&OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err})
 	}
 	c.keyDone(t)
+	c.releaseHolds(t)
 	if t.held != nil {
 		t.held.done = true
 		c.releaseHeld()
@@ -964,7 +1055,7 @@ func (c *Controller) complete(cp completion) {
 		if b.err != nil {
 			c.fail(fmt.Errorf("state backend: %w", b.err))
 		} else {
-			c.cfg.Backend.Fill(b.results)
+			c.fill(b)
 			if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
 				c.fetchEWMA = lat
 			} else {
@@ -977,6 +1068,9 @@ func (c *Controller) complete(cp completion) {
 				continue // its task was aborted, or is aborted with everything else
 			}
 			if r.prefetch {
+				if c.holder != nil {
+					t.holds |= 1 << slices.Index(c.prefetch, uint32(r.key.State)) // FillHold held it
+				}
 				if t.prefetchWait--; t.prefetchWait == 0 {
 					c.runnable = append(c.runnable, t)
 				}
@@ -1008,6 +1102,26 @@ func (c *Controller) delivered(t *task) bool {
 		c.recycle(t)
 	}
 	return true
+}
+
+// fill installs a batch's results in the backend. Through a Holder it skips the backend's guard
+// against stale fetches, because the gate rules out what the guard is for: a task holds its key
+// from the moment Get found it cold until its call has run, so nothing wrote the key in between
+// (under heavy eviction the guard refuses every fetch that waited long, and each refused
+// prefetch becomes a suspension inside the call, which holds an instance). It also holds the
+// prefetched values until their calls have run.
+func (c *Controller) fill(b *readBatch) {
+	if c.holder == nil {
+		c.cfg.Backend.Fill(b.results)
+		return
+	}
+	hold := c.holdBuf[:0]
+	for _, r := range b.reads {
+		i := slices.Index(c.prefetch, uint32(r.key.State))
+		hold = append(hold, r.prefetch && i >= 0 && i < 64 && r.t.holds&(1<<i) == 0 && !r.t.orphan)
+	}
+	c.holder.FillHold(b.results, hold)
+	c.holdBuf = hold[:0]
 }
 
 func (c *Controller) nextReady() *task {
@@ -1104,6 +1218,8 @@ func (c *Controller) newSlot() (*slot, error) {
 		return nil, err
 	}
 	s.inst = inst
+	s.cost = c.footprint(s)
+	c.instBytes += s.cost
 	c.instances++
 	if int64(c.instances) > c.metrics.PeakInstances.Load() {
 		c.metrics.PeakInstances.Store(int64(c.instances))
@@ -1126,7 +1242,12 @@ func (c *Controller) releaseSlot(s *slot) {
 		s.stopCoroutine()
 		_ = s.inst.Close(c.ctx)
 		c.instances--
+		c.instBytes -= s.cost
 		return
+	}
+	if cost := c.footprint(s); cost != s.cost { // its memory grew
+		c.instBytes += cost - s.cost
+		s.cost = cost
 	}
 	c.pool = append(c.pool, s)
 }
@@ -1145,6 +1266,7 @@ func (c *Controller) shutdown() {
 			_ = s.inst.Close(ctx)
 		}
 		c.instances--
+		c.instBytes -= s.cost
 	}
 	c.pool = nil
 	if err := c.out.flush(); err != nil {

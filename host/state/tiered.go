@@ -31,7 +31,10 @@ type entry struct {
 	// pin is the capture sequence that last captured this entry. INVARIANT: while pin >
 	// run.committed the entry is pinned: it is not evicted (reads during the persist window see
 	// it) and its value slice is not written in place (the snapshot references it).
-	pin        uint64
+	pin uint64
+	// holds counts the records that need this entry before their call runs (Hold). INVARIANT:
+	// a held entry is not in the LRU list, so it is never evicted.
+	holds      int32
 	prev, next *entry // LRU links
 	inLRU      bool
 }
@@ -253,7 +256,7 @@ func (b *Tiered) observe() {
 		if s.err == nil {
 			b.run.committed = s.seq
 			for _, e := range s.pinned {
-				if e.pin == s.seq && !e.dirty && !e.inLRU {
+				if e.pin == s.seq && !e.dirty && !e.inLRU && e.holds == 0 {
 					b.lruPush(e)
 				}
 			}
@@ -363,6 +366,38 @@ func (b *Tiered) mayBeDurable(k Key) bool {
 		}
 	}
 	return false
+}
+
+// Hold keeps k's entry hot until Release, if it is hot now (it reports whether it is): the
+// scheduler holds a record's prefetched values from their load until its call has run, so a
+// burst of other fills cannot evict them in between (which would make the call read them
+// again, cold, inside the guest). Eviction takes only entries no record holds; held bytes
+// count against the budget like any other, so a tier whose budget is smaller than what the
+// admitted records hold goes over it by at most that much.
+func (b *Tiered) Hold(k Key) bool {
+	b.run.scratch = AppendKey(b.run.scratch[:0], k)
+	e, ok := b.run.hot[string(b.run.scratch)]
+	if !ok {
+		return false
+	}
+	e.holds++
+	if e.inLRU {
+		b.lruRemove(e)
+	}
+	return true
+}
+
+// Release ends one Hold of k.
+func (b *Tiered) Release(k Key) {
+	b.run.scratch = AppendKey(b.run.scratch[:0], k)
+	e, ok := b.run.hot[string(b.run.scratch)]
+	if !ok || e.holds == 0 {
+		return
+	}
+	if e.holds--; e.holds == 0 && !e.dirty && e.pin <= b.run.committed && !e.inLRU {
+		b.lruPush(e)
+		b.maybeEvict()
+	}
 }
 
 // Put implements Backend.
@@ -521,6 +556,35 @@ func (b *Tiered) Fill(results []Fetched) {
 		b.run.bytes += e.size
 		b.lruPush(e)
 		b.cnt.fills.Add(1)
+	}
+	b.maybeEvict()
+}
+
+// FillHold implements Holder.
+func (b *Tiered) FillHold(results []Fetched, hold []bool) {
+	b.poll()
+	for i := range results {
+		r := &results[i]
+		b.run.scratch = AppendKey(b.run.scratch[:0], r.Key)
+		e, ok := b.run.hot[string(b.run.scratch)]
+		if !ok {
+			e = &entry{key: string(b.run.scratch), tomb: !r.Found}
+			if r.Found {
+				e.value = append([]byte(nil), r.Value...)
+			}
+			e.size = int64(len(e.key)+len(e.value)) + entryOverhead
+			b.run.hot[e.key] = e
+			b.run.bytes += e.size
+			b.cnt.fills.Add(1)
+			if i >= len(hold) || !hold[i] {
+				b.lruPush(e)
+			}
+		} else if i < len(hold) && hold[i] && e.inLRU {
+			b.lruRemove(e)
+		}
+		if i < len(hold) && hold[i] {
+			e.holds++
+		}
 	}
 	b.maybeEvict()
 }
