@@ -75,6 +75,7 @@ fuzz:
 soak:
 	CLINK_SOAK=1 $(GO) test -race -count=1 -run 'TestProperties' -timeout 60m ./host/scheduler/
 	CLINK_STATE_SOAK=1 AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 -run 'TestCrashRecovery' -timeout 60m ./host/state/
+	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestMemSoak' -timeout 30m -v ./host/scheduler/
 
 s3-up:
 	@scripts/s3-up.sh

@@ -276,6 +276,20 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []segEntry,
 
 const segSuffix = ".seg"
 
+// putSegment finishes w and writes it as one segment named after tag.
+func (b *Tiered) putSegment(ctx context.Context, tag string, w *segWriter) (segRef, error) {
+	data, info := w.finish()
+	info.name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
+	if err := b.s.acquire(ctx); err != nil {
+		return segRef{}, err
+	}
+	defer b.s.release()
+	if _, err := b.s.os.put(ctx, b.root+info.name, data, putCond{}); err != nil {
+		return segRef{}, err
+	}
+	return segRef{segInfo: info, use: b.rng}, nil
+}
+
 func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
