@@ -253,7 +253,7 @@ type Controller struct {
 
 	taskPool []*task
 
-	metrics Metrics
+	metrics metrics
 	hot     hotCounts
 	mode    execMode // direct or coroutine calls (coro.go)
 }
@@ -375,8 +375,10 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// Metrics returns the controller's live metrics.
-func (c *Controller) Metrics() *Metrics { return &c.metrics }
+// Metrics returns a snapshot of the controller's metrics. It may be called from any goroutine
+// while the controller runs; hot-path counts (records, hits) are published in bulk, whenever the
+// runner waits and at the end.
+func (c *Controller) Metrics() Snapshot { return c.metrics.snapshot() }
 
 // Run processes input until it is closed and every task has completed, or until the first
 // failure or ctx's cancellation. The last watermark a bounded source sends should be

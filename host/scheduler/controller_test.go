@@ -203,7 +203,7 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 					t.Fatal(barrierErr)
 				}
 				checkOutputs(t, w, sink.outs)
-				s := c.Metrics().Snapshot()
+				s := c.Metrics()
 				if s.Instances != 0 || s.InFlight != 0 || s.Parked != 0 {
 					t.Errorf("leftovers after Run: %+v", s)
 				}
@@ -390,7 +390,7 @@ func TestCancellationLeaksNothing(t *testing.T) {
 			t.Errorf("Run returned with %d fetches still to deliver", undone)
 		}
 		tier.pending.Wait()
-		s := c.Metrics().Snapshot()
+		s := c.Metrics()
 		if s.Instances != 0 {
 			t.Errorf("%d instances leaked", s.Instances)
 		}
@@ -468,7 +468,7 @@ func TestBackpressure(t *testing.T) {
 			t.Fatal("a 5th record was admitted while 4 were in flight at a cap of 4")
 		default:
 		}
-		if got := c.Metrics().Snapshot().InFlight; got != 4 {
+		if got := c.Metrics().InFlight; got != 4 {
 			t.Errorf("in flight %d at the cap, want 4", got)
 		}
 		start := time.Now()
@@ -509,7 +509,7 @@ func TestResumePriority(t *testing.T) {
 				t.Fatal(err)
 			}
 			tier.pending.Wait()
-			if s := c.Metrics().Snapshot(); s.ReadBatches != 1 {
+			if s := c.Metrics(); s.ReadBatches != 1 {
 				t.Fatalf("want the five reads in one batch, got %d batches", s.ReadBatches)
 			}
 			for _, o := range sink.outs {

@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// Metrics are the controller's counters and gauges. Fields are atomics so any goroutine may
-// read them while the controller runs; the runner updates cold-path counters directly and
-// publishes hot-path counts (records, hits) in bulk, so the all-hits path pays no atomic per
-// record.
-type Metrics struct {
+// metrics are the controller's counters and gauges. Fields are atomics so any goroutine may
+// read them (Controller.Metrics) while the controller runs; the runner updates cold-path
+// counters directly and publishes hot-path counts (records, hits) in bulk, so the all-hits
+// path pays no atomic per record.
+type metrics struct {
 	Records       atomic.Int64 // records completed
 	Timers        atomic.Int64 // timers fired and completed
 	InFlight      atomic.Int64 // tasks holding an instance (running or suspended), gauge
@@ -40,7 +40,7 @@ type Metrics struct {
 	Barriers   atomic.Int64 // barriers completed
 }
 
-// Snapshot is a plain copy of Metrics.
+// Snapshot is a point-in-time copy of a controller's metrics (Controller.Metrics).
 type Snapshot struct {
 	Records, Timers                          int64
 	InFlight, Parked, Suspended, Instances   int64
@@ -57,8 +57,14 @@ type Snapshot struct {
 	Watermarks, Barriers                     int64
 }
 
-// Snapshot copies the metrics.
-func (m *Metrics) Snapshot() Snapshot {
+// Snapshot returns s itself.
+//
+// Deprecated: Controller.Metrics returns a Snapshot already; this keeps callers written
+// against the former live metrics (c.Metrics().Snapshot()) compiling.
+func (s Snapshot) Snapshot() Snapshot { return s }
+
+// snapshot copies the metrics.
+func (m *metrics) snapshot() Snapshot {
 	s := Snapshot{
 		Records: m.Records.Load(), Timers: m.Timers.Load(),
 		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), Suspended: m.Suspended.Load(),

@@ -2,16 +2,16 @@ package scheduler
 
 import (
 	"os"
-	"runtime/metrics"
+	rtmetrics "runtime/metrics"
 	"strconv"
 	"strings"
 )
 
 // heapAllocated is the bytes allocated on the heap so far (cumulative, never decreasing).
 func heapAllocated() int64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindUint64 {
+	s := []rtmetrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	rtmetrics.Read(s)
+	if s[0].Value.Kind() != rtmetrics.KindUint64 {
 		return 0
 	}
 	return int64(s[0].Value.Uint64())

@@ -12,8 +12,9 @@ type Metrics struct {
 	HotLimit    int64 // current budget (sum over backends for a Store; 0 = unbounded)
 	HotOverflow int64 // bytes above the limit that only dirty or pinned entries hold
 	HotEntries  int64
-	Hits        int64 // Get answered authoritatively (including known-absent keys)
-	Misses      int64 // Get answered cold: the caller must Fetch
+	Hits        int64   // Get answered authoritatively (including known-absent keys)
+	Misses      int64   // Get answered cold: the caller must Fetch
+	HitRatio    float64 // Hits / (Hits + Misses); 0 before any Get
 	Evictions   int64
 	Fills       int64 // fetched values installed
 	FillsDenied int64 // fetched values dropped because the key was written meanwhile
@@ -22,7 +23,9 @@ type Metrics struct {
 	FetchKeys   int64 // keys asked of Fetch
 	FetchBlocks int64 // blocks read for them (one ranged GET each)
 
-	// Remote requests (Store only: the pool is shared).
+	// Remote requests to the pool: every GET (ranged block reads, metas, manifests), PUT,
+	// LIST and DELETE, from cold reads, checkpoints, spills, compaction and GC. The pool is
+	// the Store's: a backend's Metrics report the Store's counters, shared by its backends.
 	RemoteGets, RemotePuts, RemoteLists, RemoteDeletes int64
 	RemoteGetBytes, RemotePutBytes                     int64
 	RemoteErrors                                       int64
@@ -140,6 +143,19 @@ func (s *Store) Metrics() Metrics {
 		m.add(b.cnt.snapshot(), true)
 	}
 	s.mu.Unlock()
+	s.remoteInto(&m)
+	m.ratios()
+	return m
+}
+
+func (m *Metrics) ratios() {
+	if n := m.Hits + m.Misses; n > 0 {
+		m.HitRatio = float64(m.Hits) / float64(n)
+	}
+}
+
+// remoteInto copies the pool's request counters into m.
+func (s *Store) remoteInto(m *Metrics) {
 	r := s.remote
 	m.RemoteGets, m.RemotePuts = r.gets.Load(), r.puts.Load()
 	m.RemoteLists, m.RemoteDeletes = r.lists.Load(), r.deletes.Load()
@@ -151,5 +167,4 @@ func (s *Store) Metrics() Metrics {
 	if m.RemotePuts > 0 {
 		m.RemotePutLatency = time.Duration(r.putNanos.Load() / m.RemotePuts)
 	}
-	return m
 }

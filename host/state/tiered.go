@@ -674,8 +674,14 @@ func (b *Tiered) captureDelta(id uint64, savepoint bool) *snapshot {
 	return s
 }
 
-// Metrics returns this backend's metrics (remote request counters are the Store's).
-func (b *Tiered) Metrics() Metrics { return b.cnt.snapshot() }
+// Metrics returns this backend's metrics, with the remote request counters of its Store's pool
+// (shared by the Store's backends).
+func (b *Tiered) Metrics() Metrics {
+	m := b.cnt.snapshot()
+	b.s.remoteInto(&m)
+	m.ratios()
+	return m
+}
 
 // Close implements Backend. Snapshots still persisting fail with ErrClosed.
 func (b *Tiered) Close() error {

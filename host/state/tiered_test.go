@@ -171,6 +171,14 @@ func TestEvictionAndColdRead(t *testing.T) {
 	if per := float64(m.FetchKeys) / float64(m.FetchBlocks); per < 10 {
 		t.Fatalf("%.1f keys per block read", per)
 	}
+	// A backend's metrics count its pool's requests: the blocks just read, the segments and
+	// manifest written.
+	if m.RemoteGets < m.FetchBlocks || m.RemoteGetBytes == 0 || m.RemotePuts == 0 || m.RemotePutBytes == 0 {
+		t.Fatalf("remote requests not counted: %+v", m)
+	}
+	if want := float64(m.Hits) / float64(m.Hits+m.Misses); m.Misses == 0 || m.HitRatio != want {
+		t.Fatalf("hit ratio %v, want %v", m.HitRatio, want)
+	}
 	// A never-written key is known absent without a fetch once indexes are loaded.
 	if _, ok, hot := b.Get(key(0, "nope", "")); ok || !hot {
 		t.Fatalf("absent key: ok=%v hot=%v", ok, hot)
