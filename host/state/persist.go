@@ -18,17 +18,18 @@ import (
 
 // snapshot is a captured delta of one Tiered backend.
 type snapshot struct {
-	b         *Tiered
-	id        uint64
-	seq       uint64 // capture sequence within the backend
-	savepoint bool
-	spill     bool // a spilled delta (Tiered.spill): written, not committed
-	names     []string
-	entries   []capEntry
-	pinned    []*entry // runner-owned: released by poll once done
-	opState   []namedBlob
-	estimate  int64
-	bytes     atomic.Int64
+	b           *Tiered
+	id          uint64
+	seq         uint64 // capture sequence within the backend
+	savepoint   bool
+	spill       bool // a spilled delta (Tiered.spill): written, not committed
+	names       []string
+	entries     []capEntry
+	pinned      []*entry // runner-owned: released by poll once done
+	pinnedBytes int64    // their sizes, counted in Tiered.run.pinnedOut while pending
+	opState     []namedBlob
+	estimate    int64
+	bytes       atomic.Int64
 
 	prev *snapshot // guarded by b.mu; cleared once done
 	once sync.Once

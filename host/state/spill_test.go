@@ -157,3 +157,39 @@ func checkAll(t *testing.T, r *Tiered, st int, ent string, n int, model map[stri
 		}
 	}
 }
+
+// TestCapturesFasterThanPersists: checkpoints captured and never persisted by the caller (a
+// pool slower than the checkpoint interval) must not pin one delta each beyond the budget:
+// Capture persists and waits for the older ones first.
+func TestCapturesFasterThanPersists(t *testing.T) {
+	const budget = 32 << 10
+	s := openTest(t, "mem://"+randomHex(8), WithHotBytes(budget))
+	b := operator(t, s, OperatorOptions{Name: "cf"})
+	model := map[string]string{}
+	maxEntry := int64(64+40) + entryOverhead
+	var snaps []Snapshot
+	for c := uint64(1); c <= 40; c++ {
+		for i := range 100 {
+			k := fmt.Sprint("k", int(c)*100+i)
+			v := fmt.Sprint(c, strings.Repeat("x", 30))
+			b.Put(key(0, k, ""), []byte(v))
+			model[k] = v
+		}
+		snap, err := b.Capture(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps = append(snaps, snap)
+		if b.run.bytes > budget+2*maxEntry {
+			t.Fatalf("after checkpoint %d the tier holds %d bytes (%d pinned by %d pending), budget %d", c, b.run.bytes, b.run.pinnedOut, len(b.run.pending), budget)
+		}
+	}
+	for _, s := range snaps {
+		if err := s.Persist(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Close()
+	r := operator(t, s, OperatorOptions{Name: "cf", RestoreFrom: 40})
+	checkAll(t, r, 0, "", 4100, model, "restored")
+}

@@ -81,6 +81,7 @@ type Tiered struct {
 		dirty      []*entry
 		bytes      int64
 		dirtyBytes int64 // sizes of the dirty entries, a part of bytes
+		pinnedOut  int64 // sizes of the entries captured by pending snapshots (pinned)
 		captureSeq uint64
 		committed  uint64 // highest capture seq whose commit the runner has observed
 		seenEvents uint64
@@ -253,6 +254,7 @@ func (b *Tiered) observe() {
 		}
 		b.run.pending[0] = nil
 		b.run.pending = b.run.pending[1:]
+		b.run.pinnedOut -= s.pinnedBytes
 		if s.err == nil {
 			b.run.committed = s.seq
 			for _, e := range s.pinned {
@@ -638,9 +640,26 @@ func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 	return b.captureDelta(id, savepoint), nil
 }
 
+// waitPinned keeps what pending snapshots pin, plus the dirty entries, within the hot budget:
+// checkpoints captured faster than they persist (every 100 ms on a slow pool) would otherwise
+// pin one delta each, none evictable, until their persists catch up. It persists the pending
+// snapshots (in order, as Persist does; a second Persist of one already running just waits)
+// and waits for the oldest until the rest fit: backpressure on the runner, as long as the
+// pool takes to commit what is already captured.
+func (b *Tiered) waitPinned() {
+	limit := b.member.limit.Load()
+	for limit > 0 && len(b.run.pending) > 0 && b.run.pinnedOut+b.run.dirtyBytes > limit && b.ctx.Err() == nil {
+		oldest, newest := b.run.pending[0], b.run.pending[len(b.run.pending)-1]
+		go newest.Persist(b.ctx) // its outcome is observed below and by poll
+		<-oldest.done
+		b.observe()
+	}
+}
+
 // captureDelta detaches the dirty entries (and the operator state) as a snapshot that builds
 // on the pending ones.
 func (b *Tiered) captureDelta(id uint64, savepoint bool) *snapshot {
+	b.waitPinned()
 	b.run.captureSeq++
 	s := &snapshot{b: b, id: id, seq: b.run.captureSeq, savepoint: savepoint, names: b.run.names, done: make(chan struct{})}
 	for _, e := range b.run.dirty {
@@ -652,7 +671,9 @@ func (b *Tiered) captureDelta(id uint64, savepoint bool) *snapshot {
 		s.entries = append(s.entries, capEntry{key: e.key, value: e.value, tomb: e.tomb})
 		s.pinned = append(s.pinned, e)
 		s.estimate += int64(len(e.key) + len(e.value))
+		s.pinnedBytes += e.size
 	}
+	b.run.pinnedOut += s.pinnedBytes
 	clear(b.run.dirty)
 	b.run.dirty = b.run.dirty[:0]
 	b.run.dirtyBytes = 0
