@@ -100,16 +100,16 @@ func BenchmarkDisaggregated(b *testing.B) {
 }
 
 type disaggResult struct {
-	rate                           float64
-	stateBytes, hotBytes           int64
-	keysPerRec, getsPerRec         float64
-	keysPerGet, hitRatio           float64
-	getLatency, ckptMean           time.Duration
-	inFlight                       int
-	peakInstances, suspensions     int64
-	instanceWaits, spills          int64
-	checkpoints                    int64
-	peakRSS                        int64
+	rate                       float64
+	stateBytes, hotBytes       int64
+	keysPerRec, getsPerRec     float64
+	keysPerGet, hitRatio       float64
+	getLatency, ckptMean       time.Duration
+	inFlight                   int
+	peakInstances, suspensions int64
+	instanceWaits, spills      int64
+	checkpoints                int64
+	peakRSS                    int64
 }
 
 // disaggRun runs els through the counter over a fresh S3 prefix with the given hot budget
