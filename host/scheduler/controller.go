@@ -9,19 +9,27 @@
 //
 //   - Per-key gate: at most one in-flight task per key; later records of a busy key park FIFO
 //     and are promoted when the key frees, so same-key reads always see same-key writes.
-//   - In-flight cap: admitted tasks (running, suspended or parked) never exceed MaxInFlight; at
-//     the cap the runner stops pulling input, so backpressure reaches the source.
+//   - In-flight cap: admitted tasks (running, suspended, parked, waiting for prefetched values
+//     or for an instance) never exceed MaxInFlight; at the cap the runner stops pulling input,
+//     so backpressure reaches the source.
+//   - Instance budget: instances (held only by running or suspended calls) are bounded by
+//     InstanceMemoryBudget at each one's footprint; a task that needs one beyond it waits
+//     without one. A record's prefetched values are held hot (state.Holder) until its call has
+//     run, so eviction takes only values no admitted record needs.
 //   - Epochs: records are tagged with the epoch they arrived in; a watermark closes the epoch.
 //     Its release (fire due timers, then forward the watermark) runs only after every task of
 //     that epoch and of every earlier epoch has finished, in epoch order. Timers fire as tasks
 //     through the same gate, so a timer callback that reads cold state suspends like a record.
 //   - Barrier drain: a checkpoint barrier stops admission until every admitted task has finished
 //     and every closed epoch has been released, then captures state: a consistent cut.
-//   - Read coalescing: when the runner is stuck (every in-flight task suspended, nothing ready,
-//     no input it may take), pending cold reads go to the backend as one batched Fetch. The gate
-//     guarantees they are for distinct record keys.
-//   - Faults: the first failed task is recorded; its key is released and its epoch still
-//     advances; then the controller stops admitting, aborts suspended calls and returns an
+//   - Read coalescing: pending cold reads go to the backend as one batched Fetch when any of
+//     three triggers fires: the batch reaches ReadBatch keys (default 32); its oldest read has
+//     waited ReadBatchWait (default 1/20 of the observed fetch latency, at least 10 µs); or the
+//     runner is stuck (every in-flight task waiting, nothing ready, no input it may take). The
+//     gate guarantees the keys are for distinct record keys.
+//   - Faults: the first failed task is recorded and the run's context cancelled; its key is
+//     released and its epoch still advances; then the controller stops admitting, aborts
+//     suspended calls, waits for every lookup and fetch still out to deliver, and returns an
 //     *OperatorError naming the operator, the record and the key.
 //
 // See carrier.go for how the runner role moves between goroutines.
