@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -91,20 +92,57 @@ func writeInput(t *testing.T, dir, name string, n int, key func(int) int) string
 	return p
 }
 
-// runCLI runs the CLI and returns its peak RSS in bytes.
+// runCLI runs the CLI and returns its peak RSS in bytes. It goes through a helper process
+// (this test binary, TestMemSoakHelper), because a child's ru_maxrss includes the high-water
+// mark of the address space it was forked from: Go starts children with vfork, and exec
+// records the old address space's peak, so a CLI started from this test process, which holds
+// the expected outputs of 1M records, would report this process's peak. The helper is small.
 func runCLI(t *testing.T, bin string, args ...string) int64 {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMemSoakHelper$", "-test.v")
+	spec, err := json.Marshal(append([]string{bin}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Env = append(os.Environ(), "CLINK_MEM_SOAK_HELPER="+string(spec))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxrss-bytes="); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("helper printed no peak RSS:\n%s", out)
+	return 0
+}
+
+// TestMemSoakHelper runs one CLI command for runCLI and prints its peak RSS.
+func TestMemSoakHelper(t *testing.T) {
+	spec := os.Getenv("CLINK_MEM_SOAK_HELPER")
+	if spec == "" {
+		t.Skip("run by TestMemSoak")
+	}
+	var argv []string
+	if err := json.Unmarshal([]byte(spec), &argv); err != nil || len(argv) == 0 {
+		t.Fatalf("bad helper spec %q: %v", spec, err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if !ok {
 		t.Fatal("no rusage")
 	}
-	return ru.Maxrss << 10 // KiB on Linux
+	fmt.Printf("maxrss-bytes=%d\n", ru.Maxrss<<10) // KiB on Linux
 }
 
 func readCounts(t *testing.T, path string) map[string][]int {
