@@ -201,7 +201,8 @@ var ErrAborted = errors.New("scheduler: call aborted because the pipeline is sto
 type Controller struct {
 	cfg    Config
 	name   string
-	ctx    context.Context // the run's: cancelled on the first failure (fail)
+	ctx    context.Context // Run's, as given (the loop polls it: a plain Background costs nothing)
+	ioCtx  context.Context // what lookups are sent with: ctx, cancelled on the first failure
 	cancel context.CancelCauseFunc
 	input  <-chan []Element
 
@@ -392,7 +393,8 @@ func (c *Controller) Metrics() Snapshot { return c.metrics.snapshot() }
 // failure or ctx's cancellation. The last watermark a bounded source sends should be
 // math.MaxInt64 so that every timer fires. Run may be called once.
 func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
-	c.ctx, c.cancel = context.WithCancelCause(ctx)
+	c.ctx = ctx
+	c.ioCtx, c.cancel = context.WithCancelCause(ctx)
 	defer c.cancel(nil)
 	c.input = input
 	if err := c.sizePool(); err != nil {
@@ -748,7 +750,7 @@ func (c *Controller) execute(t *task) {
 	if len(c.prefetch) > 0 && !t.prefetched && c.awaitPrefetch(t) {
 		return // runnable again once its prefetched values are loaded
 	}
-	if !c.slotFree() || len(c.slotWait) > 0 && !t.slotWaited {
+	if (len(c.pool) == 0 || len(c.slotWait) > 0) && (!c.slotFree() || len(c.slotWait) > 0 && !t.slotWaited) {
 		c.waitForSlot(t)
 		return
 	}
@@ -807,7 +809,9 @@ func (c *Controller) finish(t *task, err error) {
 		c.fail(&OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err})
 	}
 	c.keyDone(t)
-	c.releaseHolds(t)
+	if t.holds != 0 {
+		c.releaseHolds(t)
+	}
 	if t.held != nil {
 		t.held.done = true
 		c.releaseHeld()
@@ -1189,7 +1193,7 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 	t.done.Store(0)
 	t.io++
 	c.outstanding++
-	c.cfg.Lookup(c.ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
+	c.cfg.Lookup(c.ioCtx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
 		t.lookup = lookupResult{status: status, body: body, err: err}
 		if t.done.CompareAndSwap(0, 2) {
 			return // answered before the caller suspended: it reads t.lookup directly
@@ -1212,7 +1216,7 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 
 func (c *Controller) lookupBlocking(endpoint uint32, req []byte) (int, []byte, error) {
 	ch := make(chan lookupResult, 1)
-	c.cfg.Lookup(c.ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
+	c.cfg.Lookup(c.ioCtx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
 		ch <- lookupResult{status, body, err}
 	})
 	r := <-ch
@@ -1319,7 +1323,8 @@ func (c *Controller) freeTask(t *task) {
 		t.orphan = true
 		return
 	}
-	c.recycle(t)
+	t.reset()
+	c.taskPool = append(c.taskPool, t)
 }
 
 func (c *Controller) recycle(t *task) {
