@@ -36,7 +36,7 @@ import (
 //   - gets/rec, keys/get (keys fetched per remote GET), hit-ratio, peak-instances;
 //   - peak-rss-MiB: the process's peak so far (it only grows: read it in run order).
 //
-// CLINK_BENCH_DISAGG_EVENTS sets the events per run (default 300k).
+// CLINK_BENCH_DISAGG_EVENTS sets the events per run (default 100k).
 func BenchmarkDisaggregated(b *testing.B) {
 	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
 	if ep == "" {
@@ -50,7 +50,7 @@ func BenchmarkDisaggregated(b *testing.B) {
 		}
 		lat = d
 	}
-	events := 300_000
+	events := 100_000
 	if v, err := strconv.Atoi(os.Getenv("CLINK_BENCH_DISAGG_EVENTS")); err == nil && v > 0 {
 		events = v
 	}
