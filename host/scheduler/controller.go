@@ -238,6 +238,7 @@ type Controller struct {
 	watermark int64    // last watermark forwarded
 	lastWM    int64    // last watermark received
 	barrier   *uint64
+	barrierAt time.Time // when the barrier arrived: its drain starts
 	timers    *timerService
 
 	pendingReads []pendingRead
@@ -652,6 +653,7 @@ func (c *Controller) handle(el *Element) {
 	case ElementBarrier:
 		id := el.CheckID
 		c.barrier = &id
+		c.barrierAt = time.Now()
 	}
 }
 
@@ -917,9 +919,13 @@ func (c *Controller) releaseStep() bool {
 func (c *Controller) completeBarrier() {
 	id := *c.barrier
 	c.barrier = nil
+	drained := time.Now()
+	c.metrics.BarrierDrainNanos.Add(int64(drained.Sub(c.barrierAt)))
 	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())
 	if c.cfg.OnBarrier != nil {
-		if err := c.cfg.OnBarrier(id); err != nil {
+		err := c.cfg.OnBarrier(id)
+		c.metrics.BarrierCaptureNanos.Add(int64(time.Since(drained)))
+		if err != nil {
 			c.fail(fmt.Errorf("checkpoint %d: %w", id, err))
 			return
 		}

@@ -38,6 +38,12 @@ type metrics struct {
 
 	Watermarks atomic.Int64 // watermarks forwarded
 	Barriers   atomic.Int64 // barriers completed
+
+	// Where a checkpoint's time goes on the runner: from the barrier's arrival until every
+	// admitted task has finished (the drain), then the capture hook (OnBarrier: the backend's
+	// Capture, which may wait for older snapshots to persist when they pin too much).
+	BarrierDrainNanos   atomic.Int64
+	BarrierCaptureNanos atomic.Int64
 }
 
 // Snapshot is a point-in-time copy of a controller's metrics (Controller.Metrics).
@@ -55,6 +61,7 @@ type Snapshot struct {
 	ReadBatches, ReadBatchKeys, MaxReadBatch int64
 	MeanReadBatch                            float64
 	Watermarks, Barriers                     int64
+	BarrierDrain, BarrierCapture             time.Duration // totals on the runner
 }
 
 // Snapshot returns s itself.
@@ -73,6 +80,8 @@ func (m *metrics) snapshot() Snapshot {
 		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
 		ReadBatches: m.ReadBatches.Load(), ReadBatchKeys: m.ReadBatchKeys.Load(), MaxReadBatch: m.MaxReadBatch.Load(),
 		Watermarks: m.Watermarks.Load(), Barriers: m.Barriers.Load(),
+		BarrierDrain:   time.Duration(m.BarrierDrainNanos.Load()),
+		BarrierCapture: time.Duration(m.BarrierCaptureNanos.Load()),
 	}
 	if s.GateWaits > 0 {
 		s.GateWait = time.Duration(m.GateWaitNanos.Load() / s.GateWaits)
