@@ -94,6 +94,7 @@ soak:
 	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestRunawayGuestRSS' -timeout 10m ./host/abi/
 	# Pipelines: 60 crash rounds (>= 60 SIGKILLs) of `run --pipeline`, one and two operators.
 	CLINK_SOAK=1 $(GO) test -count=1 -run 'TestPipelineCrash' -timeout 60m ./cmd/clink-wasm/
+	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestMemSoak' -timeout 30m -v ./host/scheduler/
 
 s3-up:
 	@scripts/s3-up.sh

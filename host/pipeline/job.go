@@ -499,7 +499,7 @@ func (j *Job) Metrics() JobMetrics {
 		sm := SubtaskMetrics{Node: t.op.spec.Name, Subtask: t.subtask, RecordsOut: t.out.records.Load(), InputDepth: t.in.depth(), Late: t.in.dropped.Load()}
 		if c := t.ctrl.Load(); c != nil {
 			cm := c.Metrics()
-			sm.RecordsIn, sm.InFlight, sm.Suspended = cm.Records.Load(), cm.InFlight.Load(), cm.Suspended.Load()
+			sm.RecordsIn, sm.InFlight, sm.Suspended = cm.Records, cm.InFlight, cm.Suspended
 		}
 		m.Operators = append(m.Operators, sm)
 	}

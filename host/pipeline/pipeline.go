@@ -272,7 +272,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	sum.Skipped = src.skipped.Load()
 	sum.RecordsOut = sink.records.Load()
 	sum.Duration = time.Since(start)
-	sum.Scheduler = ctrl.Metrics().Snapshot()
+	sum.Scheduler = ctrl.Metrics()
 	sum.MaxInFlight = ctrl.MaxInFlight()
 	// The first failure in pipeline order: a bad output or a failed write is found after the
 	// controller moved on, so it explains a controller error that merely reports the sink

@@ -379,7 +379,7 @@ func coldPath(b *testing.B, m *abi.Module, records, syncRecords int) {
 	for b.Loop() {
 		tier := newColdTier(missRate, latency)
 		d, c := runController(b, Config{Module: m, Backend: tier, Sink: &discardSink{}, MaxInFlight: inFlight, ReadBatch: readBatchEnv()}, els)
-		s := c.Metrics().Snapshot()
+		s := c.Metrics()
 		achieved := float64(len(els)) / d.Seconds()
 		// The miss rate is what the remote tier actually served per record: reads inside
 		// calls and prefetched values alike.

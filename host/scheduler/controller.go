@@ -9,19 +9,27 @@
 //
 //   - Per-key gate: at most one in-flight task per key; later records of a busy key park FIFO
 //     and are promoted when the key frees, so same-key reads always see same-key writes.
-//   - In-flight cap: admitted tasks (running, suspended or parked) never exceed MaxInFlight; at
-//     the cap the runner stops pulling input, so backpressure reaches the source.
+//   - In-flight cap: admitted tasks (running, suspended, parked, waiting for prefetched values
+//     or for an instance) never exceed MaxInFlight; at the cap the runner stops pulling input,
+//     so backpressure reaches the source.
+//   - Instance budget: instances (held only by running or suspended calls) are bounded by
+//     InstanceMemoryBudget at each one's footprint; a task that needs one beyond it waits
+//     without one. A record's prefetched values are held hot (state.Holder) until its call has
+//     run, so eviction takes only values no admitted record needs.
 //   - Epochs: records are tagged with the epoch they arrived in; a watermark closes the epoch.
 //     Its release (fire due timers, then forward the watermark) runs only after every task of
 //     that epoch and of every earlier epoch has finished, in epoch order. Timers fire as tasks
 //     through the same gate, so a timer callback that reads cold state suspends like a record.
 //   - Barrier drain: a checkpoint barrier stops admission until every admitted task has finished
 //     and every closed epoch has been released, then captures state: a consistent cut.
-//   - Read coalescing: when the runner is stuck (every in-flight task suspended, nothing ready,
-//     no input it may take), pending cold reads go to the backend as one batched Fetch. The gate
-//     guarantees they are for distinct record keys.
-//   - Faults: the first failed task is recorded; its key is released and its epoch still
-//     advances; then the controller stops admitting, aborts suspended calls and returns an
+//   - Read coalescing: pending cold reads go to the backend as one batched Fetch when any of
+//     three triggers fires: the batch reaches ReadBatch keys (default 32); its oldest read has
+//     waited ReadBatchWait (default 1/20 of the observed fetch latency, at least 10 µs); or the
+//     runner is stuck (every in-flight task waiting, nothing ready, no input it may take). The
+//     gate guarantees the keys are for distinct record keys.
+//   - Faults: the first failed task is recorded and the run's context cancelled; its key is
+//     released and its epoch still advances; then the controller stops admitting, aborts
+//     suspended calls, waits for every lookup and fetch still out to deliver, and returns an
 //     *OperatorError naming the operator, the record and the key.
 //
 // See carrier.go for how the runner role moves between goroutines.
@@ -46,10 +54,13 @@ import (
 // footprint decides otherwise (the seed's kDefaultMaxInFlight).
 const DefaultMaxInFlight = 6000
 
-// DefaultInstanceMemoryBudget bounds the memory the instance pool may use when deriving the
-// in-flight cap from an instance's size: 1 GiB, i.e. ~270 Go guests or thousands of
-// AssemblyScript guests.
-const DefaultInstanceMemoryBudget = 1 << 30
+// DefaultInstanceMemoryBudget returns the memory the instance pool may use when the
+// configuration does not say: a 64th of the machine's memory (or of the cgroup's limit, if
+// lower), between 64 MiB and 1 GiB. On 24 GiB that is 384 MiB: about 2,500 AssemblyScript
+// counters at ~150 KiB each, or about 90 Go guests at ~4 MiB.
+func DefaultInstanceMemoryBudget() int64 {
+	return min(max(systemMemory()/64, 64<<20), 1<<30)
+}
 
 // ResumeOrder decides the order in which ready calls resume.
 type ResumeOrder uint8
@@ -94,9 +105,14 @@ type Config struct {
 	Lookup  LookupFunc // nil: lookups fail with LOOKUP_UNAVAILABLE
 	Log     LogFunc
 
-	// MaxInFlight caps admitted tasks (and so instances). 0 derives it from the memory one
-	// instance uses: InstanceMemoryBudget / instance size, at most DefaultMaxInFlight.
-	MaxInFlight          int
+	// MaxInFlight caps admitted tasks (running, suspended, parked, waiting for prefetched
+	// values or for an instance). Default DefaultMaxInFlight.
+	MaxInFlight int
+	// InstanceMemoryBudget bounds the host memory of the instance pool: each instance counts
+	// its linear memory as Go holds it (append growth keeps up to a quarter more) plus
+	// wazero's own per-instance structures, measured on the first instance. A task that needs
+	// an instance when the pool is empty and another would exceed the budget waits, without
+	// one, until one is released. Default DefaultInstanceMemoryBudget().
 	InstanceMemoryBudget int64
 
 	// Cold reads are coalesced into batched Fetches (set NoCoalesce to issue each read at
@@ -183,10 +199,12 @@ var ErrAborted = errors.New("scheduler: call aborted because the pipeline is sto
 
 // Controller is the async execution controller of one operator subtask.
 type Controller struct {
-	cfg   Config
-	name  string
-	ctx   context.Context
-	input <-chan []Element
+	cfg    Config
+	name   string
+	ctx    context.Context // Run's, as given (the loop polls it: a plain Background costs nothing)
+	ioCtx  context.Context // what lookups are sent with: ctx, cancelled on the first failure
+	cancel context.CancelCauseFunc
+	input  <-chan []Element
 
 	// Everything below is owned by the runner role (see carrier.go) unless noted.
 	cur      *carrier
@@ -209,11 +227,18 @@ type Controller struct {
 
 	pool      []*slot
 	instances int
+	instBytes int64   // footprint of the live instances (slot.cost summed)
+	overhead  int64   // wazero's per-instance cost beyond linear memory (sizePool)
+	nextCost  int64   // what one more instance is expected to cost
+	slotWait  []*task // tasks waiting, without an instance, for one to free
+	holder    state.Holder
+	holdBuf   []bool
 
 	epochs    []*epoch // oldest unreleased first; the last is open
 	watermark int64    // last watermark forwarded
 	lastWM    int64    // last watermark received
 	barrier   *uint64
+	barrierAt time.Time // when the barrier arrived: its drain starts
 	timers    *timerService
 
 	pendingReads []pendingRead
@@ -228,6 +253,9 @@ type Controller struct {
 	suspended    map[*task]struct{}
 
 	comp completions // the only cross-goroutine surface
+	// outstanding counts async operations (lookups sent, batched Fetches issued) whose
+	// completion the runner has not yet taken. Run returns only once it is zero.
+	outstanding int
 
 	out     *outBuffer
 	reorder []*heldOutput // OrderInput: records in input order with their held outputs
@@ -235,7 +263,7 @@ type Controller struct {
 
 	taskPool []*task
 
-	metrics Metrics
+	metrics metrics
 	hot     hotCounts
 	mode    execMode // direct or coroutine calls (coro.go)
 }
@@ -328,7 +356,7 @@ func New(cfg Config) (*Controller, error) {
 	}
 	cfg.ReadBatch = min(cfg.ReadBatch, cfg.MaxReadBatch)
 	if cfg.InstanceMemoryBudget <= 0 {
-		cfg.InstanceMemoryBudget = DefaultInstanceMemoryBudget
+		cfg.InstanceMemoryBudget = DefaultInstanceMemoryBudget()
 	}
 	if cfg.Describe == nil {
 		cfg.Describe = func(pos int64) string { return fmt.Sprintf("record #%d", pos) }
@@ -349,6 +377,7 @@ func New(cfg Config) (*Controller, error) {
 	c.epochs = []*epoch{{startWM: math.MinInt64}}
 	if !cfg.Synchronous && cfg.Order == OrderPerKey {
 		c.prefetch = cfg.Module.Manifest.PrefetchIDs()
+		c.holder, _ = cfg.Backend.(state.Holder)
 	}
 	if err := c.timers.unmarshal(cfg.Backend.OperatorState(timersStateName)); err != nil {
 		return nil, err
@@ -356,14 +385,18 @@ func New(cfg Config) (*Controller, error) {
 	return c, nil
 }
 
-// Metrics returns the controller's live metrics.
-func (c *Controller) Metrics() *Metrics { return &c.metrics }
+// Metrics returns a snapshot of the controller's metrics. It may be called from any goroutine
+// while the controller runs; hot-path counts (records, hits) are published in bulk, whenever the
+// runner waits and at the end.
+func (c *Controller) Metrics() Snapshot { return c.metrics.snapshot() }
 
 // Run processes input until it is closed and every task has completed, or until the first
 // failure or ctx's cancellation. The last watermark a bounded source sends should be
 // math.MaxInt64 so that every timer fires. Run may be called once.
 func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
 	c.ctx = ctx
+	c.ioCtx, c.cancel = context.WithCancelCause(ctx)
+	defer c.cancel(nil)
 	c.input = input
 	if err := c.sizePool(); err != nil {
 		return err
@@ -380,18 +413,81 @@ func (c *Controller) sizePool() error {
 		c.maxInFlight = 1
 		return nil
 	}
-	if c.cfg.MaxInFlight > 0 {
-		c.maxInFlight = c.cfg.MaxInFlight
-		return nil
-	}
+	before := heapAllocated()
 	s, err := c.newSlot()
 	if err != nil {
 		return err
 	}
+	// Everything the first instantiation allocated, linear memory included: an upper bound
+	// (it counts the garbage instantiation leaves, and whatever other goroutines allocated
+	// meanwhile), which errs on the side of fewer instances.
+	mem := int64(s.inst.MemoryBytes())
+	c.overhead = max(heapAllocated()-before-mem, 32<<10)
+	c.instBytes -= s.cost
+	s.cost = c.footprint(s)
+	c.instBytes += s.cost
+	c.nextCost = s.cost
 	c.pool = append(c.pool, s)
-	per := max(int64(s.inst.MemoryBytes()), 64<<10)
-	c.maxInFlight = int(min(int64(DefaultMaxInFlight), max(1, c.cfg.InstanceMemoryBudget/per)))
+	if c.cfg.MaxInFlight > 0 {
+		c.maxInFlight = c.cfg.MaxInFlight
+	} else {
+		// Records waiting for prefetched values, parked behind their key or waiting for an
+		// instance hold none: the cap bounds the bookkeeping, the budget bounds instances.
+		c.maxInFlight = DefaultMaxInFlight
+	}
 	return nil
+}
+
+// slotFree reports whether a task could take an instance now: an idle one is pooled, or the
+// instance budget allows another.
+func (c *Controller) slotFree() bool {
+	return len(c.pool) > 0 || c.instances == 0 || c.nextCost == 0 ||
+		c.instBytes+c.nextCost <= c.cfg.InstanceMemoryBudget
+}
+
+// footprint is what instance s costs the host: its linear memory with the spare capacity Go's
+// append growth leaves (wazero grows memory by appending), plus wazero's own structures.
+func (c *Controller) footprint(s *slot) int64 {
+	return int64(s.inst.MemoryBytes())*5/4 + c.overhead
+}
+
+// waitForSlot queues t until an instance frees. Its prefetched values are held meanwhile, so
+// that it still finds them hot when it runs.
+func (c *Controller) waitForSlot(t *task) {
+	if c.pfTask == t {
+		c.pfTask = nil // the stashed answers are valid only until the backend is used again
+	}
+	for _, id := range c.prefetch {
+		c.hold(t, state.Key{State: state.StateID(id), Record: t.key})
+	}
+	t.slotWaited, t.async = true, true
+	c.metrics.InstanceWaits.Add(1)
+	c.slotWait = append(c.slotWait, t)
+}
+
+// hold asks the backend to keep k, a prefetched value of t, hot until t's call has run (or the
+// key's next call, see keyDone): otherwise a burst of other fills could evict it and the call
+// would read it again, cold, inside the guest, holding an instance while it waits.
+func (c *Controller) hold(t *task, k state.Key) {
+	if c.holder == nil {
+		return
+	}
+	i := slices.Index(c.prefetch, uint32(k.State))
+	if i < 0 || i >= 64 || t.holds&(1<<i) != 0 {
+		return
+	}
+	if c.holder.Hold(k) {
+		t.holds |= 1 << i
+	}
+}
+
+func (c *Controller) releaseHolds(t *task) {
+	for i := 0; t.holds != 0 && i < len(c.prefetch); i++ {
+		if t.holds&(1<<i) != 0 {
+			t.holds &^= 1 << i
+			c.holder.Release(state.Key{State: state.StateID(c.prefetch[i]), Record: t.key})
+		}
+	}
 }
 
 // MaxInFlight returns the in-flight cap in force (after Run has started).
@@ -419,11 +515,24 @@ func (c *Controller) loop(self *carrier) {
 				c.resumeTask(self, t)
 				continue
 			}
+			if c.outstanding > 0 {
+				// The run's context is cancelled: what is still out delivers soon. Run
+				// returns only after it has, so nothing writes into the controller later.
+				<-c.comp.wake
+				continue
+			}
 			c.shutdown()
 			return
 		}
 		if t := c.nextReady(); t != nil {
 			c.resumeTask(self, t)
+			continue
+		}
+		if len(c.slotWait) > 0 && c.slotFree() {
+			t := c.slotWait[0]
+			c.slotWait[0] = nil
+			c.slotWait = c.slotWait[1:]
+			c.execute(t)
 			continue
 		}
 		if len(c.runnable) > 0 {
@@ -544,6 +653,7 @@ func (c *Controller) handle(el *Element) {
 	case ElementBarrier:
 		id := el.CheckID
 		c.barrier = &id
+		c.barrierAt = time.Now()
 	}
 }
 
@@ -620,6 +730,7 @@ func (c *Controller) keyDone(t *task) {
 		g.queue[0] = nil
 		g.queue = g.queue[1:]
 		next.inGate = true
+		next.holds, t.holds = t.holds, 0 // the values stay held for the key's next call
 		c.parked--
 		c.metrics.GateWaits.Add(1)
 		c.metrics.GateWaitNanos.Add(int64(time.Since(next.waitFrom)))
@@ -640,6 +751,10 @@ func (c *Controller) execute(t *task) {
 	}
 	if len(c.prefetch) > 0 && !t.prefetched && c.awaitPrefetch(t) {
 		return // runnable again once its prefetched values are loaded
+	}
+	if (len(c.pool) == 0 || len(c.slotWait) > 0) && (!c.slotFree() || len(c.slotWait) > 0 && !t.slotWaited) {
+		c.waitForSlot(t)
+		return
 	}
 	s, err := c.acquireSlot()
 	if err != nil {
@@ -693,9 +808,12 @@ func (c *Controller) finish(t *task, err error) {
 		if t.kind == kindTimer {
 			where = fmt.Sprintf("timer at %d", t.ts)
 		}
-		c.err = &OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err}
+		c.fail(&OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err})
 	}
 	c.keyDone(t)
+	if t.holds != 0 {
+		c.releaseHolds(t)
+	}
 	if t.held != nil {
 		t.held.done = true
 		c.releaseHeld()
@@ -732,9 +850,20 @@ func (c *Controller) releaseHeld() {
 	c.reorder = c.reorder[n:]
 }
 
+// fail records the first failure and cancels the run's context, so that the lookups and
+// fetches still out give up instead of running until their endpoints are closed.
 func (c *Controller) fail(err error) {
 	if c.err == nil {
 		c.err = err
+		if c.cancel != nil {
+			c.cancel(err)
+		}
+		// Reads not yet sent never will be: their tasks are aborted or dropped with the rest.
+		for _, r := range c.pendingReads {
+			r.t.io--
+		}
+		clear(c.pendingReads)
+		c.pendingReads = c.pendingReads[:0]
 	}
 }
 
@@ -790,9 +919,13 @@ func (c *Controller) releaseStep() bool {
 func (c *Controller) completeBarrier() {
 	id := *c.barrier
 	c.barrier = nil
+	drained := time.Now()
+	c.metrics.BarrierDrainNanos.Add(int64(drained.Sub(c.barrierAt)))
 	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())
 	if c.cfg.OnBarrier != nil {
-		if err := c.cfg.OnBarrier(id); err != nil {
+		err := c.cfg.OnBarrier(id)
+		c.metrics.BarrierCaptureNanos.Add(int64(time.Since(drained)))
+		if err != nil {
 			c.fail(fmt.Errorf("checkpoint %d: %w", id, err))
 			return
 		}
@@ -820,6 +953,7 @@ func (c *Controller) queueRead(r pendingRead) {
 	if len(c.pendingReads) == 0 {
 		c.pendingSince = time.Now()
 	}
+	r.t.io++
 	c.pendingReads = append(c.pendingReads, r)
 	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch || time.Since(c.pendingSince) >= c.batchWait() {
 		c.flushReads()
@@ -858,6 +992,7 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 		k := state.Key{State: state.StateID(id), Record: t.key}
 		v, found, hot := c.cfg.Backend.Get(k)
 		if !hot {
+			t.io++
 			c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
 			if len(c.pendingReads) == 1 {
 				c.pendingSince = time.Now()
@@ -923,6 +1058,7 @@ func (c *Controller) flushReads() {
 		c.metrics.MaxReadBatch.Store(n)
 	}
 	b := &readBatch{reads: reads, issued: time.Now()}
+	c.outstanding++
 	c.cfg.Backend.Fetch(keys, func(res []state.Fetched, err error) {
 		if err == nil && len(res) != len(reads) {
 			err = fmt.Errorf("state backend returned %d results for %d keys", len(res), len(reads))
@@ -934,20 +1070,27 @@ func (c *Controller) flushReads() {
 
 // complete installs a completion on the runner and queues its tasks for resumption.
 func (c *Controller) complete(cp completion) {
+	c.outstanding--
 	if b := cp.batch; b != nil {
 		if b.err != nil {
 			c.fail(fmt.Errorf("state backend: %w", b.err))
-			return // the tasks are aborted with everything else
-		}
-		c.cfg.Backend.Fill(b.results)
-		if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
-			c.fetchEWMA = lat
 		} else {
-			c.fetchEWMA += (lat - c.fetchEWMA) / 8
+			c.fill(b)
+			if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
+				c.fetchEWMA = lat
+			} else {
+				c.fetchEWMA += (lat - c.fetchEWMA) / 8
+			}
 		}
 		for i, r := range b.reads {
 			t := r.t
+			if c.delivered(t) || b.err != nil {
+				continue // its task was aborted, or is aborted with everything else
+			}
 			if r.prefetch {
+				if c.holder != nil {
+					t.holds |= 1 << slices.Index(c.prefetch, uint32(r.key.State)) // FillHold held it
+				}
 				if t.prefetchWait--; t.prefetchWait == 0 {
 					c.runnable = append(c.runnable, t)
 				}
@@ -959,8 +1102,46 @@ func (c *Controller) complete(cp completion) {
 		}
 		return
 	}
+	if c.delivered(cp.task) {
+		return
+	}
 	cp.task.waitFrom = cp.at
 	c.ready = append(c.ready, cp.task)
+}
+
+// delivered accounts one async operation of t as delivered, and reports whether t was aborted
+// and freed while it was out: then the operation has nothing left to deliver to, and the task
+// goes back to the pool once its last operation is in (see freeTask).
+func (c *Controller) delivered(t *task) bool {
+	t.io--
+	if !t.orphan {
+		return false
+	}
+	if t.io == 0 {
+		t.orphan = false
+		c.recycle(t)
+	}
+	return true
+}
+
+// fill installs a batch's results in the backend. Through a Holder it skips the backend's guard
+// against stale fetches, because the gate rules out what the guard is for: a task holds its key
+// from the moment Get found it cold until its call has run, so nothing wrote the key in between
+// (under heavy eviction the guard refuses every fetch that waited long, and each refused
+// prefetch becomes a suspension inside the call, which holds an instance). It also holds the
+// prefetched values until their calls have run.
+func (c *Controller) fill(b *readBatch) {
+	if c.holder == nil {
+		c.cfg.Backend.Fill(b.results)
+		return
+	}
+	hold := c.holdBuf[:0]
+	for _, r := range b.reads {
+		i := slices.Index(c.prefetch, uint32(r.key.State))
+		hold = append(hold, r.prefetch && i >= 0 && i < 64 && r.t.holds&(1<<i) == 0 && !r.t.orphan)
+	}
+	c.holder.FillHold(b.results, hold)
+	c.holdBuf = hold[:0]
 }
 
 func (c *Controller) nextReady() *task {
@@ -1016,7 +1197,9 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 		return c.lookupBlocking(endpoint, req)
 	}
 	t.done.Store(0)
-	c.cfg.Lookup(c.ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
+	t.io++
+	c.outstanding++
+	c.cfg.Lookup(c.ioCtx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
 		t.lookup = lookupResult{status: status, body: body, err: err}
 		if t.done.CompareAndSwap(0, 2) {
 			return // answered before the caller suspended: it reads t.lookup directly
@@ -1028,6 +1211,9 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 		if t.aborted != nil {
 			return 0, nil, t.aborted
 		}
+	} else {
+		t.io-- // delivered already, and no completion was posted
+		c.outstanding--
 	}
 	r := t.lookup
 	t.lookup = lookupResult{}
@@ -1036,7 +1222,7 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 
 func (c *Controller) lookupBlocking(endpoint uint32, req []byte) (int, []byte, error) {
 	ch := make(chan lookupResult, 1)
-	c.cfg.Lookup(c.ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
+	c.cfg.Lookup(c.ioCtx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
 		ch <- lookupResult{status, body, err}
 	})
 	r := <-ch
@@ -1052,6 +1238,8 @@ func (c *Controller) newSlot() (*slot, error) {
 		return nil, err
 	}
 	s.inst = inst
+	s.cost = c.footprint(s)
+	c.instBytes += s.cost
 	c.instances++
 	if int64(c.instances) > c.metrics.PeakInstances.Load() {
 		c.metrics.PeakInstances.Store(int64(c.instances))
@@ -1074,7 +1262,12 @@ func (c *Controller) releaseSlot(s *slot) {
 		s.stopCoroutine()
 		_ = s.inst.Close(c.ctx)
 		c.instances--
+		c.instBytes -= s.cost
 		return
+	}
+	if cost := c.footprint(s); cost != s.cost { // its memory grew
+		c.instBytes += cost - s.cost
+		s.cost = cost
 	}
 	c.pool = append(c.pool, s)
 }
@@ -1093,6 +1286,7 @@ func (c *Controller) shutdown() {
 			_ = s.inst.Close(ctx)
 		}
 		c.instances--
+		c.instBytes -= s.cost
 	}
 	c.pool = nil
 	if err := c.out.flush(); err != nil {
@@ -1117,10 +1311,29 @@ func (c *Controller) newTask() *task {
 	return &task{seq: c.seq}
 }
 
+// freeTask is the end of a task. The struct is reused for a later task, except while an
+// async operation can still deliver to it.
+//
+// INVARIANT: a task returns to the pool only when t.io is zero: every lookup it sent and every
+// read it queued has delivered and its completion has been taken on the runner (or the read
+// was dropped unsent by fail). A task aborted with operations out (the run failed while its
+// lookup or fetch was in flight) is marked orphan instead, and delivered() pools it when the
+// last one comes in. Without this, a late lookup callback would write t.lookup into a task
+// that reset had cleared and a new record was using. Run, for its part, returns only when
+// c.outstanding is zero, so no callback outlives it.
 func (c *Controller) freeTask(t *task) {
 	if c.pfTask == t {
 		c.pfTask = nil // its stashed prefetch answers must not reach the task struct's next use
 	}
+	if t.io > 0 {
+		t.orphan = true
+		return
+	}
+	t.reset()
+	c.taskPool = append(c.taskPool, t)
+}
+
+func (c *Controller) recycle(t *task) {
 	t.reset()
 	c.taskPool = append(c.taskPool, t)
 }

@@ -203,7 +203,7 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 					t.Fatal(barrierErr)
 				}
 				checkOutputs(t, w, sink.outs)
-				s := c.Metrics().Snapshot()
+				s := c.Metrics()
 				if s.Instances != 0 || s.InFlight != 0 || s.Parked != 0 {
 					t.Errorf("leftovers after Run: %+v", s)
 				}
@@ -253,12 +253,19 @@ func checkOutputs(t *testing.T, w workload, outs []out) {
 	nextI := map[string]uint64{}
 	lastWM := int64(math.MinInt64)
 	timersSeen := 0
+	firedSince := int64(math.MinInt64) // latest timer time fired since the last watermark out
 	for oi, o := range outs {
 		switch o.kind {
 		case OutputWatermark:
 			if o.ts <= lastWM {
 				t.Fatalf("watermark %d after %d", o.ts, lastWM)
 			}
+			// A timer fires only while a watermark at or past it is being released, and that
+			// watermark is forwarded after its timers: the next one out must cover them.
+			if firedSince > o.ts {
+				t.Fatalf("a timer at %d fired before watermark %d (the next one out) reached it", firedSince, o.ts)
+			}
+			firedSince = math.MinInt64
 			lastWM = o.ts
 			// Every record that arrived before this watermark must already be out.
 			for r, idx := range inputIdx {
@@ -272,11 +279,7 @@ func checkOutputs(t *testing.T, w workload, outs []out) {
 			i := int64(binary.LittleEndian.Uint64(o.value))
 			if i == -1 {
 				timersSeen++
-				ts := int64(binary.LittleEndian.Uint64(o.value[8:]))
-				if ts > lastWM && lastWM != math.MinInt64 {
-					// A timer fires only once a watermark at or past it is being released:
-					// the watermark itself is forwarded after its timers.
-				}
+				firedSince = max(firedSince, int64(binary.LittleEndian.Uint64(o.value[8:])))
 				continue
 			}
 			n := binary.LittleEndian.Uint64(o.value[8:])
@@ -301,6 +304,9 @@ func checkOutputs(t *testing.T, w workload, outs []out) {
 	}
 	if timersSeen == 0 {
 		t.Fatal("no timer fired")
+	}
+	if firedSince != math.MinInt64 {
+		t.Fatalf("a timer at %d fired after the last watermark", firedSince)
 	}
 	checkTimers(t, w, outs)
 }
@@ -343,8 +349,7 @@ func checkTimers(t *testing.T, w workload, outs []out) {
 			t.Fatalf("timer %s@%d fired with no watermark at or past it", o.key, ts)
 		}
 		idx := 0
-		for i, e := range w.elems[:rel] {
-			_ = i
+		for _, e := range w.elems[:rel] {
 			if e.Kind == ElementRecord && string(e.Key) == o.key {
 				at, ok := emittedAt[fmt.Sprint(o.key, "/", idx)]
 				if !ok || at > oi {
@@ -375,13 +380,17 @@ func TestCancellationLeaksNothing(t *testing.T) {
 		time.AfterFunc(120*time.Millisecond, cancel)
 		in := feed(w.elems, 64)
 		err = c.Run(ctx, in)
-		for range in { // the source stops once drained
+		undone := tier.undone.Load() // at Run's return: every fetch it issued has delivered
+		for range in {               // the source stops once drained
 		}
 		if err == nil || !strings.Contains(err.Error(), "cancelled") {
 			t.Fatalf("Run: %v", err)
 		}
+		if undone != 0 {
+			t.Errorf("Run returned with %d fetches still to deliver", undone)
+		}
 		tier.pending.Wait()
-		s := c.Metrics().Snapshot()
+		s := c.Metrics()
 		if s.Instances != 0 {
 			t.Errorf("%d instances leaked", s.Instances)
 		}
@@ -446,23 +455,29 @@ func TestBackpressure(t *testing.T) {
 			t.Fatal(err)
 		}
 		in := make(chan []Element) // unbuffered: every receive is visible
-		var sent int
 		done := make(chan error)
 		go func() { done <- c.Run(context.Background(), in) }()
-		for i := range 20 {
-			select {
-			case in <- []Element{rec(fmt.Sprint("key", i), 0, 1, int64(i))}:
-				sent++
-			case <-time.After(5 * time.Millisecond):
-			}
+		// Every read is cold and takes 10 ms (of the bubble's clock). The first 4 records are
+		// admitted at once; then all 4 are suspended and the runner must stop taking input.
+		for i := range 4 {
+			in <- []Element{rec(fmt.Sprint("key", i), 0, 1, int64(i))}
 		}
-		// All reads are cold and take 10 ms; within 100 ms the runner could admit at most
-		// 4 per 10 ms round if it respects the cap.
-		if sent > 4*11 {
-			t.Errorf("admitted %d records with a cap of 4", sent)
+		synctest.Wait() // the runner and the fetches are blocked: nothing can move until time does
+		select {
+		case in <- []Element{rec("key4", 0, 1, 4)}:
+			t.Fatal("a 5th record was admitted while 4 were in flight at a cap of 4")
+		default:
 		}
-		if got := c.Metrics().InFlight.Load(); got > 4 {
-			t.Errorf("in flight %d > cap", got)
+		if got := c.Metrics().InFlight; got != 4 {
+			t.Errorf("in flight %d at the cap, want 4", got)
+		}
+		start := time.Now()
+		in <- []Element{rec("key4", 0, 1, 4)}
+		if waited := time.Since(start); waited < 10*time.Millisecond {
+			t.Errorf("the 5th record was admitted after %v, before any read completed", waited)
+		}
+		for i := 5; i < 20; i++ {
+			in <- []Element{rec(fmt.Sprint("key", i), 0, 1, int64(i))}
 		}
 		close(in)
 		if err := <-done; err != nil {
@@ -494,7 +509,7 @@ func TestResumePriority(t *testing.T) {
 				t.Fatal(err)
 			}
 			tier.pending.Wait()
-			if s := c.Metrics().Snapshot(); s.ReadBatches != 1 {
+			if s := c.Metrics(); s.ReadBatches != 1 {
 				t.Fatalf("want the five reads in one batch, got %d batches", s.ReadBatches)
 			}
 			for _, o := range sink.outs {

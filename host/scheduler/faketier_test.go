@@ -31,6 +31,7 @@ type fakeTier struct {
 
 	fetches   atomic.Int64
 	fetchKeys atomic.Int64
+	undone    atomic.Int64 // fetches whose done has not returned
 	pending   sync.WaitGroup
 }
 
@@ -87,9 +88,11 @@ func (f *fakeTier) Fetch(keys []state.Key, done func([]state.Fetched, error)) {
 	}
 	err := f.fetchErr
 	f.pending.Add(1)
+	f.undone.Add(1)
 	time.AfterFunc(f.latency(), func() {
 		defer f.pending.Done()
 		if err != nil {
+			f.undone.Add(-1)
 			done(nil, err)
 			return
 		}
@@ -100,6 +103,7 @@ func (f *fakeTier) Fetch(keys []state.Key, done func([]state.Fetched, error)) {
 			res[i] = state.Fetched{Key: ks[i], Value: bytes.Clone(v), Found: ok}
 		}
 		f.mu.Unlock()
+		f.undone.Add(-1) // before done: once the runner has taken the completion, it shows
 		done(res, nil)
 	})
 }

@@ -5,11 +5,11 @@ import (
 	"time"
 )
 
-// Metrics are the controller's counters and gauges. Fields are atomics so any goroutine may
-// read them while the controller runs; the runner updates cold-path counters directly and
-// publishes hot-path counts (records, hits) in bulk, so the all-hits path pays no atomic per
-// record.
-type Metrics struct {
+// metrics are the controller's counters and gauges. Fields are atomics so any goroutine may
+// read them (Controller.Metrics) while the controller runs; the runner updates cold-path
+// counters directly and publishes hot-path counts (records, hits) in bulk, so the all-hits
+// path pays no atomic per record.
+type metrics struct {
 	Records       atomic.Int64 // records completed
 	Timers        atomic.Int64 // timers fired and completed
 	InFlight      atomic.Int64 // tasks holding an instance (running or suspended), gauge
@@ -17,6 +17,7 @@ type Metrics struct {
 	Suspended     atomic.Int64 // tasks suspended in an async import, gauge
 	Instances     atomic.Int64 // live instances, gauge
 	PeakInstances atomic.Int64 // most instances alive at once
+	InstanceWaits atomic.Int64 // tasks that waited, without an instance, for one to free (the instance budget)
 
 	Suspensions    atomic.Int64 // total suspensions
 	PrefetchWaits  atomic.Int64 // tasks that waited, without an instance, for prefetched values
@@ -37,13 +38,19 @@ type Metrics struct {
 
 	Watermarks atomic.Int64 // watermarks forwarded
 	Barriers   atomic.Int64 // barriers completed
+
+	// Where a checkpoint's time goes on the runner: from the barrier's arrival until every
+	// admitted task has finished (the drain), then the capture hook (OnBarrier: the backend's
+	// Capture, which may wait for older snapshots to persist when they pin too much).
+	BarrierDrainNanos   atomic.Int64
+	BarrierCaptureNanos atomic.Int64
 }
 
-// Snapshot is a plain copy of Metrics.
+// Snapshot is a point-in-time copy of a controller's metrics (Controller.Metrics).
 type Snapshot struct {
 	Records, Timers                          int64
 	InFlight, Parked, Suspended, Instances   int64
-	PeakInstances                            int64
+	PeakInstances, InstanceWaits             int64
 	Suspensions, StateHits, StateMisses      int64
 	PrefetchWaits, CoroutineCalls            int64
 	Lookups                                  int64
@@ -54,18 +61,21 @@ type Snapshot struct {
 	ReadBatches, ReadBatchKeys, MaxReadBatch int64
 	MeanReadBatch                            float64
 	Watermarks, Barriers                     int64
+	BarrierDrain, BarrierCapture             time.Duration // totals on the runner
 }
 
-// Snapshot copies the metrics.
-func (m *Metrics) Snapshot() Snapshot {
+// snapshot copies the metrics.
+func (m *metrics) snapshot() Snapshot {
 	s := Snapshot{
 		Records: m.Records.Load(), Timers: m.Timers.Load(),
 		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), Suspended: m.Suspended.Load(),
-		Instances: m.Instances.Load(), PeakInstances: m.PeakInstances.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
+		Instances: m.Instances.Load(), PeakInstances: m.PeakInstances.Load(), InstanceWaits: m.InstanceWaits.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
 		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(),
 		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
 		ReadBatches: m.ReadBatches.Load(), ReadBatchKeys: m.ReadBatchKeys.Load(), MaxReadBatch: m.MaxReadBatch.Load(),
 		Watermarks: m.Watermarks.Load(), Barriers: m.Barriers.Load(),
+		BarrierDrain:   time.Duration(m.BarrierDrainNanos.Load()),
+		BarrierCapture: time.Duration(m.BarrierCaptureNanos.Load()),
 	}
 	if s.GateWaits > 0 {
 		s.GateWait = time.Duration(m.GateWaitNanos.Load() / s.GateWaits)

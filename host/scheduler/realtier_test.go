@@ -52,7 +52,7 @@ func TestPropertiesRealTier(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkOutputs(t, w, sink.outs)
-			s := c.Metrics().Snapshot()
+			s := c.Metrics()
 			if s.StateMisses == 0 || s.ReadBatches == 0 {
 				t.Fatalf("no cold reads: %+v", s)
 			}

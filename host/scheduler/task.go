@@ -36,8 +36,10 @@ type task struct {
 	inCoro        bool // its call runs inside its slot's coroutine (coro.go)
 	suspendedOnce bool // its call suspended at least once
 
-	prefetched   bool // its prefetched values were checked (and, if cold, loaded)
-	prefetchWait int  // prefetched values still loading
+	prefetched   bool   // its prefetched values were checked (and, if cold, loaded)
+	prefetchWait int    // prefetched values still loading
+	holds        uint64 // bit i: the backend holds its value of prefetch state i (see holdPrefetched)
+	slotWaited   bool   // it waited for an instance (the instance budget) and may now take one
 
 	// Result of the async operation the task is suspended on. Written by the holder (state
 	// reads are installed on the runner) or, for lookups, by an IO goroutine before the
@@ -49,6 +51,9 @@ type task struct {
 	order    int64 // resume priority, lower first (ResumePriority)
 	waitFrom time.Time
 	done     atomic.Int32 // lookup completion state, see Lookup
+
+	io     int  // async operations out that can still deliver to the task (see freeTask)
+	orphan bool // finished (aborted) while io > 0: pooled when the last one delivers
 }
 
 // reset clears t for reuse. (A plain `*t = task{}` would copy the atomic.) A task that stayed
@@ -64,7 +69,7 @@ func (t *task) reset() {
 	t.carrier, t.suspended, t.held = nil, false, nil
 	t.fetched, t.readKey, t.lookup, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, 0, time.Time{}
 	t.done.Store(0)
-	t.prefetchWait, t.suspendedOnce = 0, false
+	t.prefetchWait, t.suspendedOnce, t.slotWaited = 0, false, false
 }
 
 type lookupResult struct {
@@ -79,6 +84,7 @@ type slot struct {
 	inst *abi.Instance
 	t    *task
 	co   coState // the slot's coroutine, created on first use (coro.go)
+	cost int64   // its footprint as last accounted (Controller.footprint)
 }
 
 var _ abi.Handler = (*slot)(nil)

@@ -85,6 +85,22 @@ type Backend interface {
 	Close() error
 }
 
+// Holder is implemented by backends whose hot tier evicts (Tiered): Hold keeps a hot key from
+// being evicted until Release (runner side, counted: every successful Hold needs one Release).
+// The scheduler holds a record's prefetched values from their load until its call has run.
+type Holder interface {
+	Hold(k Key) bool // reports whether k was hot (and is now held)
+	Release(k Key)
+	// FillHold is Fill for a caller that guarantees it wrote none of these keys since Get
+	// reported them cold (the scheduler's per-key gate guarantees it): every result is
+	// installed, unless the key is hot again, without Fill's guard against stale fetches,
+	// which exists for writes the backend cannot rule out. Results with hold[i] are then
+	// held, as by a successful Hold.
+	FillHold(results []Fetched, hold []bool)
+}
+
+var _ Holder = (*Tiered)(nil)
+
 // Snapshot is a captured checkpoint delta waiting to be made durable.
 type Snapshot interface {
 	// Persist commits the delta durably, then returns. A checkpoint is complete (and may be

@@ -131,7 +131,24 @@ func (b *Tiered) compact(ctx context.Context) error {
 		}
 		its = append(its, sc)
 	}
-	var ents []segEntry
+	// The merged entries stream into segment writers, each written out as soon as it is full:
+	// what a compaction holds is its inputs and one output segment, never the merged entries
+	// (a run of spilled deltas can hold every key of the operator).
+	tag := fmt.Sprintf("c%019d", base.checkpoint)
+	w := newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+	var outs []segRef
+	flush := func() error {
+		if w.n == 0 {
+			return nil
+		}
+		ref, err := b.putSegment(ctx, tag, w)
+		if err != nil {
+			return err
+		}
+		outs = append(outs, ref)
+		w = newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+		return nil
+	}
 	h := scanHeap{}
 	for _, sc := range its {
 		if sc.next() {
@@ -148,7 +165,12 @@ func (b *Tiered) compact(ctx context.Context) error {
 			// The first time a key appears it comes from the newest segment (heap order).
 			last = append(last[:0], sc.key...)
 			if !(bottom && sc.tomb) {
-				ents = append(ents, segEntry{key: append([]byte(nil), sc.key...), value: append([]byte(nil), sc.value...), tomb: sc.tomb})
+				w.add(segEntry{key: sc.key, value: sc.value, tomb: sc.tomb}) // add copies
+				if w.size() >= b.cfg.segmentBytes {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
 			}
 		}
 		if sc.next() {
@@ -160,8 +182,7 @@ func (b *Tiered) compact(ctx context.Context) error {
 			heap.Pop(&h)
 		}
 	}
-	outs, _, err := b.writeSegments(ctx, fmt.Sprintf("c%019d", base.checkpoint), ents, false)
-	if err != nil {
+	if err := flush(); err != nil {
 		return err
 	}
 	res := &compactResult{outputs: outs}

@@ -12,8 +12,9 @@ type Metrics struct {
 	HotLimit    int64 // current budget (sum over backends for a Store; 0 = unbounded)
 	HotOverflow int64 // bytes above the limit that only dirty or pinned entries hold
 	HotEntries  int64
-	Hits        int64 // Get answered authoritatively (including known-absent keys)
-	Misses      int64 // Get answered cold: the caller must Fetch
+	Hits        int64   // Get answered authoritatively (including known-absent keys)
+	Misses      int64   // Get answered cold: the caller must Fetch
+	HitRatio    float64 // Hits / (Hits + Misses); 0 before any Get
 	Evictions   int64
 	Fills       int64 // fetched values installed
 	FillsDenied int64 // fetched values dropped because the key was written meanwhile
@@ -22,7 +23,9 @@ type Metrics struct {
 	FetchKeys   int64 // keys asked of Fetch
 	FetchBlocks int64 // blocks read for them (one ranged GET each)
 
-	// Remote requests (Store only: the pool is shared).
+	// Remote requests to the pool: every GET (ranged block reads, metas, manifests), PUT,
+	// LIST and DELETE, from cold reads, checkpoints, spills, compaction and GC. The pool is
+	// the Store's: a backend's Metrics report the Store's counters, shared by its backends.
 	RemoteGets, RemotePuts, RemoteLists, RemoteDeletes int64
 	RemoteGetBytes, RemotePutBytes                     int64
 	RemoteErrors                                       int64
@@ -42,6 +45,11 @@ type Metrics struct {
 	LastCheckpointBytes    int64
 	LastCheckpointDuration time.Duration
 	CheckpointDuration     time.Duration // total
+
+	// Spills: deltas of dirty entries written to the pool between checkpoints because they
+	// reached half the hot budget (adopted by the next checkpoint; see Tiered.spill).
+	Spills     int64
+	SpillBytes int64
 }
 
 // backendCounters are a backend's metrics, updated with atomics so Metrics can read them from
@@ -54,6 +62,7 @@ type backendCounters struct {
 	corruptions                                 atomic.Int64
 	checkpoints, ckptFailures, ckptBytes        atomic.Int64
 	lastCkptBytes, lastCkptNanos, ckptNanos     atomic.Int64
+	spills, spillBytes                          atomic.Int64
 }
 
 func (c *backendCounters) snapshot() Metrics {
@@ -69,6 +78,7 @@ func (c *backendCounters) snapshot() Metrics {
 		LastCheckpointBytes:    c.lastCkptBytes.Load(),
 		LastCheckpointDuration: time.Duration(c.lastCkptNanos.Load()),
 		CheckpointDuration:     time.Duration(c.ckptNanos.Load()),
+		Spills:                 c.spills.Load(), SpillBytes: c.spillBytes.Load(),
 	}
 }
 
@@ -100,6 +110,8 @@ func (m *Metrics) add(b Metrics, live bool) {
 	m.CheckpointFailures += b.CheckpointFailures
 	m.CheckpointBytes += b.CheckpointBytes
 	m.CheckpointDuration += b.CheckpointDuration
+	m.Spills += b.Spills
+	m.SpillBytes += b.SpillBytes
 }
 
 func (r *backendCounters) add(b *backendCounters, _ bool) {
@@ -117,6 +129,8 @@ func (r *backendCounters) add(b *backendCounters, _ bool) {
 	r.ckptFailures.Add(b.ckptFailures.Load())
 	r.ckptBytes.Add(b.ckptBytes.Load())
 	r.ckptNanos.Add(b.ckptNanos.Load())
+	r.spills.Add(b.spills.Load())
+	r.spillBytes.Add(b.spillBytes.Load())
 }
 
 // Metrics returns the Store's metrics: the sum over its backends (closed ones included for
@@ -129,6 +143,19 @@ func (s *Store) Metrics() Metrics {
 		m.add(b.cnt.snapshot(), true)
 	}
 	s.mu.Unlock()
+	s.remoteInto(&m)
+	m.ratios()
+	return m
+}
+
+func (m *Metrics) ratios() {
+	if n := m.Hits + m.Misses; n > 0 {
+		m.HitRatio = float64(m.Hits) / float64(n)
+	}
+}
+
+// remoteInto copies the pool's request counters into m.
+func (s *Store) remoteInto(m *Metrics) {
 	r := s.remote
 	m.RemoteGets, m.RemotePuts = r.gets.Load(), r.puts.Load()
 	m.RemoteLists, m.RemoteDeletes = r.lists.Load(), r.deletes.Load()
@@ -140,5 +167,4 @@ func (s *Store) Metrics() Metrics {
 	if m.RemotePuts > 0 {
 		m.RemotePutLatency = time.Duration(r.putNanos.Load() / m.RemotePuts)
 	}
-	return m
 }

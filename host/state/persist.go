@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,16 +18,18 @@ import (
 
 // snapshot is a captured delta of one Tiered backend.
 type snapshot struct {
-	b         *Tiered
-	id        uint64
-	seq       uint64 // capture sequence within the backend
-	savepoint bool
-	names     []string
-	entries   []capEntry
-	pinned    []*entry // runner-owned: released by poll once done
-	opState   []namedBlob
-	estimate  int64
-	bytes     atomic.Int64
+	b           *Tiered
+	id          uint64
+	seq         uint64 // capture sequence within the backend
+	savepoint   bool
+	spill       bool // a spilled delta (Tiered.spill): written, not committed
+	names       []string
+	entries     []capEntry
+	pinned      []*entry // runner-owned: released by poll once done
+	pinnedBytes int64    // their sizes, counted in Tiered.run.pinnedOut while pending
+	opState     []namedBlob
+	estimate    int64
+	bytes       atomic.Int64
 
 	prev *snapshot // guarded by b.mu; cleared once done
 	once sync.Once
@@ -112,6 +115,9 @@ func (b *Tiered) persist(ctx context.Context, s *snapshot) error {
 		return ErrClosed
 	}
 	base, comp, headETag, epoch := b.mu.base, b.mu.compaction, b.mu.headETag, b.mu.epoch
+	// Every spill committed so far was captured before s (persists run in capture order):
+	// s's manifest adopts them, below s's own delta.
+	spills := b.mu.spills
 	b.mu.Unlock()
 
 	// 1. Encode the delta in durable-key order and write it as segments.
@@ -126,9 +132,24 @@ func (b *Tiered) persist(ctx context.Context, s *snapshot) error {
 		ents[i] = segEntry{key: appendDurableKey(nil, kg, name, rec, ent), value: c.value, tomb: c.tomb}
 	}
 	sort.Slice(ents, func(i, j int) bool { return bytes.Compare(ents[i].key, ents[j].key) < 0 })
-	segs, written, err := b.writeSegments(ctx, fmt.Sprintf("%020d", s.id), ents, false)
+	tag := fmt.Sprintf("%020d", s.id)
+	if s.spill {
+		tag = fmt.Sprintf("%020d-spill%d", base.checkpoint, s.seq)
+	}
+	segs, written, err := b.writeSegments(ctx, tag, ents, false)
 	if err != nil {
 		return err
+	}
+	if s.spill {
+		// Publish a version with the spilled segments above everything, then (in run) mark
+		// the snapshot done: the version INVARIANT holds for spills as for commits.
+		b.mu.Lock()
+		b.mu.spills = slices.Concat(segs, b.mu.spills)
+		b.version.Store(b.buildVersionLocked(b.mu.base))
+		b.mu.Unlock()
+		s.bytes.Store(written)
+		b.cnt.spillBytes.Add(written)
+		return nil
 	}
 
 	// 2. The new manifest: this delta on top of the base, with a finished compaction applied.
@@ -143,7 +164,7 @@ func (b *Tiered) persist(ctx context.Context, s *snapshot) error {
 			older, applied = o, true
 		}
 	}
-	m.segs = append(append(m.segs, segs...), older...)
+	m.segs = slices.Concat(segs, spills, older)
 	enc := encodeManifest(m)
 	written += int64(len(enc))
 
@@ -168,6 +189,7 @@ func (b *Tiered) persist(ctx context.Context, s *snapshot) error {
 	// 4. Publish the new version, then (in run) mark the snapshot done.
 	b.mu.Lock()
 	b.mu.base = m
+	b.mu.spills = b.mu.spills[:len(b.mu.spills)-len(spills)] // spills are prepended: any newer stay
 	if applied || comp != nil && b.mu.compaction == comp {
 		b.mu.compaction = nil
 	}
@@ -254,6 +276,20 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []segEntry,
 }
 
 const segSuffix = ".seg"
+
+// putSegment finishes w and writes it as one segment named after tag.
+func (b *Tiered) putSegment(ctx context.Context, tag string, w *segWriter) (segRef, error) {
+	data, info := w.finish()
+	info.name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
+	if err := b.s.acquire(ctx); err != nil {
+		return segRef{}, err
+	}
+	defer b.s.release()
+	if _, err := b.s.os.put(ctx, b.root+info.name, data, putCond{}); err != nil {
+		return segRef{}, err
+	}
+	return segRef{segInfo: info, use: b.rng}, nil
+}
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -37,26 +37,6 @@ func appendDurableKey(dst []byte, kg int, name string, record, entry []byte) []b
 	return append(dst, entry...)
 }
 
-// parseDurableKey splits a durable key; ok is false when it is malformed.
-func parseDurableKey(k []byte) (kg int, name, record, entry []byte, ok bool) {
-	if len(k) < 2 {
-		return 0, nil, nil, nil, false
-	}
-	kg = int(binary.BigEndian.Uint16(k))
-	rest := k[2:]
-	n, w := binary.Uvarint(rest)
-	if w <= 0 || n > uint64(len(rest)-w) {
-		return 0, nil, nil, nil, false
-	}
-	name, rest = rest[w:w+int(n)], rest[w+int(n):]
-	n, w = binary.Uvarint(rest)
-	if w <= 0 || n > uint64(len(rest)-w) {
-		return 0, nil, nil, nil, false
-	}
-	record, entry = rest[w:w+int(n)], rest[w+int(n):]
-	return kg, name, record, entry, true
-}
-
 func durableKeyGroup(k []byte) int { return int(binary.BigEndian.Uint16(k)) }
 
 // segEntry is one entry written to a segment.
@@ -364,20 +344,6 @@ func (d *decoder) bytes(limit uint64) []byte {
 	}
 	v := d.b[:n:n]
 	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) u64() uint64 {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 8 {
-		d.err = ErrCorrupt
-		d.b = nil
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(d.b)
-	d.b = d.b[8:]
 	return v
 }
 

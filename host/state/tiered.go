@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,10 @@ type entry struct {
 	// pin is the capture sequence that last captured this entry. INVARIANT: while pin >
 	// run.committed the entry is pinned: it is not evicted (reads during the persist window see
 	// it) and its value slice is not written in place (the snapshot references it).
-	pin        uint64
+	pin uint64
+	// holds counts the records that need this entry before their call runs (Hold). INVARIANT:
+	// a held entry is not in the LRU list, so it is never evicted.
+	holds      int32
 	prev, next *entry // LRU links
 	inLRU      bool
 }
@@ -76,6 +80,8 @@ type Tiered struct {
 		lru        entry // sentinel: lru.next is most recent. INVARIANT: holds exactly the clean entries
 		dirty      []*entry
 		bytes      int64
+		dirtyBytes int64 // sizes of the dirty entries, a part of bytes
+		pinnedOut  int64 // sizes of the entries captured by pending snapshots (pinned)
 		captureSeq uint64
 		committed  uint64 // highest capture seq whose commit the runner has observed
 		seenEvents uint64
@@ -97,6 +103,10 @@ type Tiered struct {
 		closed     bool
 		lastGC     time.Time
 		gcCache    map[string][]string // manifest name -> segment names (manifests are immutable)
+		// spills are the segments of spilled deltas (see spill) not yet adopted by a
+		// checkpoint, newest first. Cold reads see them (the version puts them above base);
+		// the next checkpoint's manifest lists them, then they are cleared.
+		spills []segRef
 	}
 }
 
@@ -185,9 +195,10 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 
 // buildVersionLocked makes the version of manifest m, reusing loaded segment metas.
 func (b *Tiered) buildVersionLocked(m *manifest) *version {
-	v := &version{segs: make([]*liveSeg, 0, len(m.segs)), covered: make([]bool, b.numKG)}
-	live := make(map[string]*liveSeg, len(m.segs))
-	for _, r := range m.segs {
+	n := len(b.mu.spills) + len(m.segs)
+	v := &version{segs: make([]*liveSeg, 0, n), covered: make([]bool, b.numKG)}
+	live := make(map[string]*liveSeg, n)
+	for _, r := range slices.Concat(b.mu.spills, m.segs) {
 		ls := b.mu.live[r.name]
 		if ls == nil || ls.ref.use != r.use {
 			n := &liveSeg{ref: r, object: b.root + r.name}
@@ -231,6 +242,11 @@ func (b *Tiered) poll() {
 		return
 	}
 	b.run.seenEvents = ev
+	b.observe()
+}
+
+// observe applies the outcomes of the finished snapshots at the front of the pending queue.
+func (b *Tiered) observe() {
 	for len(b.run.pending) > 0 {
 		s := b.run.pending[0]
 		if !s.finished() {
@@ -238,10 +254,11 @@ func (b *Tiered) poll() {
 		}
 		b.run.pending[0] = nil
 		b.run.pending = b.run.pending[1:]
+		b.run.pinnedOut -= s.pinnedBytes
 		if s.err == nil {
 			b.run.committed = s.seq
 			for _, e := range s.pinned {
-				if e.pin == s.seq && !e.dirty && !e.inLRU {
+				if e.pin == s.seq && !e.dirty && !e.inLRU && e.holds == 0 {
 					b.lruPush(e)
 				}
 			}
@@ -250,6 +267,7 @@ func (b *Tiered) poll() {
 				if e.pin == s.seq && !e.dirty {
 					e.dirty = true
 					b.run.dirty = append(b.run.dirty, e)
+					b.run.dirtyBytes += e.size
 				}
 			}
 		}
@@ -352,6 +370,38 @@ func (b *Tiered) mayBeDurable(k Key) bool {
 	return false
 }
 
+// Hold keeps k's entry hot until Release, if it is hot now (it reports whether it is): the
+// scheduler holds a record's prefetched values from their load until its call has run, so a
+// burst of other fills cannot evict them in between (which would make the call read them
+// again, cold, inside the guest). Eviction takes only entries no record holds; held bytes
+// count against the budget like any other, so a tier whose budget is smaller than what the
+// admitted records hold goes over it by at most that much.
+func (b *Tiered) Hold(k Key) bool {
+	b.run.scratch = AppendKey(b.run.scratch[:0], k)
+	e, ok := b.run.hot[string(b.run.scratch)]
+	if !ok {
+		return false
+	}
+	e.holds++
+	if e.inLRU {
+		b.lruRemove(e)
+	}
+	return true
+}
+
+// Release ends one Hold of k.
+func (b *Tiered) Release(k Key) {
+	b.run.scratch = AppendKey(b.run.scratch[:0], k)
+	e, ok := b.run.hot[string(b.run.scratch)]
+	if !ok || e.holds == 0 {
+		return
+	}
+	if e.holds--; e.holds == 0 && !e.dirty && e.pin <= b.run.committed && !e.inLRU {
+		b.lruPush(e)
+		b.maybeEvict()
+	}
+}
+
 // Put implements Backend.
 func (b *Tiered) Put(k Key, value []byte) {
 	b.poll()
@@ -387,6 +437,9 @@ func (b *Tiered) writeEntry(k Key) *entry {
 		b.run.hot[e.key] = e
 	} else {
 		b.run.bytes -= e.size
+		if e.dirty {
+			b.run.dirtyBytes -= e.size
+		}
 	}
 	if e.inLRU {
 		b.lruRemove(e)
@@ -399,10 +452,48 @@ func (b *Tiered) writeEntry(k Key) *entry {
 	return e
 }
 
+// account adds the new size of e, just written (so dirty), and keeps the tier in its budget.
 func (b *Tiered) account(e *entry) {
 	e.size = int64(len(e.key)+len(e.value)) + entryOverhead
 	b.run.bytes += e.size
+	b.run.dirtyBytes += e.size
+	if limit := b.member.limit.Load(); limit > 0 && b.run.dirtyBytes >= limit/2 {
+		b.spill()
+	}
 	b.maybeEvict()
+}
+
+// spill keeps dirty data within the hot budget: without it a run that writes more distinct
+// keys than the tier holds would keep every one in memory until the next checkpoint (dirty
+// entries cannot be evicted), and the runner itself is what writes them, so backpressure could
+// not help. When the dirty entries reach half the budget, they are written to the pool as a
+// segment that belongs to no checkpoint yet (ForSt flushes its memtables the same way). Once it
+// is written the version that cold reads use includes it, so the entries are clean and can be
+// evicted like committed ones; the next checkpoint's manifest adopts the segment, so restoring
+// that checkpoint gives exactly the state a checkpoint of the unspilled tier would. A crash
+// before that leaves an unreferenced segment, which garbage collection removes.
+//
+// Bounds: dirty bytes stay under half the budget, and at most one delta (spilled or captured)
+// is in flight: spill first waits for the pending ones (persisting them if nobody has started
+// to), so pinned plus dirty bytes never exceed the budget. The wait is the runner's
+// backpressure, one segment write long.
+func (b *Tiered) spill() {
+	if b.ctx.Err() != nil {
+		return // closed: Capture fails too, and nothing will read what a spill would write
+	}
+	if n := len(b.run.pending); n > 0 {
+		last := b.run.pending[n-1]
+		go last.Persist(b.ctx) // its outcome is observed by poll
+		<-last.done
+		b.observe() // not poll: the event may not be counted yet
+		if last.err != nil {
+			return // its keys are dirty again; the next checkpoint retries them
+		}
+	}
+	s := b.captureDelta(0, false)
+	s.spill = true
+	b.cnt.spills.Add(1)
+	go s.Persist(b.ctx) // its outcome is observed by poll
 }
 
 // Fetch implements Backend. The keys are encoded on the runner; the reads run on a new
@@ -471,6 +562,35 @@ func (b *Tiered) Fill(results []Fetched) {
 	b.maybeEvict()
 }
 
+// FillHold implements Holder.
+func (b *Tiered) FillHold(results []Fetched, hold []bool) {
+	b.poll()
+	for i := range results {
+		r := &results[i]
+		b.run.scratch = AppendKey(b.run.scratch[:0], r.Key)
+		e, ok := b.run.hot[string(b.run.scratch)]
+		if !ok {
+			e = &entry{key: string(b.run.scratch), tomb: !r.Found}
+			if r.Found {
+				e.value = append([]byte(nil), r.Value...)
+			}
+			e.size = int64(len(e.key)+len(e.value)) + entryOverhead
+			b.run.hot[e.key] = e
+			b.run.bytes += e.size
+			b.cnt.fills.Add(1)
+			if i >= len(hold) || !hold[i] {
+				b.lruPush(e)
+			}
+		} else if i < len(hold) && hold[i] && e.inLRU {
+			b.lruRemove(e)
+		}
+		if i < len(hold) && hold[i] {
+			e.holds++
+		}
+	}
+	b.maybeEvict()
+}
+
 // SetOperatorState implements Backend.
 func (b *Tiered) SetOperatorState(name string, data []byte) {
 	b.run.opState[name] = append([]byte(nil), data...)
@@ -517,6 +637,29 @@ func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 	if id == 0 || id == RestoreLatest {
 		return nil, fmt.Errorf("state: bad checkpoint id %d", id)
 	}
+	return b.captureDelta(id, savepoint), nil
+}
+
+// waitPinned keeps what pending snapshots pin, plus the dirty entries, within the hot budget:
+// checkpoints captured faster than they persist (every 100 ms on a slow pool) would otherwise
+// pin one delta each, none evictable, until their persists catch up. It persists the pending
+// snapshots (in order, as Persist does; a second Persist of one already running just waits)
+// and waits for the oldest until the rest fit: backpressure on the runner, as long as the
+// pool takes to commit what is already captured.
+func (b *Tiered) waitPinned() {
+	limit := b.member.limit.Load()
+	for limit > 0 && len(b.run.pending) > 0 && b.run.pinnedOut+b.run.dirtyBytes > limit && b.ctx.Err() == nil {
+		oldest, newest := b.run.pending[0], b.run.pending[len(b.run.pending)-1]
+		go newest.Persist(b.ctx) // its outcome is observed below and by poll
+		<-oldest.done
+		b.observe()
+	}
+}
+
+// captureDelta detaches the dirty entries (and the operator state) as a snapshot that builds
+// on the pending ones.
+func (b *Tiered) captureDelta(id uint64, savepoint bool) *snapshot {
+	b.waitPinned()
 	b.run.captureSeq++
 	s := &snapshot{b: b, id: id, seq: b.run.captureSeq, savepoint: savepoint, names: b.run.names, done: make(chan struct{})}
 	for _, e := range b.run.dirty {
@@ -528,9 +671,12 @@ func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 		s.entries = append(s.entries, capEntry{key: e.key, value: e.value, tomb: e.tomb})
 		s.pinned = append(s.pinned, e)
 		s.estimate += int64(len(e.key) + len(e.value))
+		s.pinnedBytes += e.size
 	}
+	b.run.pinnedOut += s.pinnedBytes
 	clear(b.run.dirty)
 	b.run.dirty = b.run.dirty[:0]
+	b.run.dirtyBytes = 0
 	for name, data := range b.run.opState {
 		s.opState = append(s.opState, namedBlob{name: name, data: data}) // SetOperatorState copies
 	}
@@ -546,11 +692,17 @@ func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 	}
 	b.mu.Unlock()
 	b.run.pending = append(b.run.pending, s)
-	return s, nil
+	return s
 }
 
-// Metrics returns this backend's metrics (remote request counters are the Store's).
-func (b *Tiered) Metrics() Metrics { return b.cnt.snapshot() }
+// Metrics returns this backend's metrics, with the remote request counters of its Store's pool
+// (shared by the Store's backends).
+func (b *Tiered) Metrics() Metrics {
+	m := b.cnt.snapshot()
+	b.s.remoteInto(&m)
+	m.ratios()
+	return m
+}
 
 // Close implements Backend. Snapshots still persisting fail with ErrClosed.
 func (b *Tiered) Close() error {

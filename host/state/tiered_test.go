@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -137,9 +137,10 @@ func TestEvictionAndColdRead(t *testing.T) {
 	for i := range 2000 {
 		b.Put(key(0, fmt.Sprint("k", i), ""), val)
 	}
+	// Dirty keys cannot be evicted: at half the budget they spill, so the tier stays in it.
 	m := b.Metrics()
-	if m.HotOverflow == 0 || m.Evictions != 0 {
-		t.Fatalf("dirty keys must stay: %+v", m)
+	if m.HotBytes > 8<<10+2*int64(100+entryOverhead+8) || m.HotOverflow != 0 || m.Spills == 0 {
+		t.Fatalf("dirty keys must spill within the budget: %+v", m)
 	}
 	checkpoint(t, b, 1)
 	b.Get(key(0, "k0", "")) // observes the commit and evicts
@@ -169,6 +170,14 @@ func TestEvictionAndColdRead(t *testing.T) {
 	m = b.Metrics()
 	if per := float64(m.FetchKeys) / float64(m.FetchBlocks); per < 10 {
 		t.Fatalf("%.1f keys per block read", per)
+	}
+	// A backend's metrics count its pool's requests: the blocks just read, the segments and
+	// manifest written.
+	if m.RemoteGets < m.FetchBlocks || m.RemoteGetBytes == 0 || m.RemotePuts == 0 || m.RemotePutBytes == 0 {
+		t.Fatalf("remote requests not counted: %+v", m)
+	}
+	if want := float64(m.Hits) / float64(m.Hits+m.Misses); m.Misses == 0 || m.HitRatio != want {
+		t.Fatalf("hit ratio %v, want %v", m.HitRatio, want)
 	}
 	// A never-written key is known absent without a fetch once indexes are loaded.
 	if _, ok, hot := b.Get(key(0, "nope", "")); ok || !hot {
@@ -328,7 +337,11 @@ func TestCorruptionDetected(t *testing.T) {
 	}
 }
 
-func TestCompactionAndGC(t *testing.T) {
+// TestCompactionAndGC runs in a synctest bubble: a sleep there returns only once every
+// goroutine of the store (compaction, GC) is idle, so each commit's compaction has run.
+func TestCompactionAndGC(t *testing.T) { synctest.Test(t, testCompactionAndGC) }
+
+func testCompactionAndGC(t *testing.T) {
 	s := openTest(t, "mem://compact", WithMaxSegments(3), WithRetention(0), withIntervals(time.Nanosecond, time.Second), WithRetainCheckpoints(2))
 	b := operator(t, s, OperatorOptions{Name: "g"})
 	model, at10 := map[string]string{}, map[string]string{}
@@ -355,7 +368,7 @@ func TestCompactionAndGC(t *testing.T) {
 		} else {
 			checkpoint(t, b, uint64(c))
 		}
-		time.Sleep(2 * time.Millisecond) // let compaction run between commits
+		time.Sleep(2 * time.Millisecond) // the bubble's clock: compaction has finished
 	}
 	m := b.Metrics()
 	if m.Compactions == 0 || m.Segments > 6 {
@@ -460,13 +473,43 @@ func TestKeyGroupRanges(t *testing.T) {
 			t.Fatal(p, at)
 		}
 	}
-	if KeyGroupOf([]byte("user-42"), 128) != KeyGroupOf([]byte("user-42"), 128) {
-		t.Fatal("unstable")
+	// Key groups are stable (the same key always lands in the same group, across calls and
+	// byte slices), in range, and spread keys over the groups.
+	counts := make([]int, 128)
+	for i := range 128 * 64 {
+		k := fmt.Sprint("user-", i)
+		g := KeyGroupOf([]byte(k), 128)
+		if g < 0 || g >= 128 {
+			t.Fatalf("key %s in group %d of 128", k, g)
+		}
+		if again := KeyGroupOf(append([]byte(nil), k...), 128); again != g {
+			t.Fatalf("key %s: group %d, then %d", k, g, again)
+		}
+		counts[g]++
 	}
-	_ = rand.N(1)
+	for g, n := range counts {
+		if n < 16 || n > 160 { // 64 expected per group
+			t.Fatalf("group %d holds %d of %d keys: the hash does not spread", g, n, 128*64)
+		}
+	}
+	// The group decides the owning subtask: KeyGroupRangeFor's ranges contain it.
+	g := KeyGroupOf([]byte("user-42"), 128)
+	owners := 0
+	for i := range 7 {
+		if r := KeyGroupRangeFor(i, 7, 128); g >= r.Lo && g < r.Hi {
+			owners++
+		}
+	}
+	if owners != 1 {
+		t.Fatalf("group %d owned by %d of 7 subtasks", g, owners)
+	}
 }
 
-func TestGlobalBudgetShared(t *testing.T) {
+// TestGlobalBudgetShared runs in a synctest bubble, so "let the budget rebalance" is exactly
+// four rebalances of the bubble's clock, each run to completion.
+func TestGlobalBudgetShared(t *testing.T) { synctest.Test(t, testGlobalBudgetShared) }
+
+func testGlobalBudgetShared(t *testing.T) {
 	const budget = 256 << 10
 	s := openTest(t, "mem://", WithHotBytes(budget), withIntervals(time.Minute, 5*time.Millisecond))
 	var bs []*Tiered
@@ -484,7 +527,7 @@ func TestGlobalBudgetShared(t *testing.T) {
 			checkpoint(t, b, uint64(round+1))
 			b.Get(key(0, "x", ""))
 		}
-		time.Sleep(20 * time.Millisecond) // let the budget rebalance
+		time.Sleep(20 * time.Millisecond) // four rebalances (every 5 ms of the bubble's clock)
 		for _, b := range bs {
 			b.Get(key(0, "x", ""))
 		}
