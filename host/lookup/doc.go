@@ -33,6 +33,11 @@
 //	KindUnavailable  -20 LOOKUP_UNAVAILABLE        connect failure, reset, bad response (after retries); queue full
 //	KindCancelled    -21 LOOKUP_CANCELLED          caller's context cancelled, endpoint closed
 //
+// A refusal names the rule that refused it ([Error.Rule]: methods, headers, path,
+// path_prefix, redirect, egress, request_format) in its text ("lookup geo: refused by rule
+// methods: method DELETE not allowed"), in the refusal counters of [Metrics] and in the
+// endpoint's log ([WithLogger]).
+//
 // Timeouts and unavailability are retryable ([Error.Retryable]); whether a request is retried
 // also depends on the policy and on idempotence (see [RetryPolicy]).
 //

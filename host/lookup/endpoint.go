@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -68,6 +69,7 @@ type Endpoint struct {
 	limiter   *limiter
 	cache     *cache // nil when disabled
 	registry  *Registry
+	log       *slog.Logger // with the tenant and endpoint name
 
 	ctx    context.Context // cancelled by Close; parent of every call's context
 	cancel context.CancelFunc
@@ -112,6 +114,7 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 		backoffMax: time.Duration(cfg.Retry.MaxBackoff), multiplier: cfg.Retry.Multiplier,
 		jitter: *cfg.Retry.Jitter, retryStatus: retrySt, retryUnsafe: cfg.Retry.RetryNonIdempotent,
 		breakerStatus: breakerSt, registry: r, flights: make(map[string]*call),
+		log: r.log.With("tenant", tenant, "endpoint", cfg.Name),
 	}
 	for _, k := range cfg.Retry.On {
 		e.retryTimeout = e.retryTimeout || k == KindTimeout.String()
@@ -283,6 +286,19 @@ func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
 	c.next(false)
 }
 
+// DoRaw is Do for a request in the guest's bytes (docs/abi.md, "Lookup request format"): a
+// malformed one is refused by rule RuleRequestFormat, counted and logged like every other
+// refusal, and reported to done (never before DoRaw returns).
+func (e *Endpoint) DoRaw(ctx context.Context, raw []byte, done func(Response)) {
+	req, err := ParseRequest(raw)
+	if err != nil {
+		e.m.requests.Add(1)
+		e.deliverAsync(done, time.Now(), Response{Err: err}, false)
+		return
+	}
+	e.Do(ctx, req, done)
+}
+
 // waiter is one Do waiting on a call.
 type waiter struct {
 	done  func(Response)
@@ -350,7 +366,7 @@ const (
 func (e *Endpoint) prepare(req Request) (*call, *Error) {
 	mi := methodIndex(req.Method)
 	if mi < 0 || !e.allowed[mi] {
-		return nil, refused("method " + req.Method + " not allowed")
+		return nil, refused(RuleMethods, "method "+req.Method+" not allowed")
 	}
 	escaped, query, err := resolvePath(e.root, e.prefix, req.Path)
 	if err != nil {
@@ -375,11 +391,11 @@ func (e *Endpoint) prepare(req Request) (*call, *Error) {
 		}
 		for _, h := range req.Header {
 			if !validHeader(h) {
-				return nil, refused("malformed header")
+				return nil, refused(RuleHeaders, "malformed header")
 			}
 			k := textproto.CanonicalMIMEHeaderKey(h.Name)
 			if forbiddenHeaders[k] || e.injected[k] {
-				return nil, refused("header " + k + " may not be set")
+				return nil, refused(RuleHeaders, "header "+k+" may not be set")
 			}
 			c.header[k] = append(c.header[k], h.Value)
 		}
@@ -1048,9 +1064,32 @@ func (e *Endpoint) deliverAsync(done func(Response), start time.Time, r Response
 func (e *Endpoint) account(start time.Time, r Response) {
 	e.m.latency.record(time.Since(start))
 	if r.Err != nil {
-		e.m.errors[Kind(r.Err)].Add(1)
+		k := Kind(r.Err)
+		e.m.errors[k].Add(1)
+		if k == KindRefused {
+			e.refusal(r.Err)
+		}
 	} else if cl := r.Status / 100; cl >= 1 && cl <= 5 {
 		e.m.statuses[cl].Add(1)
+	}
+}
+
+// refusal counts a refused request by rule and logs it: the first refusal of each rule, then
+// at most one line a second per rule, with the count, so that a guest refused in a loop
+// cannot flood the log.
+func (e *Endpoint) refusal(err error) {
+	var le *Error
+	errors.As(err, &le) // KindRefused comes only from an *Error
+	i := ruleIndex(le.Rule)
+	if i < 0 {
+		e.log.Error("lookup refused by an unnamed rule (a bug)", "reason", le.Reason)
+		return
+	}
+	n := e.m.refused[i].Add(1)
+	now := time.Now().UnixNano()
+	last := e.m.refusedLogged[i].Load()
+	if (n == 1 || now-last >= int64(time.Second)) && e.m.refusedLogged[i].CompareAndSwap(last, now) {
+		e.log.Warn("lookup refused", "rule", le.Rule, "reason", le.Reason, "refused_by_rule", n)
 	}
 }
 
@@ -1152,14 +1191,14 @@ func redirectBehavior(req *http.Request, resp *http.Response) (method string, fo
 func (e *Endpoint) checkRedirect(req *http.Request, via []*http.Request) error {
 	u := req.URL
 	if u.Scheme != e.base.Scheme || u.Host != e.base.Host {
-		return refused("redirect to another origin (" + u.Scheme + "://" + u.Host + ")")
+		return refused(RuleRedirect, "redirect to another origin ("+u.Scheme+"://"+u.Host+")")
 	}
 	if len(via) > e.cfg.MaxRedirects {
 		return http.ErrUseLastResponse
 	}
 	p := u.EscapedPath()
 	if !isCleanPath(p) || !strings.HasPrefix(p, e.root) || !underPrefix(p[len(e.root):], e.prefix) {
-		return refused("redirect outside the endpoint's prefix")
+		return refused(RuleRedirect, "redirect outside the endpoint's prefix")
 	}
 	return nil
 }
@@ -1175,6 +1214,9 @@ func (e *Endpoint) Metrics() Metrics {
 	}
 	for i := range m.Statuses {
 		m.Statuses[i] = e.m.statuses[i].Load()
+	}
+	for i := range m.Refused {
+		m.Refused[i] = e.m.refused[i].Load()
 	}
 	m.CacheHits = e.m.cacheHits.Load()
 	m.CacheMisses = e.m.cacheMisses.Load()
