@@ -319,7 +319,6 @@ func BenchmarkThroughput(b *testing.B) {
 		{"h2c/pid", "h2c", "pid", "h2"},
 		{"upstream-process/h1/fixed", "h1", "fixed", "proc-raw"},
 		{"upstream-process/h1/fixed-loopserver", "h1", "fixed", "proc-loop"},
-		{"upstream-process/loop/fixed-loopserver", "loop", "fixed", "proc-loop"},
 		{"upstream-process/h2c/fixed", "h2c", "fixed", "proc-h2"},
 		{"upstream-process/h2c/pid", "h2c", "pid", "proc-h2"},
 		{"nethttp-server/std/fixed", "std", "fixed", "nethttp"},

@@ -78,16 +78,8 @@ func (n *memNet) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	}
 }
 
-// memConfig is testConfig for an endpoint on a memNet. Its pipes have no file descriptor,
-// which the event-loop transport needs (and its real system calls would never let a synctest
-// bubble settle), so under LOOKUP_TEST_TRANSPORT=loop these tests run with h1.
-func memConfig() EndpointConfig {
-	cfg := testConfig("http://127.0.0.1:80")
-	if cfg.Transport == "loop" {
-		cfg.Transport = "h1"
-	}
-	return cfg
-}
+// memConfig is testConfig for an endpoint on a memNet.
+func memConfig() EndpointConfig { return testConfig("http://127.0.0.1:80") }
 
 func TestBreakerTransitions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

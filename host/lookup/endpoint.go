@@ -64,7 +64,7 @@ type Endpoint struct {
 
 	transport *http.Transport // net/http's: the "std" transport, and h1's fallback
 	h1        *h1.Transport   // the lean transport; nil unless configured (http:// only)
-	async     asyncTransport  // "loop" (*h1.Loop) or "h2c" (*h2.Transport); nil unless configured (http://)
+	async     asyncTransport  // "h2c" (*h2.Transport); nil unless configured (http://)
 	breaker   *sharedBreaker  // nil when disabled
 	limiter   *limiter
 	cache     *cache // nil when disabled
@@ -85,7 +85,7 @@ type Endpoint struct {
 }
 
 // asyncTransport runs exchanges without a goroutine each and calls back when they end:
-// *h1.Loop ("loop") and *h2.Transport ("h2c").
+// *h2.Transport ("h2c").
 type asyncTransport interface {
 	Handles(req *http.Request) bool
 	Start(req *http.Request, a *h1.Attempt, done func(*http.Response, error))
@@ -142,9 +142,6 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	tr := cfg.Transport
-	if tr == "loop" && !h1.LoopAvailable {
-		tr = "h1" // no event loop on this platform
-	}
 	if tr == "h2c" && base.Scheme == "http" {
 		// Prior knowledge: every request is HTTP/2, those the lean client does not take
 		// (bodies of unknown length, Expect) too, through net/http.
@@ -158,16 +155,6 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 			MaxBodyBytes:           e.maxBody,
 			IdleConnTimeout:        e.transport.IdleConnTimeout,
 			Sensitive:              names, // injected headers carry credentials: never HPACK-indexed
-		}
-	}
-	if tr == "loop" && base.Scheme == "http" {
-		e.async = &h1.Loop{
-			Dial:                   g.DialContext, // the egress checks run before every connect
-			Context:                e.ctx,
-			MaxIdleConnsPerHost:    cfg.MaxInFlight,
-			IdleConnTimeout:        e.transport.IdleConnTimeout,
-			MaxResponseHeaderBytes: int(e.transport.MaxResponseHeaderBytes),
-			MaxBodyBytes:           e.maxBody,
 		}
 	}
 	if tr == "h1" && base.Scheme == "http" {
@@ -206,7 +193,7 @@ func (e *Endpoint) Close() error {
 		e.h1.Close() // aborts exchanges on the wire, as the cancelled context does for net/http
 	}
 	if e.async != nil {
-		e.async.Close() // fails the exchanges on the wire and stops the loop or connections
+		e.async.Close() // fails the exchanges on the wire and stops the connections
 	}
 	e.limiter.close()
 	e.live.Wait()
@@ -219,9 +206,9 @@ func (e *Endpoint) Close() error {
 
 // Do starts req and returns at once; done is called exactly once, from another goroutine,
 // with the response or a typed error (see [Response], [Kind]). Do never calls done before it
-// returns, so done may take locks the caller holds around Do. With transport "loop" done
-// usually runs on the endpoint's event-loop goroutine, which serves every request of the
-// endpoint: it must not block.
+// returns, so done may take locks the caller holds around Do. With transport "h2c" done
+// usually runs on a connection's reader goroutine, which serves every stream of the
+// connection: it must not block.
 //
 // Before anything is sent the request passes, in order: policy (method, headers, path),
 // the response cache, single-flight (joining an identical call in flight), the circuit
@@ -339,11 +326,11 @@ type call struct {
 	last      Response           // last attempt's outcome, for a breaker rejection mid-retry
 	bdone     func(err error)    // breaker completion of the current attempt
 
-	// An attempt over an asynchronous transport (sendLoop); written by the driving side.
-	loopT0   time.Time
-	loopReq  *http.Request   // the exchange on the wire: the request or a redirect
-	loopVia  []*http.Request // redirects followed
-	loopDone func(*http.Response, error)
+	// An attempt over an asynchronous transport (sendAsync); written by the driving side.
+	asyncT0   time.Time
+	asyncReq  *http.Request   // the exchange on the wire: the request or a redirect
+	asyncVia  []*http.Request // redirects followed
+	asyncDone func(*http.Response, error)
 
 	// Limiter queue linkage and probe epoch; guarded by limiter.mu.
 	qprev, qnext *call
@@ -595,8 +582,8 @@ func (c *call) next(inline bool) {
 	case err != nil:
 		c.breakerDone(errExcluded)
 		c.finishFrom(Response{Err: err}, !inline)
-	case ok && (inline || c.loopRequest() != nil):
-		c.send() // the loop's send does not block
+	case ok && (inline || c.asyncRequest() != nil):
+		c.send() // an asynchronous transport's send does not block
 	case ok:
 		go c.send()
 	case c.cancelled() && e.limiter.remove(c):
@@ -631,9 +618,9 @@ func (c *call) sendOne() (next *call) {
 		e.m.retries.Add(1)
 	}
 	t0 := time.Now()
-	if hreq := c.loopRequest(); hreq != nil {
-		c.sendLoop(hreq, t0)
-		return nil // the loop ends the attempt and starts the next queued call
+	if hreq := c.asyncRequest(); hreq != nil {
+		c.sendAsync(hreq, t0)
+		return nil // the completion ends the attempt and starts the next queued call
 	}
 	if hreq := c.h1Request(); hreq != nil {
 		// The lean transport: the attempt's deadline is its connection's deadline and stop
@@ -687,11 +674,11 @@ func (c *call) sendOne() (next *call) {
 	return c.outcome(t0, r, resp)
 }
 
-// sendLoop runs the attempt on the event loop: hreq, then the redirects it follows, each
-// started from the completion of the previous one. The last completion ends the attempt
-// and starts the call the limiter hands over, on the loop goroutine if it goes over the
-// loop too.
-func (c *call) sendLoop(hreq *http.Request, t0 time.Time) {
+// sendAsync runs the attempt over the asynchronous transport: hreq, then the redirects it
+// follows, each started from the completion of the previous one. The last completion ends
+// the attempt and starts the call the limiter hands over, on the completing goroutine if it
+// goes over the asynchronous transport too.
+func (c *call) sendAsync(hreq *http.Request, t0 time.Time) {
 	e := c.e
 	c.att.Reset(t0.Add(e.timeout))
 	c.mu.Lock()
@@ -702,39 +689,39 @@ func (c *call) sendLoop(hreq *http.Request, t0 time.Time) {
 	if abandoned {
 		c.att.Cancel()
 	}
-	c.loopT0, c.loopReq, c.loopVia = t0, hreq, c.loopVia[:0]
-	if c.loopDone == nil {
-		c.loopDone = c.loopExchanged // one method value per call, not per attempt
+	c.asyncT0, c.asyncReq, c.asyncVia = t0, hreq, c.asyncVia[:0]
+	if c.asyncDone == nil {
+		c.asyncDone = c.asyncExchanged // one method value per call, not per attempt
 	}
-	e.async.Start(hreq, &c.att, c.loopDone)
+	e.async.Start(hreq, &c.att, c.asyncDone)
 }
 
-// loopExchanged is the completion of an exchange started by sendLoop: it follows a
+// asyncExchanged is the completion of an exchange started by sendAsync: it follows a
 // redirect with another exchange, or ends the attempt.
-func (c *call) loopExchanged(resp *http.Response, err error) {
+func (c *call) asyncExchanged(resp *http.Response, err error) {
 	e := c.e
 	if err == nil {
 		var next *http.Request
-		if next, err = e.redirect(c.loopReq, resp, &c.loopVia); next != nil {
-			c.loopReq = next
-			e.async.Start(next, &c.att, c.loopDone)
+		if next, err = e.redirect(c.asyncReq, resp, &c.asyncVia); next != nil {
+			c.asyncReq = next
+			e.async.Start(next, &c.att, c.asyncDone)
 			return
 		}
 		if err != nil {
 			resp = nil
 		}
 	}
-	c.loopReq = nil
-	if next := c.attemptEnd(c.loopT0, resp, err); next != nil {
-		if next.loopRequest() != nil {
+	c.asyncReq = nil
+	if next := c.attemptEnd(c.asyncT0, resp, err); next != nil {
+		if next.asyncRequest() != nil {
 			next.send()
 		} else {
-			go next.send() // net/http blocks: not on the loop
+			go next.send() // net/http blocks: not on the transport's goroutine
 		}
 	}
 }
 
-// attemptEnd ends an attempt over h1 or the loop (c.att): reads the body, classifies the
+// attemptEnd ends an attempt over h1 or h2c (c.att): reads the body, classifies the
 // outcome, and hands it to outcome.
 func (c *call) attemptEnd(t0 time.Time, resp *http.Response, err error) (next *call) {
 	var r Response
@@ -786,8 +773,8 @@ func (c *call) outcome(t0 time.Time, r Response, resp *http.Response) (next *cal
 	return next
 }
 
-// loopRequest is h1Request for the asynchronous transports ("loop", "h2c").
-func (c *call) loopRequest() *http.Request {
+// asyncRequest is h1Request for the asynchronous transport ("h2c").
+func (c *call) asyncRequest() *http.Request {
 	if c.e.async == nil {
 		return nil
 	}
@@ -851,7 +838,7 @@ func (e *Endpoint) readBody(resp *http.Response, method string) ([]byte, error) 
 		return nil, tooLarge()
 	}
 	if mb, ok := resp.Body.(interface{ Bytes() []byte }); ok {
-		// The event loop read the body already, within the limit: take it as it is.
+		// The transport read the body already, within the limit (h2): take it as it is.
 		if b := mb.Bytes(); int64(len(b)) <= e.maxBody {
 			return b, nil
 		}

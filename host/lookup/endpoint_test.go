@@ -13,7 +13,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h2"
 )
 
@@ -25,10 +24,10 @@ func TestDoGet(t *testing.T) {
 	cfg := testConfig(s.URL + "/api")
 	cfg.PathPrefix = "/v1"
 	e := open(t, testRegistry(t), "t1", cfg)
-	_, isLoop := e.async.(*h1.Loop)
+
 	_, isH2 := e.async.(*h2.Transport)
-	if (e.h1 != nil) != (testTransport == "" || testTransport == "h1") || isLoop != (testTransport == "loop") || isH2 != (testTransport == "h2c") {
-		t.Fatalf("transport %q: h1 in use = %v, loop in use = %v, h2c in use = %v", testTransport, e.h1 != nil, isLoop, isH2)
+	if (e.h1 != nil) != (testTransport == "" || testTransport == "h1") || isH2 != (testTransport == "h2c") {
+		t.Fatalf("transport %q: h1 in use = %v, h2c in use = %v", testTransport, e.h1 != nil, isH2)
 	}
 	r := do(t, e, context.Background(), "GET /v1/geo?ip=1.2.3.4\nAccept: text/plain\n")
 	wantStatus(t, r, 200, "GET /api/v1/geo?ip=1.2.3.4 text/plain")

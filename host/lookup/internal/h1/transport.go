@@ -217,7 +217,6 @@ type Attempt struct {
 
 	mu         sync.Mutex
 	c          *conn              // the connection while the exchange owns it; guarded by mu
-	lx         *loopExch          // the exchange while a Loop runs it; guarded by mu
 	onCancel   Canceler           // another transport's exchange (Bind); guarded by mu
 	cancelled  bool               // guarded by mu
 	dialCancel context.CancelFunc // ends a dial in progress; guarded by mu
@@ -231,7 +230,7 @@ type Attempt struct {
 // an exchange still uses a.
 func (a *Attempt) Reset(deadline time.Time) {
 	a.mu.Lock()
-	a.c, a.lx, a.cancelled, a.dialCancel, a.onCancel = nil, nil, false, nil, nil
+	a.c, a.cancelled, a.dialCancel, a.onCancel = nil, false, nil, nil
 	a.mu.Unlock()
 	a.wrote.Store(false)
 	a.Deadline = deadline
@@ -249,12 +248,9 @@ func (a *Attempt) Cancel() {
 	if a.dialCancel != nil {
 		a.dialCancel()
 	}
-	lx, onCancel := a.lx, a.onCancel
+	onCancel := a.onCancel
 	a.onCancel = nil
 	a.mu.Unlock()
-	if lx != nil {
-		lx.l.cancel(lx)
-	}
 	if onCancel != nil {
 		onCancel.CancelAttempt()
 	}
@@ -560,10 +556,6 @@ type conn struct {
 	prev, next *conn       // ring of connections in use; guarded by pool.mu
 	killed     atomic.Bool // Transport.Close aborted it
 
-	// parseOnly: c is a Loop's parser over bytes already received, not a pooled
-	// connection; release records whether the connection could be reused.
-	parseOnly, parsedReusable bool
-
 	// Per exchange.
 	att         *Attempt
 	closeWhen   bool // close after this exchange (Connection: close, HTTP/1.0, request Close)
@@ -664,10 +656,6 @@ func (c *conn) release(reusable bool) {
 	}
 	c.att = nil
 	reusable = reusable && !c.closeWhen && c.br.Buffered() == 0
-	if c.parseOnly {
-		c.parsedReusable = reusable
-		return
-	}
 	if reusable && cap(c.wbuf) > maxKeptWrite {
 		c.wbuf = nil
 	}
