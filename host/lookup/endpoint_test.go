@@ -1,11 +1,13 @@
 package lookup
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h2"
+	"github.com/sony/gobreaker/v2"
 )
 
 func TestDoGet(t *testing.T) {
@@ -549,5 +552,58 @@ func TestErrorKinds(t *testing.T) {
 	}
 	if Kind(context.Canceled) != KindCancelled || Kind(context.DeadlineExceeded) != KindTimeout || Kind(io.EOF) != KindUnavailable {
 		t.Fatal("foreign errors")
+	}
+}
+
+// TestLenientUpstream: an upstream whose responses net/http reads (bare-LF line ends,
+// obs-fold, Transfer-Encoding with Content-Length) is read by every transport; under h1 it
+// used to fail every lookup and open the breaker.
+func TestLenientUpstream(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	answers := []string{
+		"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+		"HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+	}
+	var n atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if _, err := io.WriteString(c, answers[int(n.Add(1))%len(answers)]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	cfg := testConfig("http://" + ln.Addr().String())
+	if cfg.Transport == "h2c" {
+		t.Skip("an HTTP/1.1 upstream")
+	}
+	e := open(t, testRegistry(t), "t1", cfg)
+	for i := range 20 {
+		if r := do(t, e, context.Background(), "GET /x"+strconv.Itoa(i)); r.Err != nil || r.Status != 200 || string(r.Body) != "ok" {
+			t.Fatalf("lookup %d: %d %q %v", i, r.Status, r.Body, r.Err)
+		}
+	}
+	if m := e.Metrics(); m.Attempts != 20 || m.Breaker != gobreaker.StateClosed || m.Transitions.ToOpen != 0 {
+		t.Fatalf("%d attempts, breaker %v (%d openings): want 20 and closed", m.Attempts, m.Breaker, m.Transitions.ToOpen)
 	}
 }
