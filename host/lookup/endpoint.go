@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/attempt"
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h2"
 	"github.com/sony/gobreaker/v2"
@@ -88,7 +89,7 @@ type Endpoint struct {
 // *h2.Transport ("h2c").
 type asyncTransport interface {
 	Handles(req *http.Request) bool
-	Start(req *http.Request, a *h1.Attempt, done func(*http.Response, error))
+	Start(req *http.Request, a *attempt.Attempt, done func(*http.Response, error))
 	Close()
 }
 
@@ -318,7 +319,7 @@ type call struct {
 	abandoned bool               // the last waiter left; guarded by mu
 	abort     context.CancelFunc // cancels a net/http attempt on the wire; guarded by mu
 	viaH1     bool               // the attempt on the wire is c.att's; guarded by mu
-	att       h1.Attempt         // deadline and cancellation of an attempt over h1
+	att       attempt.Attempt    // deadline and cancellation of an attempt over h1 or h2c
 	hreq      http.Request       // the request of an attempt over h1 (net/http gets its own)
 	timer     *time.Timer        // backoff timer; guarded by mu
 	closeStop func() bool        // stops the Close hook of a call in backoff; guarded by mu
@@ -870,7 +871,7 @@ func (c *call) classify(err error, timedOut, wrote bool) *Error {
 		// safe to retry whatever the method.
 		return &Error{Kind: KindUnavailable, Err: err, notSent: true}
 	}
-	if errors.Is(err, h1.ErrBodyTooLarge) {
+	if errors.Is(err, attempt.ErrBodyTooLarge) {
 		return &Error{Kind: KindTooLarge, Reason: "response exceeds max_response_bytes (" + strconv.FormatInt(c.e.maxBody, 10) + ")"}
 	}
 	var le *Error

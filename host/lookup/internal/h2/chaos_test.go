@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/attempt"
 )
 
 // killingProxy forwards 127.0.0.1 connections to target and cuts each of the first maxKills
@@ -90,7 +90,7 @@ func TestConnectionKills(t *testing.T) {
 			defer func() { <-sem }()
 			path := "/r/" + strconv.Itoa(i)
 			for range tries {
-				var a h1.Attempt
+				var a attempt.Attempt
 				a.Reset(time.Now().Add(10 * time.Second))
 				req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
 				var calls atomic.Int64

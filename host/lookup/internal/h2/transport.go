@@ -30,7 +30,7 @@
 // streams until one ends, and the transport opens another connection instead when it can.
 // GOAWAY stops new streams on a connection; streams above its last stream id fail with
 // [ErrRefused] (not processed by the server). RST_STREAM fails its stream; REFUSED_STREAM as
-// ErrRefused. Deadlines and [h1.Attempt.Cancel] reset the stream (RST_STREAM CANCEL) and
+// ErrRefused. Deadlines and [attempt.Attempt.Cancel] reset the stream (RST_STREAM CANCEL) and
 // leave the connection in use.
 //
 // Not implemented: TLS (https endpoints use net/http, which negotiates h2 by ALPN), server
@@ -54,8 +54,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/attempt"
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/deadline"
-	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -72,7 +72,7 @@ type Transport struct {
 	// SETTINGS_MAX_HEADER_LIST_SIZE). Default 64 KiB.
 	MaxResponseHeaderBytes int
 	// MaxBodyBytes, if positive, bounds a response body: more fails the exchange with
-	// h1.ErrBodyTooLarge (at once when content-length says so) and resets the stream.
+	// attempt.ErrBodyTooLarge (at once when content-length says so) and resets the stream.
 	MaxBodyBytes int64
 	// IdleConnTimeout closes a connection without streams for this long. Default 90s.
 	IdleConnTimeout time.Duration
@@ -193,7 +193,7 @@ func (t *Transport) Handles(req *http.Request) bool {
 type stream struct {
 	req      *http.Request
 	body     []byte // request body still to send (a suffix of the original)
-	a        *h1.Attempt
+	a        *attempt.Attempt
 	done     func(*http.Response, error)
 	deadline time.Time
 	hidx     int // index in the connection's deadline heap; -1 when not in it
@@ -217,7 +217,7 @@ type stream struct {
 // MaxBodyBytes) or an error. done runs on a connection's reader goroutine, a timer's
 // goroutine, or a new goroutine, never before Start returns, and must not block. a carries
 // the deadline and cancellation and records Wrote; it must not be reused before done.
-func (t *Transport) Start(req *http.Request, a *h1.Attempt, done func(*http.Response, error)) {
+func (t *Transport) Start(req *http.Request, a *attempt.Attempt, done func(*http.Response, error)) {
 	t.init()
 	fail := func(err error) { go done(nil, err) }
 	if !t.Handles(req) {
@@ -366,7 +366,7 @@ func (st *stream) abort(err error) {
 	st.finish(nil, err)
 }
 
-// CancelAttempt implements h1.Canceler: Cancel may be called with the caller's locks held
+// CancelAttempt implements attempt.Canceler: Cancel may be called with the caller's locks held
 // (host/lookup's call.stop), so abort, which calls done, runs on its own goroutine.
 func (st *stream) CancelAttempt() {
 	go st.abort(&connError{op: "exchange", err: context.Canceled})
@@ -542,6 +542,9 @@ func (c *conn) sendLocked(st *stream) {
 		}
 	}
 	st.a.MarkWrote()
+	// Queued for the next write, which follows at once unless one is in progress: the
+	// upstream's share of the exchange starts about here (attempt.Attempt.Upstream).
+	st.a.MarkSent(time.Now())
 	if len(st.body) > 0 {
 		c.sendBodyLocked(st)
 	}
@@ -1142,6 +1145,7 @@ func (c *conn) onHeaders(hb *headerBlock) error {
 		}
 		return nil // interim response: the final one follows
 	}
+	st.a.MarkAnswered(time.Now())
 	h := make(http.Header, len(hb.fields))
 	vals := make([]string, len(hb.fields)) // one backing array for the common one value per name
 	cl := int64(-1)
@@ -1173,7 +1177,7 @@ func (c *conn) onHeaders(hb *headerBlock) error {
 		}
 	}
 	if max := c.t.MaxBodyBytes; max > 0 && cl > max {
-		c.streamFailed(id, h1.ErrBodyTooLarge, true)
+		c.streamFailed(id, attempt.ErrBodyTooLarge, true)
 		return nil
 	}
 	st.gotHead = true
@@ -1241,7 +1245,7 @@ func (c *conn) onData(f *http2.DataFrame) error {
 	}
 	data := f.Data()
 	if max := c.t.MaxBodyBytes; max > 0 && int64(len(st.rbody)+len(data)) > max {
-		c.streamFailed(f.StreamID, h1.ErrBodyTooLarge, true)
+		c.streamFailed(f.StreamID, attempt.ErrBodyTooLarge, true)
 		return nil
 	}
 	st.rbody = append(st.rbody, data...)

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/attempt"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -68,14 +68,14 @@ type result struct {
 
 // do runs one exchange and waits for it.
 func do(tr *Transport, req *http.Request, deadline time.Duration) result {
-	var a h1.Attempt
+	var a attempt.Attempt
 	if deadline > 0 {
 		a.Reset(time.Now().Add(deadline))
 	}
 	return doAttempt(tr, req, &a)
 }
 
-func doAttempt(tr *Transport, req *http.Request, a *h1.Attempt) result {
+func doAttempt(tr *Transport, req *http.Request, a *attempt.Attempt) result {
 	ch := make(chan result, 1)
 	tr.Start(req, a, func(resp *http.Response, err error) {
 		var r result
@@ -144,7 +144,7 @@ func TestMultiplexing(t *testing.T) {
 		sem <- struct{}{}
 		wg.Add(1)
 		path := "/k/" + strconv.Itoa(i)
-		var a h1.Attempt
+		var a attempt.Attempt
 		a.Reset(time.Now().Add(10 * time.Second))
 		tr.Start(get(t, srv.URL, path), &a, func(resp *http.Response, err error) {
 			defer wg.Done()
@@ -247,7 +247,7 @@ func TestBodyTooLarge(t *testing.T) {
 	tr := &Transport{Dial: loopbackDial(t), MaxBodyBytes: 4096}
 	defer tr.Close()
 	for _, p := range []string{"/cl", "/stream"} {
-		if r := do(tr, get(t, srv.URL, p), 5*time.Second); !errors.Is(r.err, h1.ErrBodyTooLarge) {
+		if r := do(tr, get(t, srv.URL, p), 5*time.Second); !errors.Is(r.err, attempt.ErrBodyTooLarge) {
 			t.Fatalf("%s: got %v, want ErrBodyTooLarge", p, r.err)
 		}
 	}
@@ -285,14 +285,14 @@ func TestDeadlineAndCancel(t *testing.T) {
 	if el := time.Since(t0); el < 50*time.Millisecond { // a timer never fires early
 		t.Fatalf("deadline reported after %v, before it passed", el)
 	}
-	var a h1.Attempt
+	var a attempt.Attempt
 	a.Reset(time.Now().Add(5 * time.Second))
 	go func() { time.Sleep(20 * time.Millisecond); a.Cancel() }()
 	if r := doAttempt(tr, get(t, srv.URL, "/slow"), &a); !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("got %v, want Canceled", r.err)
 	}
 	// Cancelled before Start: fails at once.
-	var b h1.Attempt
+	var b attempt.Attempt
 	b.Cancel()
 	if r := doAttempt(tr, get(t, srv.URL, "/"), &b); !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("got %v, want Canceled", r.err)
@@ -362,7 +362,7 @@ func TestClose(t *testing.T) {
 	tr := &Transport{Dial: loopbackDial(t)}
 	ch := make(chan error, 3)
 	for range 3 {
-		var a h1.Attempt
+		var a attempt.Attempt
 		tr.Start(get(t, srv.URL, "/"), &a, func(_ *http.Response, err error) { ch <- err })
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -372,7 +372,7 @@ func TestClose(t *testing.T) {
 			t.Fatalf("got %v, want ErrClosed", err)
 		}
 	}
-	var a h1.Attempt
+	var a attempt.Attempt
 	tr.Start(get(t, srv.URL, "/"), &a, func(_ *http.Response, err error) { ch <- err })
 	if err := <-ch; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Start after Close: %v", err)
@@ -403,7 +403,7 @@ func TestGoAway(t *testing.T) {
 	base := "http://" + ln.Addr().String()
 	ch := make(chan result, 3)
 	for i := range 3 {
-		var a h1.Attempt
+		var a attempt.Attempt
 		a.Reset(time.Now().Add(5 * time.Second))
 		tr.Start(get(t, base, "/"+strconv.Itoa(i)), &a, func(resp *http.Response, err error) {
 			r := result{resp: resp, err: err}
@@ -629,7 +629,7 @@ func TestFullSocketBuffer(t *testing.T) {
 	base := "http://" + ln.Addr().String()
 	ch := make(chan result, n)
 	for range n {
-		var a h1.Attempt
+		var a attempt.Attempt
 		a.Reset(time.Now().Add(10 * time.Second))
 		req, _ := http.NewRequest("POST", base+"/", bytes.NewReader(bytes.Repeat([]byte("z"), size)))
 		tr.Start(req, &a, func(resp *http.Response, err error) {
