@@ -651,11 +651,18 @@ func (c *call) sendOne() (next *call) {
 		cancel()
 	}
 	var wroteFlag atomic.Bool
-	if !c.idempotent && !e.retryUnsafe {
-		actx = httptrace.WithClientTrace(actx, &httptrace.ClientTrace{
+	var sentAt, answeredAt atomic.Int64 // unix ns; set on net/http's goroutines
+	adaptive := e.limiter.algorithm != "fixed"
+	if (!c.idempotent && !e.retryUnsafe) || adaptive {
+		trace := &httptrace.ClientTrace{
 			WroteHeaderField: func(string, []string) { wroteFlag.Store(true) },
 			WroteHeaders:     func() { wroteFlag.Store(true) },
-		})
+		}
+		if adaptive {
+			trace.WroteRequest = func(httptrace.WroteRequestInfo) { sentAt.Store(time.Now().UnixNano()) }
+			trace.GotFirstResponseByte = func() { answeredAt.Store(time.Now().UnixNano()) }
+		}
+		actx = httptrace.WithClientTrace(actx, trace)
 	}
 	resp, err := e.follow(c.newRequest(actx), e.transport.RoundTrip)
 	var r Response
@@ -671,6 +678,11 @@ func (c *call) sendOne() (next *call) {
 	c.mu.Unlock()
 	if err != nil {
 		r = Response{Err: c.classify(err, timedOut, wrote)}
+	}
+	c.att.Reset(time.Time{})
+	if s, a := sentAt.Load(), answeredAt.Load(); s != 0 && a != 0 {
+		c.att.MarkSent(time.Unix(0, s))
+		c.att.MarkAnswered(time.Unix(0, a))
 	}
 	return c.outcome(t0, r, resp)
 }
@@ -745,13 +757,23 @@ func (c *call) attemptEnd(t0 time.Time, resp *http.Response, err error) (next *c
 func (c *call) outcome(t0 time.Time, r Response, resp *http.Response) (next *call) {
 	e := c.e
 	rtt := time.Since(t0)
+	// The controller steers by the upstream's share: from the request's last write to its
+	// response head (c.att, recorded by the transport). The rest of the attempt (a slot's
+	// hand-over, a goroutine's start, a dial, reading the body, the client's own run queue
+	// before and after) is the client's queueing, which grows when the client is busy and
+	// which a lower limit would not cure: read as upstream latency, it made the default
+	// limiter throttle a busy client (issue 11).
+	lat := rtt
+	if up, ok := c.att.Upstream(); ok {
+		lat = up
+	}
 
 	kind := Kind(r.Err)
 	if r.Err == nil || kind == KindTimeout || kind == KindTooLarge {
 		e.m.upstream.record(rtt)
 	}
 	next = e.limiter.release(sample{
-		rtt:      rtt,
+		rtt:      lat,
 		valid:    r.Err == nil || kind == KindTimeout || kind == KindUnavailable,
 		noRTT:    kind == KindUnavailable, // a refused connection is fast and says nothing of latency
 		overload: kind != KindNone && kind != KindTooLarge || r.Status == http.StatusTooManyRequests || r.Status == http.StatusServiceUnavailable,
