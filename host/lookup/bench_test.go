@@ -568,7 +568,7 @@ func BenchmarkLatency(b *testing.B) {
 func BenchmarkFailFast(b *testing.B) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(50 * time.Millisecond) // a sick upstream: slow, then failing
-		http.Error(w, "", 503)
+		http.Error(w, "", http.StatusServiceUnavailable)
 	})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

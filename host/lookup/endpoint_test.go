@@ -51,7 +51,7 @@ func TestStatusIsResponseAfterRetries(t *testing.T) {
 		case "/404":
 			http.Error(w, "nope", 404)
 		case "/503":
-			http.Error(w, "busy", 503)
+			http.Error(w, "busy", http.StatusServiceUnavailable)
 		}
 	})
 	e := open(t, testRegistry(t), "t1", testConfig(s.URL))

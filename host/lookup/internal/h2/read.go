@@ -364,7 +364,7 @@ func (c *conn) onHeaders(hb *headerBlock) error {
 			if st.resp.Trailer == nil {
 				st.resp.Trailer = http.Header{}
 			}
-			st.resp.Trailer.Add(http.CanonicalHeaderKey(hf.Name), hf.Value)
+			st.resp.Trailer.Add(hf.Name, hf.Value)
 		}
 		c.complete(st)
 		return nil
