@@ -39,24 +39,26 @@ type call struct {
 	one   [1]*waiter // backing array of waiters for the common single waiter
 
 	mu        sync.Mutex
-	state     callState          // guarded by mu
-	waiters   []*waiter          // guarded by mu
-	abandoned bool               // the last waiter left; guarded by mu
-	abort     context.CancelFunc // cancels a net/http attempt on the wire; guarded by mu
-	viaH1     bool               // the attempt on the wire is c.att's; guarded by mu
-	att       attempt.Attempt    // deadline and cancellation of an attempt over h1 or h2c
-	hreq      http.Request       // the request of an attempt over h1 (net/http gets its own)
-	timer     *time.Timer        // backoff timer; guarded by mu
-	closeStop func() bool        // stops the Close hook of a call in backoff; guarded by mu
-	attempts  int                // attempts started; written only by the driving goroutine
-	last      Response           // last attempt's outcome, for a breaker rejection mid-retry
-	bdone     func(err error)    // breaker completion of the current attempt
+	state     callState       // guarded by mu
+	waiters   []*waiter       // guarded by mu
+	abandoned bool            // the last waiter left; guarded by mu
+	att       attempt.Attempt // deadline, cancellation, marks of the attempt on the wire
+	hreq      http.Request    // the request of an attempt over h1 or h2c (net/http gets its own)
+	timer     *time.Timer     // backoff timer; guarded by mu
+	closeStop func() bool     // stops the Close hook of a call in backoff; guarded by mu
+	attempts  int             // attempts started; written only by the driving goroutine
+	last      Response        // last attempt's outcome, for a breaker rejection mid-retry
+	bdone     func(err error) // breaker completion of the current attempt
 
-	// An attempt over an asynchronous transport (sendAsync); written by the driving side.
-	asyncT0   time.Time
-	asyncReq  *http.Request   // the exchange on the wire: the request or a redirect
-	asyncVia  []*http.Request // redirects followed
-	asyncDone func(*http.Response, error)
+	// The attempt on the wire (sendOne); written by the driving side.
+	tr       transport
+	t0       time.Time
+	req      *http.Request               // the exchange on the wire: the request or a redirect
+	via      []*http.Request             // redirects followed
+	doneFn   func(*http.Response, error) // exchanged or, for a blocking transport, syncDone
+	syncFn   func(*http.Response, error)
+	syncResp *http.Response // a blocking exchange's outcome
+	syncErr  error
 
 	// Limiter queue linkage and probe epoch; guarded by limiter.mu.
 	qprev, qnext *call
@@ -142,11 +144,7 @@ func (c *call) stop() {
 	c.mu.Lock()
 	switch c.state {
 	case stateSending:
-		if c.viaH1 {
-			c.att.Cancel()
-		} else if c.abort != nil {
-			c.abort()
-		}
+		c.att.Cancel() // every transport cancels through the attempt
 	case stateBackoff:
 		if c.timer.Stop() {
 			c.state = stateStarting // owned by us now
@@ -219,7 +217,7 @@ func (c *call) next(inline bool) {
 	case err != nil:
 		c.breakerDone(errExcluded)
 		c.finishFrom(Response{Err: err}, !inline)
-	case ok && (inline || c.asyncRequest() != nil):
+	case ok && (inline || !c.blocking()):
 		c.send() // an asynchronous transport's send does not block
 	case ok:
 		go c.send()

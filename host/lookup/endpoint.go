@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/clink-wasm/clink-wasm/host/lookup/internal/attempt"
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h2"
 )
@@ -54,9 +53,9 @@ type Endpoint struct {
 	retryUnsafe   bool
 	breakerStatus statusSet
 
-	transport *http.Transport // net/http's: the "std" transport, and h1's fallback
-	h1        *h1.Transport   // the lean transport; nil unless configured (http:// only)
-	async     asyncTransport  // "h2c" (*h2.Transport); nil unless configured (http://)
+	transport *http.Transport // net/http's: the "std" transport, and the others' fallback
+	primary   transport       // h1Transport or *h2.Transport; nil for "std" and https
+	std       stdTransport    // net/http behind the seam: what primary does not handle
 	breaker   *sharedBreaker  // nil when disabled
 	limiter   *limiter
 	cache     *cache // nil when disabled
@@ -74,14 +73,6 @@ type Endpoint struct {
 	live    sync.WaitGroup // calls not yet finished; Add under closeMu.RLock
 
 	m counters
-}
-
-// asyncTransport runs exchanges without a goroutine each and calls back when they end:
-// *h2.Transport ("h2c").
-type asyncTransport interface {
-	Handles(req *http.Request) bool
-	Start(req *http.Request, a *attempt.Attempt, done func(*http.Response, error))
-	Close()
 }
 
 func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, error) {
@@ -140,7 +131,7 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 		var p http.Protocols
 		p.SetUnencryptedHTTP2(true)
 		e.transport.Protocols = &p
-		e.async = &h2.Transport{
+		e.primary = &h2.Transport{
 			Dial:                   g.DialContext, // the egress checks run before every connect
 			Context:                e.ctx,
 			MaxResponseHeaderBytes: int(e.transport.MaxResponseHeaderBytes),
@@ -150,15 +141,16 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 		}
 	}
 	if tr == "h1" && base.Scheme == "http" {
-		e.h1 = &h1.Transport{
+		e.primary = h1Transport{&h1.Transport{
 			Dial:                   g.DialContext, // the egress checks run before every connect
 			Fallback:               e.transport,
 			MaxIdleConnsPerHost:    cfg.MaxInFlight,
 			IdleConnTimeout:        e.transport.IdleConnTimeout,
 			MaxResponseHeaderBytes: int(e.transport.MaxResponseHeaderBytes),
 			MaxBodyBytes:           e.maxBody,
-		}
+		}}
 	}
+	e.std = stdTransport{rt: e.transport, ctx: e.ctx}
 	return e, nil
 }
 
@@ -181,11 +173,8 @@ func (e *Endpoint) Close() error {
 	e.closed = true
 	e.closeMu.Unlock()
 	e.cancel()
-	if e.h1 != nil {
-		e.h1.Close() // aborts exchanges on the wire, as the cancelled context does for net/http
-	}
-	if e.async != nil {
-		e.async.Close() // fails the exchanges on the wire and stops the connections
+	if e.primary != nil {
+		e.primary.Close() // aborts exchanges on the wire, as the cancelled context does for net/http
 	}
 	e.limiter.close()
 	e.live.Wait()

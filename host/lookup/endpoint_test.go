@@ -28,9 +28,10 @@ func TestDoGet(t *testing.T) {
 	cfg.PathPrefix = "/v1"
 	e := open(t, testRegistry(t), "t1", cfg)
 
-	_, isH2 := e.async.(*h2.Transport)
-	if (e.h1 != nil) != (testTransport == "" || testTransport == "h1") || isH2 != (testTransport == "h2c") {
-		t.Fatalf("transport %q: h1 in use = %v, h2c in use = %v", testTransport, e.h1 != nil, isH2)
+	_, isH2 := e.primary.(*h2.Transport)
+	_, isH1 := e.primary.(h1Transport)
+	if isH1 != (testTransport == "" || testTransport == "h1") || isH2 != (testTransport == "h2c") || (e.primary == nil) != (testTransport == "std") {
+		t.Fatalf("transport %q: h1 in use = %v, h2c in use = %v", testTransport, isH1, isH2)
 	}
 	r := do(t, e, context.Background(), "GET /v1/geo?ip=1.2.3.4\nAccept: text/plain\n")
 	wantStatus(t, r, 200, "GET /api/v1/geo?ip=1.2.3.4 text/plain")

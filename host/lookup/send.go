@@ -6,9 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptrace"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/attempt"
@@ -31,123 +29,99 @@ func (c *call) sendOne() (next *call) {
 		e.m.retries.Add(1)
 	}
 	t0 := time.Now()
-	if hreq := c.asyncRequest(); hreq != nil {
-		c.sendAsync(hreq, t0)
-		return nil // the completion ends the attempt and starts the next queued call
-	}
-	if hreq := c.h1Request(); hreq != nil {
-		// The lean transport: the attempt's deadline is its connection's deadline and stop
-		// cancels it through c.att, so the attempt needs no context and no timer.
-		c.att.Reset(t0.Add(e.timeout))
-		c.att.Context = e.ctx // bounds a dial; Close aborts exchanges through h1.Close
-		c.mu.Lock()
-		c.state = stateSending
-		c.viaH1 = true
-		abandoned := c.abandoned
-		c.mu.Unlock()
-		if abandoned {
-			c.att.Cancel()
-		}
-		resp, err := e.follow(hreq, func(req *http.Request) (*http.Response, error) { return e.h1.Exchange(req, &c.att) })
-		return c.attemptEnd(t0, resp, err)
-	}
-	// net/http: the attempt's context derives from the endpoint's, so Close cancels it;
-	// stop cancels it through c.abort.
-	actx, cancel := context.WithTimeout(e.ctx, e.timeout)
-	c.mu.Lock()
-	c.state = stateSending
-	c.abort = cancel
-	abandoned := c.abandoned
-	c.mu.Unlock()
-	if abandoned {
-		cancel()
-	}
-	var wroteFlag atomic.Bool
-	var sentAt, answeredAt atomic.Int64 // unix ns; set on net/http's goroutines
-	adaptive := e.limiter.algorithm != "fixed"
-	if (!c.idempotent && !e.retryUnsafe) || adaptive {
-		trace := &httptrace.ClientTrace{
-			WroteHeaderField: func(string, []string) { wroteFlag.Store(true) },
-			WroteHeaders:     func() { wroteFlag.Store(true) },
-		}
-		if adaptive {
-			trace.WroteRequest = func(httptrace.WroteRequestInfo) { sentAt.Store(time.Now().UnixNano()) }
-			trace.GotFirstResponseByte = func() { answeredAt.Store(time.Now().UnixNano()) }
-		}
-		actx = httptrace.WithClientTrace(actx, trace)
-	}
-	resp, err := e.follow(c.newRequest(actx), e.transport.RoundTrip)
-	var r Response
-	if err == nil {
-		r.Status = resp.StatusCode
-		r.Body, err = e.readBody(resp, c.method)
-		resp.Body.Close()
-	}
-	timedOut, wrote := errors.Is(actx.Err(), context.DeadlineExceeded), wroteFlag.Load()
-	cancel()
-	c.mu.Lock()
-	c.abort = nil
-	c.mu.Unlock()
-	if err != nil {
-		r = Response{Err: c.classify(err, timedOut, wrote)}
-	}
-	c.att.Reset(time.Time{})
-	if s, a := sentAt.Load(), answeredAt.Load(); s != 0 && a != 0 {
-		c.att.MarkSent(time.Unix(0, s))
-		c.att.MarkAnswered(time.Unix(0, a))
-	}
-	return c.outcome(t0, r, resp)
-}
-
-// sendAsync runs the attempt over the asynchronous transport: hreq, then the redirects it
-// follows, each started from the completion of the previous one. The last completion ends
-// the attempt and starts the call the limiter hands over, on the completing goroutine if it
-// goes over the asynchronous transport too.
-func (c *call) sendAsync(hreq *http.Request, t0 time.Time) {
-	e := c.e
+	tr, req := c.pick()
+	// The attempt's deadline is the transport's (a connection's deadline for h1, a timer
+	// heap for h2c, a context for net/http), and stop cancels through c.att whichever it is.
 	c.att.Reset(t0.Add(e.timeout))
+	c.att.Context = e.ctx // bounds a dial; Close aborts exchanges through the transports
 	c.mu.Lock()
 	c.state = stateSending
-	c.viaH1 = true
 	abandoned := c.abandoned
 	c.mu.Unlock()
 	if abandoned {
 		c.att.Cancel()
 	}
-	c.asyncT0, c.asyncReq, c.asyncVia = t0, hreq, c.asyncVia[:0]
-	if c.asyncDone == nil {
-		c.asyncDone = c.asyncExchanged // one method value per call, not per attempt
+	c.tr, c.t0, c.req, c.via = tr, t0, req, c.via[:0]
+	if !tr.Blocking() {
+		if c.doneFn == nil {
+			c.doneFn = c.exchanged // one method value per call, not per attempt
+		}
+		tr.Start(req, &c.att, c.doneFn)
+		return nil // the completion ends the attempt and starts the next queued call
 	}
-	e.async.Start(hreq, &c.att, c.asyncDone)
+	if c.syncFn == nil {
+		c.syncFn = func(resp *http.Response, err error) { c.syncResp, c.syncErr = resp, err }
+	}
+	// A blocking transport: the exchanges (the request, then the redirects it follows) run
+	// here, one after the other, and the next queued call is returned to send's loop.
+	for {
+		tr.Start(c.req, &c.att, c.syncFn)
+		resp, err := c.syncResp, c.syncErr
+		c.syncResp, c.syncErr = nil, nil
+		if err == nil {
+			var next *http.Request
+			if next, err = e.redirect(c.req, resp, &c.via); next != nil {
+				c.req = next
+				continue
+			}
+			if err != nil {
+				resp = nil
+			}
+		}
+		c.req = nil
+		return c.attemptEnd(t0, resp, err)
+	}
 }
 
-// asyncExchanged is the completion of an exchange started by sendAsync: it follows a
-// redirect with another exchange, or ends the attempt.
-func (c *call) asyncExchanged(resp *http.Response, err error) {
+// pick returns the transport of the call's next attempt and its request: the endpoint's
+// own (h1 or h2c) if it handles the request, else net/http, which gets a request of its own
+// (it keeps it beyond the attempt).
+func (c *call) pick() (transport, *http.Request) {
+	if t := c.e.primary; t != nil {
+		c.fillRequest(&c.hreq)
+		if t.Handles(&c.hreq) {
+			return t, &c.hreq
+		}
+	}
+	r := new(http.Request)
+	c.fillRequest(r)
+	return c.e.std, r
+}
+
+// blocking reports whether the call's next attempt would block its goroutine.
+func (c *call) blocking() bool {
+	t, _ := c.pick()
+	return t.Blocking()
+}
+
+// exchanged is the completion of an exchange over a non-blocking transport: it follows a
+// redirect with another exchange, or ends the attempt and starts the call the limiter hands
+// over, on this goroutine if that one does not block either.
+func (c *call) exchanged(resp *http.Response, err error) {
 	e := c.e
 	if err == nil {
 		var next *http.Request
-		if next, err = e.redirect(c.asyncReq, resp, &c.asyncVia); next != nil {
-			c.asyncReq = next
-			e.async.Start(next, &c.att, c.asyncDone)
+		if next, err = e.redirect(c.req, resp, &c.via); next != nil {
+			c.req = next
+			c.tr.Start(next, &c.att, c.doneFn)
 			return
 		}
 		if err != nil {
 			resp = nil
 		}
 	}
-	c.asyncReq = nil
-	if next := c.attemptEnd(c.asyncT0, resp, err); next != nil {
-		if next.asyncRequest() != nil {
+	c.req = nil
+	if next := c.attemptEnd(c.t0, resp, err); next != nil {
+		if !next.blocking() {
 			next.send()
 		} else {
-			go next.send() // net/http blocks: not on the transport's goroutine
+			go next.send() // h1 and net/http block: not on the transport's goroutine
 		}
 	}
 }
 
-// attemptEnd ends an attempt over h1 or h2c (c.att): reads the body, classifies the
-// outcome, and hands it to outcome.
+// attemptEnd ends an attempt (c.att): reads the body, classifies the outcome, and hands it
+// to outcome.
 func (c *call) attemptEnd(t0 time.Time, resp *http.Response, err error) (next *call) {
 	var r Response
 	if err == nil {
@@ -158,9 +132,6 @@ func (c *call) attemptEnd(t0 time.Time, resp *http.Response, err error) (next *c
 	if err != nil {
 		r = Response{Err: c.classify(err, !time.Now().Before(c.att.Deadline), c.att.Wrote())}
 	}
-	c.mu.Lock()
-	c.viaH1 = false
-	c.mu.Unlock()
 	return c.outcome(t0, r, resp)
 }
 
@@ -206,40 +177,6 @@ func (c *call) outcome(t0 time.Time, r Response, resp *http.Response) (next *cal
 	}
 	c.attemptDone(r, retryAfter)
 	return next
-}
-
-// asyncRequest is h1Request for the asynchronous transport ("h2c").
-func (c *call) asyncRequest() *http.Request {
-	if c.e.async == nil {
-		return nil
-	}
-	return c.requestFor(c.e.async)
-}
-
-// h1Request returns the attempt's request for the lean transport, or nil if the endpoint
-// does not use it or the request needs what only net/http does (Expect, for one).
-func (c *call) h1Request() *http.Request {
-	if c.e.h1 == nil {
-		return nil
-	}
-	return c.requestFor(c.e.h1)
-}
-
-// requestFor returns c.hreq, rebuilt in place for the next attempt (no allocation without
-// a body), if t handles it; nil if the request must go to net/http.
-func (c *call) requestFor(t interface{ Handles(*http.Request) bool }) *http.Request {
-	c.fillRequest(&c.hreq)
-	if !t.Handles(&c.hreq) {
-		return nil
-	}
-	return &c.hreq
-}
-
-// newRequest is a new request for net/http, which keeps it beyond the attempt.
-func (c *call) newRequest(ctx context.Context) *http.Request {
-	r := new(http.Request)
-	c.fillRequest(r)
-	return r.WithContext(ctx)
 }
 
 // fillRequest sets *r to the call's request, with a fresh reader over its body.

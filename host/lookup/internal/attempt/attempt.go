@@ -57,8 +57,8 @@ type Attempt struct {
 	onCancel   Canceler           // another transport's exchange (Bind); guarded by mu
 	wrote      atomic.Bool
 
-	// Written by the exchange's goroutine, read after the exchange ended.
-	sent, answered time.Time
+	// Unix nanoseconds; atomic because net/http reports them from goroutines of its own.
+	sent, answered atomic.Int64
 }
 
 // aLongTimeAgo is a deadline in the past: it wakes every blocked read and write at once.
@@ -71,7 +71,8 @@ func (a *Attempt) Reset(deadline time.Time) {
 	a.conn, a.cancelled, a.dialCancel, a.onCancel = nil, false, nil, nil
 	a.mu.Unlock()
 	a.wrote.Store(false)
-	a.sent, a.answered = time.Time{}, time.Time{}
+	a.sent.Store(0)
+	a.answered.Store(0)
 	a.Deadline = deadline
 }
 
@@ -173,20 +174,21 @@ func (a *Attempt) MarkWrote() { a.wrote.Store(true) }
 func (a *Attempt) Wrote() bool { return a.wrote.Load() }
 
 // MarkSent records when the whole request had been handed to the network (its last write
-// returned), and MarkAnswered when the response's head had arrived. Transports call them
-// on the exchange's own path; both are read after the exchange ended.
-func (a *Attempt) MarkSent(t time.Time) { a.sent = t }
+// returned), and MarkAnswered when the response's head had arrived; both are read after
+// the exchange ended.
+func (a *Attempt) MarkSent(t time.Time) { a.sent.Store(t.UnixNano()) }
 
 // MarkAnswered: see MarkSent.
-func (a *Attempt) MarkAnswered(t time.Time) { a.answered = t }
+func (a *Attempt) MarkAnswered(t time.Time) { a.answered.Store(t.UnixNano()) }
 
 // Upstream returns the time from the request's last write to the response's head: the
 // upstream's share of the exchange, without the client's own queueing before the write
 // (a slot, a goroutine, a dial) or after the head (the body, the completion). ok is false if
 // the transport did not record both.
 func (a *Attempt) Upstream() (d time.Duration, ok bool) {
-	if a.sent.IsZero() || a.answered.IsZero() || a.answered.Before(a.sent) {
+	s, r := a.sent.Load(), a.answered.Load()
+	if s == 0 || r == 0 || r < s {
 		return 0, false
 	}
-	return a.answered.Sub(a.sent), true
+	return time.Duration(r - s), true
 }

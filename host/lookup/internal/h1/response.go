@@ -117,7 +117,7 @@ func (c *conn) readLenient(req *http.Request, consumed []byte, budget, interim i
 			c.fail()
 			return resp, nil
 		}
-		resp.Body = &lenientBody{c: c, r: resp.Body, limit: t.MaxBodyBytes}
+		resp.Body = &lenientBody{bodyConn: bodyConn{c: c}, r: resp.Body, limit: t.MaxBodyBytes}
 		return resp, nil
 	}
 }
@@ -151,11 +151,10 @@ func isNetError(err error) bool {
 // lenientBody is the body of a response read by readLenient: net/http's body reader over
 // the connection, within MaxBodyBytes; the connection is closed at its end.
 type lenientBody struct {
-	c     *conn // nil once finished
+	bodyConn
 	r     io.ReadCloser
 	total int64
 	limit int64
-	err   error
 }
 
 func (b *lenientBody) Read(p []byte) (int, error) {
@@ -176,25 +175,6 @@ func (b *lenientBody) Read(p []byte) (int, error) {
 		return n, b.fail(err)
 	}
 	return n, nil
-}
-
-func (b *lenientBody) fail(err error) error {
-	if b.c != nil {
-		err = b.c.ioError("read body", err)
-		b.c.fail()
-		b.c = nil
-	}
-	b.err = err
-	return err
-}
-
-func (b *lenientBody) Close() error {
-	if b.c != nil {
-		b.c.fail()
-		b.c = nil
-		b.err = errBodyClosed
-	}
-	return nil
 }
 
 // readHead reads a response head (status line and header fields, up to and including the
@@ -383,19 +363,19 @@ func (c *conn) frame(resp *http.Response, method string) error {
 		resp.Body = http.NoBody
 		c.finish()
 	case hasTE:
-		resp.Body = &body{c: c, mode: modeChunked, limit: c.t.MaxBodyBytes, overhead: -maxChunkOverhead}
+		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeChunked, limit: c.t.MaxBodyBytes, overhead: -maxChunkOverhead}
 	case cl == 0:
 		resp.ContentLength = 0
 		resp.Body = http.NoBody
 		c.finish()
 	case cl > 0:
 		resp.ContentLength = cl
-		resp.Body = &body{c: c, mode: modeLength, remain: cl, limit: c.t.MaxBodyBytes}
+		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeLength, remain: cl, limit: c.t.MaxBodyBytes}
 	default:
 		// Delimited by the connection closing: valid, never reusable.
 		c.closeWhen = true
 		resp.Close = true
-		resp.Body = &body{c: c, mode: modeEOF, limit: c.t.MaxBodyBytes}
+		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeEOF, limit: c.t.MaxBodyBytes}
 	}
 	return nil
 }
@@ -442,7 +422,7 @@ const (
 // on any error, or a Close before the end, the connection is closed. Not safe for
 // concurrent use; cancel through the request's context.
 type body struct {
-	c        *conn // nil once finished
+	bodyConn
 	mode     uint8
 	remain   int64 // bytes left in the body (modeLength) or in the current chunk
 	total    int64 // bytes delivered
@@ -450,7 +430,6 @@ type body struct {
 	overhead int64 // chunk framing bytes read, minus what is allowed
 	inChunk  bool  // inside a chunk's data (modeChunked)
 	crlfDue  bool  // the CRLF after a chunk's data is next (modeChunked)
-	err      error // sticky: io.EOF after the end
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -664,8 +643,15 @@ func (b *body) end() {
 	c.finish()
 }
 
+// bodyConn is what a response body holds of its connection: the connection until the body
+// is finished, and the sticky error after.
+type bodyConn struct {
+	c   *conn // nil once finished
+	err error // sticky: io.EOF after the end
+}
+
 // fail closes the connection and makes err sticky.
-func (b *body) fail(err error) error {
+func (b *bodyConn) fail(err error) error {
 	if b.c != nil {
 		err = b.c.ioError("read body", err)
 		b.c.fail()
@@ -676,7 +662,7 @@ func (b *body) fail(err error) error {
 }
 
 // Close closes the connection unless the body was read to its end.
-func (b *body) Close() error {
+func (b *bodyConn) Close() error {
 	if b.c != nil {
 		b.c.fail()
 		b.c = nil

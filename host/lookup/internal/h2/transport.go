@@ -268,6 +268,10 @@ func (t *Transport) retire(c *conn) {
 
 // Close fails every exchange with ErrClosed, closes the connections and waits for their
 // goroutines. Start after Close fails with ErrClosed.
+// Blocking reports false: Start never waits for the exchange, and done runs on a
+// connection's reader goroutine.
+func (t *Transport) Blocking() bool { return false }
+
 func (t *Transport) Close() {
 	t.init()
 	t.mu.Lock()
