@@ -6,31 +6,14 @@ import (
 	"strings"
 )
 
-// follow sends req with rt and follows redirects as net/http's Client does (the same
-// method rewriting and body rules), asking checkRedirect before each: no other origin, stay
-// under the prefix, at most MaxRedirects. It replaces http.Client, whose per-request copies
-// of the request, URL and header the common case (no redirect) does not need.
-func (e *Endpoint) follow(req *http.Request, rt func(*http.Request) (*http.Response, error)) (*http.Response, error) {
-	var via []*http.Request
-	for {
-		resp, err := rt(req)
-		if err != nil {
-			return nil, err
-		}
-		next, err := e.redirect(req, resp, &via)
-		if err != nil {
-			return nil, err
-		}
-		if next == nil {
-			return resp, nil
-		}
-		req = next
-	}
-}
-
 // redirect decides what follows resp, the response to req: (nil, nil) to return resp;
 // (next, nil) to send next (resp's body has been drained and closed); (nil, err) to fail
 // (resp's body closed). via collects the requests sent so far.
+//
+// The endpoint follows redirects itself (sendOne, exchanged) as net/http's Client does (the
+// same method rewriting and body rules), asking checkRedirect before each: no other origin,
+// stay under the prefix, at most MaxRedirects. It replaces http.Client, whose per-request
+// copies of the request, URL and header the common case (no redirect) does not need.
 func (e *Endpoint) redirect(req *http.Request, resp *http.Response, via *[]*http.Request) (*http.Request, error) {
 	method, ok, withBody := redirectBehavior(req, resp)
 	if !ok {
