@@ -44,13 +44,16 @@ func killingProxy(t *testing.T, target string, maxKills int64) (addr string, kil
 				kills.Add(-1)
 			}
 			wg.Go(func() {
-				go io.Copy(u, c)
 				if !kill {
+					// Until either side closes: the client's Close ends the first copy,
+					// which closes the upstream side and so ends the second.
+					go func() { io.Copy(u, c); u.Close() }()
 					io.Copy(c, u)
 					c.Close()
 					u.Close()
 					return
 				}
+				go io.Copy(u, c)
 				go io.Copy(c, u)
 				time.Sleep(life)
 				c.(*net.TCPConn).SetLinger(0) // a reset, not a clean close
