@@ -69,7 +69,6 @@ FUZZ_TARGETS := \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
-	./host/lookup/internal/h1:FuzzLoopParser \
 	./host/lookup/internal/h2:FuzzServerFrames \
 	./host/state:FuzzSegmentDecode \
 	./host/state:FuzzManifestDecode \

@@ -292,7 +292,9 @@ func closedLoopErrs(tb testing.TB, e *Endpoint, n, total int, strict bool) (time
 // Sub-benchmarks: "raw" is the HTTP/1.1 ceiling, a minimal client (one goroutine and
 // connection per in-flight request, no HTTP library) on the same server; "std", "h1" and
 // "h2c" are the endpoint with net/http's Transport, the lean HTTP/1.1 transport
-// (internal/h1) and the HTTP/2 cleartext transport (internal/h2, against h2Server); "pid"
+// (internal/h1) and the HTTP/2 cleartext transport (internal/h2, against h2Server);
+// "nethttp-h2c" is net/http's own h2c client (http.Protocols with unencrypted HTTP/2, prior
+// knowledge) against the same h2Server, the figure that justifies internal/h2; "pid"
 // runs the adaptive limiter. The "upstream-process" variants run the upstream in a child
 // process (procServer), with its own scheduler; their cpu_µs/req is the client's alone and
 // the upstream's CPU shows in other_cores. The "nethttp-server" variants use net/http's
@@ -317,9 +319,9 @@ func BenchmarkThroughput(b *testing.B) {
 		{"h1/pid", "h1", "pid", "raw"},
 		{"h2c/fixed", "h2c", "fixed", "h2"},
 		{"h2c/pid", "h2c", "pid", "h2"},
+		{"nethttp-h2c/fixed", "std-h2c", "fixed", "h2"},
 		{"upstream-process/h1/fixed", "h1", "fixed", "proc-raw"},
 		{"upstream-process/h1/fixed-loopserver", "h1", "fixed", "proc-loop"},
-		{"upstream-process/loop/fixed-loopserver", "loop", "fixed", "proc-loop"},
 		{"upstream-process/h2c/fixed", "h2c", "fixed", "proc-h2"},
 		{"upstream-process/h2c/pid", "h2c", "pid", "proc-h2"},
 		{"nethttp-server/std/fixed", "std", "fixed", "nethttp"},
@@ -338,7 +340,17 @@ func BenchmarkThroughput(b *testing.B) {
 			default:
 				s = newRawServer(b, service, 0)
 			}
-			e := open(b, benchRegistry(b), "bench", benchConfigT(s.url(), inflight, v.alg, v.transport))
+			tr := v.transport
+			if tr == "std-h2c" {
+				tr = "std"
+			}
+			e := open(b, benchRegistry(b), "bench", benchConfigT(s.url(), inflight, v.alg, tr))
+			if v.transport == "std-h2c" {
+				// net/http's own h2c client: the figure internal/h2 has to beat.
+				var p http.Protocols
+				p.SetUnencryptedHTTP2(true)
+				e.transport.Protocols = &p
+			}
 			warm := 20 * inflight // connections
 			if v.alg != "fixed" {
 				// About a second: the controller ramps from its initial limit
@@ -556,7 +568,7 @@ func BenchmarkLatency(b *testing.B) {
 func BenchmarkFailFast(b *testing.B) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(50 * time.Millisecond) // a sick upstream: slow, then failing
-		http.Error(w, "", 503)
+		http.Error(w, "", http.StatusServiceUnavailable)
 	})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

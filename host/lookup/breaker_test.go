@@ -78,16 +78,8 @@ func (n *memNet) dial(ctx context.Context, _, addr string) (net.Conn, error) {
 	}
 }
 
-// memConfig is testConfig for an endpoint on a memNet. Its pipes have no file descriptor,
-// which the event-loop transport needs (and its real system calls would never let a synctest
-// bubble settle), so under LOOKUP_TEST_TRANSPORT=loop these tests run with h1.
-func memConfig() EndpointConfig {
-	cfg := testConfig("http://127.0.0.1:80")
-	if cfg.Transport == "loop" {
-		cfg.Transport = "h1"
-	}
-	return cfg
-}
+// memConfig is testConfig for an endpoint on a memNet.
+func memConfig() EndpointConfig { return testConfig("http://127.0.0.1:80") }
 
 func TestBreakerTransitions(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -95,7 +87,7 @@ func TestBreakerTransitions(t *testing.T) {
 		failing.Store(true)
 		mn := newMemNet(t, func(w http.ResponseWriter, r *http.Request) {
 			if failing.Load() {
-				http.Error(w, "down", 503)
+				http.Error(w, "down", http.StatusServiceUnavailable)
 				return
 			}
 			io.WriteString(w, "up")
@@ -219,7 +211,7 @@ func TestRetryBackoffHoldsNoGoroutine(t *testing.T) {
 		var n atomic.Int32
 		mn := newMemNet(t, func(w http.ResponseWriter, r *http.Request) {
 			if n.Add(1) <= 3 {
-				http.Error(w, "", 503)
+				http.Error(w, "", http.StatusServiceUnavailable)
 				return
 			}
 			io.WriteString(w, "ok")
@@ -251,7 +243,7 @@ func TestRetryBackoffHoldsNoGoroutine(t *testing.T) {
 		n.Store(-100)
 		mn2 := newMemNet(t, func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", r.URL.Query().Get("ra"))
-			http.Error(w, "", 429)
+			http.Error(w, "", http.StatusTooManyRequests)
 		})
 		cfg.Name = "ra"
 		e2 := open(t, NewRegistry(WithDialer(mn2.dial)), "t1", cfg)
@@ -285,7 +277,7 @@ func packageGoroutines() string {
 // Cancelling a request that waits out a backoff ends it at once.
 func TestCancelDuringBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		mn := newMemNet(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "", 503) })
+		mn := newMemNet(t, func(w http.ResponseWriter, r *http.Request) { http.Error(w, "", http.StatusServiceUnavailable) })
 		cfg := memConfig()
 		cfg.Retry.InitialBackoff = Duration(10 * time.Second)
 		cfg.Retry.MaxBackoff = Duration(10 * time.Second)

@@ -58,13 +58,11 @@ type EndpointConfig struct {
 	SingleFlight string `json:"single_flight,omitempty"`
 	// Transport is the HTTP client implementation for http:// base URLs: "h1" (default), a
 	// lean HTTP/1.1 client that runs each exchange on one goroutine over pooled keep-alive
-	// connections (internal/h1); "loop" (experimental, Linux; elsewhere it is "h1"), the
-	// same client as an event loop: one goroutine owns every connection of the endpoint,
-	// busy-polls briefly after work, and calls done from the loop, so done must not block;
+	// connections (internal/h1), and reads whatever net/http's http.ReadResponse reads;
 	// "h2c", HTTP/2 over cleartext with prior knowledge (the upstream must speak it): the
 	// requests in flight share a few multiplexed connections, so at high concurrency the
 	// client and the upstream make a fraction of the system calls (internal/h2); or "std",
-	// net/http's Transport. All dial through the egress guard. "h1", "loop" and "h2c" hand
+	// net/http's Transport. All dial through the egress guard. "h1" and "h2c" hand
 	// what they do not implement (Expect, bodies of unknown length) to net/http before
 	// sending anything (over h2c for "h2c"); https endpoints always use net/http, which
 	// negotiates HTTP/2 by ALPN.
@@ -370,9 +368,11 @@ func (c *EndpointConfig) Validate() error {
 		bad("single_flight must be safe, all or off")
 	}
 	switch c.Transport {
-	case "h1", "std", "loop", "h2c":
+	case "h1", "std", "h2c":
+	case "loop":
+		bad(`transport "loop" was removed (it lost to "h1" at every concurrency measured): use "h1" (the default) or "h2c"`)
 	default:
-		bad("transport must be h1, std, loop or h2c")
+		bad("transport must be h1, std or h2c")
 	}
 	r := c.Retry
 	if r.MaxAttempts < 1 || r.MaxAttempts > 10 {

@@ -33,6 +33,11 @@
 //	KindUnavailable  -20 LOOKUP_UNAVAILABLE        connect failure, reset, bad response (after retries); queue full
 //	KindCancelled    -21 LOOKUP_CANCELLED          caller's context cancelled, endpoint closed
 //
+// A refusal names the rule that refused it ([Error.Rule]: methods, headers, path,
+// path_prefix, redirect, egress, request_format) in its text ("lookup geo: refused by rule
+// methods: method DELETE not allowed"), in the refusal counters of [Metrics] and in the
+// endpoint's log ([WithLogger]).
+//
 // Timeouts and unavailability are retryable ([Error.Retryable]); whether a request is retried
 // also depends on the policy and on idempotence (see [RetryPolicy]).
 //
@@ -55,18 +60,15 @@
 //
 // An http:// endpoint talks to its upstream through a lean HTTP/1.1 client by default
 // (EndpointConfig.Transport "h1"): each attempt writes its request and reads the response on
-// its own goroutine over a pooled keep-alive connection, parsing responses strictly and within
-// limits, and hands what it does not implement (Expect, bodies of unknown length) to net/http
-// before sending anything. "loop" (experimental, Linux only; elsewhere it means "h1") runs
-// the same client as an event loop: one goroutine per endpoint, locked to its thread, owns
-// every connection, polls epoll briefly before it sleeps, and calls done itself, so done must
-// not block. "h2c" speaks HTTP/2 over cleartext with prior knowledge to an upstream that
+// its own goroutine over a pooled keep-alive connection, parsing a well-formed response in one
+// pass within limits and anything else exactly as net/http's http.ReadResponse does, and hands
+// what it does not implement (Expect, bodies of unknown length) to net/http before sending
+// anything. "h2c" speaks HTTP/2 over cleartext with prior knowledge to an upstream that
 // accepts it: the requests in flight share a few multiplexed connections, so at high
 // concurrency client and upstream make a fraction of the system calls; done runs on a
-// connection's reader goroutine and must not block either. "std" selects net/http's
-// Transport; https always uses it. All dial through the same egress guard. DESIGN.md, "The
-// HTTP transport", "The event-loop transport" and "The HTTP/2 transport", has the rules and
-// the measurements.
+// connection's reader goroutine and must not block. "std" selects net/http's Transport;
+// https always uses it. All dial through the same egress guard. DESIGN.md, "The HTTP
+// transport" and "The HTTP/2 transport", has the rules and the measurements.
 //
 // # Shared state
 //

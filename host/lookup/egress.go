@@ -100,7 +100,7 @@ func (p *egressPolicy) check(ip netip.Addr) error {
 
 func (p *egressPolicy) checkOne(ip netip.Addr) error {
 	deny := func(why string) error {
-		return &Error{Kind: KindRefused, Reason: "forbidden address " + ip.String() + " (" + why + ")", notSent: true}
+		return &Error{Kind: KindRefused, Rule: RuleEgress, Reason: "forbidden address " + ip.String() + " (" + why + ")", notSent: true}
 	}
 	switch {
 	case !ip.IsValid() || ip.IsUnspecified():
@@ -157,10 +157,10 @@ type guardedDialer struct {
 func (g *guardedDialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return nil, &Error{Kind: KindRefused, Reason: "bad address", Err: err, notSent: true}
+		return nil, &Error{Kind: KindRefused, Rule: RuleEgress, Reason: "bad address", Err: err, notSent: true}
 	}
 	if !g.policy.AllowMetadata && isMetadataHost(host) {
-		return nil, &Error{Kind: KindRefused, Reason: "metadata host " + host, notSent: true}
+		return nil, &Error{Kind: KindRefused, Rule: RuleEgress, Reason: "metadata host " + host, notSent: true}
 	}
 	var ips []netip.Addr
 	if ip, err := netip.ParseAddr(host); err == nil {

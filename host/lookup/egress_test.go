@@ -238,6 +238,8 @@ func TestConfigJSON(t *testing.T) {
 		`{"name": "x", "base_url": "http://h", "egress": {"allowed_cidrs": ["nope"]}}`,
 		`{"name": "", "base_url": "http://h"}`,
 		`{"name": "x", "base_url": "http://h", "timeout": 5}`,
+		`{"name": "x", "base_url": "http://h", "transport": "loop"}`, // removed
+		`{"name": "x", "base_url": "http://h", "transport": "h3"}`,
 	} {
 		var c EndpointConfig
 		if err := jsonUnmarshal([]byte(bad), &c); err != nil {

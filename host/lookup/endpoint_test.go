@@ -1,11 +1,13 @@
 package lookup
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,8 +15,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
 	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h2"
+	"github.com/sony/gobreaker/v2"
 )
 
 func TestDoGet(t *testing.T) {
@@ -25,10 +27,11 @@ func TestDoGet(t *testing.T) {
 	cfg := testConfig(s.URL + "/api")
 	cfg.PathPrefix = "/v1"
 	e := open(t, testRegistry(t), "t1", cfg)
-	_, isLoop := e.async.(*h1.Loop)
-	_, isH2 := e.async.(*h2.Transport)
-	if (e.h1 != nil) != (testTransport == "" || testTransport == "h1") || isLoop != (testTransport == "loop") || isH2 != (testTransport == "h2c") {
-		t.Fatalf("transport %q: h1 in use = %v, loop in use = %v, h2c in use = %v", testTransport, e.h1 != nil, isLoop, isH2)
+
+	_, isH2 := e.primary.(*h2.Transport)
+	_, isH1 := e.primary.(h1Transport)
+	if isH1 != (testTransport == "" || testTransport == "h1") || isH2 != (testTransport == "h2c") || (e.primary == nil) != (testTransport == "std") {
+		t.Fatalf("transport %q: h1 in use = %v, h2c in use = %v", testTransport, isH1, isH2)
 	}
 	r := do(t, e, context.Background(), "GET /v1/geo?ip=1.2.3.4\nAccept: text/plain\n")
 	wantStatus(t, r, 200, "GET /api/v1/geo?ip=1.2.3.4 text/plain")
@@ -49,7 +52,7 @@ func TestStatusIsResponseAfterRetries(t *testing.T) {
 		case "/404":
 			http.Error(w, "nope", 404)
 		case "/503":
-			http.Error(w, "busy", 503)
+			http.Error(w, "busy", http.StatusServiceUnavailable)
 		}
 	})
 	e := open(t, testRegistry(t), "t1", testConfig(s.URL))
@@ -141,88 +144,101 @@ func TestNonIdempotentRetryWhenNotSent(t *testing.T) {
 	}
 }
 
+// In fake time: the attempt timeout, the backoff and the caller's deadline are exact there, so
+// the elapsed times below are facts about the endpoint's logic, not about the machine's speed.
 func TestTimeouts(t *testing.T) {
-	t.Parallel()
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/slow":
-			select {
-			case <-time.After(2 * time.Second):
-			case <-r.Context().Done():
-			}
-		case "/slowbody":
-			w.Header().Set("Content-Length", "1000")
-			w.WriteHeader(200)
-			for i := 0; i < 100; i++ {
-				w.Write([]byte("0123456789"))
-				w.(http.Flusher).Flush()
+	synctest.Test(t, func(t *testing.T) {
+		var slowHits atomic.Int32
+		mn := newMemNet(t, func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/slow":
+				slowHits.Add(1)
 				select {
-				case <-time.After(20 * time.Millisecond):
+				case <-time.After(2 * time.Second):
 				case <-r.Context().Done():
+				}
+			case "/slowbody":
+				w.Header().Set("Content-Length", "1000")
+				w.WriteHeader(200)
+				for i := 0; i < 100; i++ {
+					w.Write([]byte("0123456789"))
+					w.(http.Flusher).Flush()
+					select {
+					case <-time.After(20 * time.Millisecond):
+					case <-r.Context().Done():
+						return
+					}
+				}
+			}
+		})
+		cfg := memConfig()
+		cfg.Timeout = Duration(100 * time.Millisecond)
+		cfg.Retry.MaxAttempts = 2
+		e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+		start := time.Now()
+		wantKind(t, do(t, e, context.Background(), "GET /slow"), KindTimeout)
+		// Two attempts of 100ms and the 1ms backoff between them (no jitter).
+		if el, want := time.Since(start), 2*100*time.Millisecond+time.Millisecond; el != want {
+			t.Fatalf("two timed-out attempts took %v, want %v", el, want)
+		}
+		if h := slowHits.Load(); h != 2 {
+			t.Fatalf("/slow sent %d times, want 2", h)
+		}
+		start = time.Now()
+		wantKind(t, do(t, e, context.Background(), "GET /slowbody"), KindTimeout)
+		if el := time.Since(start); el != 201*time.Millisecond { // the timeout covers the body
+			t.Fatalf("two attempts on a slow body took %v, want 201ms", el)
+		}
+
+		// The caller's deadline is a timeout too, and ends the wait at once.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+		defer cancel()
+		cfg2 := cfg
+		cfg2.Name, cfg2.Timeout = "long", Duration(5*time.Second)
+		e = open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg2)
+		start = time.Now()
+		wantKind(t, do(t, e, ctx, "GET /slow?caller"), KindTimeout)
+		if el := time.Since(start); el != 30*time.Millisecond {
+			t.Fatalf("caller deadline took %v to report, want 30ms", el)
+		}
+	})
+}
+
+// In a synctest bubble, so that "the server has stopped streaming" is a fact to wait for
+// (synctest.Wait: every handler has returned or is blocked) rather than a sleep.
+func TestResponseTooLarge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		chunk := strings.Repeat("x", 64<<10)
+		var streamed atomic.Int64
+		mn := newMemNet(t, func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/cl" {
+				w.Header().Set("Content-Length", fmt.Sprint(100<<20))
+			}
+			for i := 0; i < 1600; i++ { // 100 MiB if nobody stops us
+				n, err := io.WriteString(w, chunk)
+				streamed.Add(int64(n))
+				if err != nil {
 					return
 				}
 			}
+		})
+		cfg := memConfig()
+		cfg.MaxResponseBytes = 1 << 20
+		e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+		wantKind(t, do(t, e, context.Background(), "GET /chunked"), KindTooLarge)
+		wantKind(t, do(t, e, context.Background(), "GET /cl"), KindTooLarge)
+		if h := mn.hits.Load(); h != 2 {
+			t.Fatalf("too-large responses were retried: %d requests", h)
+		}
+		// The limit is enforced while reading: far less than 100 MiB went over the wire.
+		synctest.Wait()
+		if n := streamed.Load(); n > 20<<20 {
+			t.Fatalf("server streamed %d bytes before the client gave up", n)
+		}
+		if m := e.Metrics(); m.ErrorsOf(KindTooLarge) != 2 {
+			t.Fatalf("too-large errors %d", m.ErrorsOf(KindTooLarge))
 		}
 	})
-	cfg := testConfig(s.URL)
-	cfg.Timeout = Duration(100 * time.Millisecond)
-	cfg.Retry.MaxAttempts = 2
-	e := open(t, testRegistry(t), "t1", cfg)
-	start := time.Now()
-	wantKind(t, do(t, e, context.Background(), "GET /slow"), KindTimeout)
-	if el := time.Since(start); el < 200*time.Millisecond || el > 1500*time.Millisecond {
-		t.Fatalf("two timed-out attempts took %v", el)
-	}
-	if h := s.hits("/slow"); h != 2 {
-		t.Fatalf("/slow sent %d times, want 2", h)
-	}
-	wantKind(t, do(t, e, context.Background(), "GET /slowbody"), KindTimeout)
-
-	// The caller's deadline is a timeout too, and ends the wait at once.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
-	cfg2 := cfg
-	cfg2.Name, cfg2.Timeout = "long", Duration(5*time.Second)
-	e = open(t, testRegistry(t), "t1", cfg2)
-	defer cancel()
-	start = time.Now()
-	wantKind(t, do(t, e, ctx, "GET /slow?caller"), KindTimeout)
-	if el := time.Since(start); el > time.Second { // the attempt would take 2 × 100ms+
-		t.Fatalf("caller deadline took %v to report", el)
-	}
-}
-
-func TestResponseTooLarge(t *testing.T) {
-	t.Parallel()
-	chunk := strings.Repeat("x", 64<<10)
-	var streamed atomic.Int64
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/cl" {
-			w.Header().Set("Content-Length", fmt.Sprint(100<<20))
-		}
-		for i := 0; i < 1600; i++ { // 100 MiB if nobody stops us
-			n, err := io.WriteString(w, chunk)
-			streamed.Add(int64(n))
-			if err != nil {
-				return
-			}
-		}
-	})
-	cfg := testConfig(s.URL)
-	cfg.MaxResponseBytes = 1 << 20
-	e := open(t, testRegistry(t), "t1", cfg)
-	wantKind(t, do(t, e, context.Background(), "GET /chunked"), KindTooLarge)
-	wantKind(t, do(t, e, context.Background(), "GET /cl"), KindTooLarge)
-	if h := s.total(); h != 2 {
-		t.Fatalf("too-large responses were retried: %d requests", h)
-	}
-	// The limit is enforced while reading: far less than 100 MiB went over the wire.
-	time.Sleep(50 * time.Millisecond)
-	if n := streamed.Load(); n > 20<<20 {
-		t.Fatalf("server streamed %d bytes before the client gave up", n)
-	}
-	if m := e.Metrics(); m.ErrorsOf(KindTooLarge) != 2 {
-		t.Fatalf("too-large errors %d", m.ErrorsOf(KindTooLarge))
-	}
 }
 
 func TestInjectedHeadersAndPolicy(t *testing.T) {
@@ -417,9 +433,15 @@ func TestCache(t *testing.T) {
 	})
 }
 
+// The upstream holds every request until all Do calls have returned: were Do to block on a
+// full limiter, the loop below could never finish (its slots free only on release).
 func TestQueueBoundsConcurrency(t *testing.T) {
 	t.Parallel()
 	var cur, peak atomic.Int32
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseAll()
 	s := newServer(t, func(w http.ResponseWriter, r *http.Request) {
 		c := cur.Add(1)
 		for {
@@ -428,7 +450,7 @@ func TestQueueBoundsConcurrency(t *testing.T) {
 				break
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		<-release
 		cur.Add(-1)
 	})
 	cfg := testConfig(s.URL)
@@ -440,16 +462,29 @@ func TestQueueBoundsConcurrency(t *testing.T) {
 	req, _ := ParseRequest([]byte("GET /x"))
 	const n = 20
 	results := make(chan Response, n)
-	start := time.Now()
-	for i := 0; i < n; i++ {
-		e.Do(context.Background(), req, func(r Response) { results <- r })
-	}
-	if el := time.Since(start); el > 150*time.Millisecond { // blocking would take >= 300ms
-		t.Fatalf("Do blocked: %d calls took %v", n, el)
+	issued := make(chan struct{})
+	go func() {
+		for i := 0; i < n; i++ {
+			e.Do(context.Background(), req, func(r Response) { results <- r })
+		}
+		close(issued)
+	}()
+	select {
+	case <-issued:
+	case <-time.After(10 * time.Second): // a hang detector, not a speed check
+		t.Fatal("Do blocked while the limiter was full")
 	}
 	var ok, full int
 	for i := 0; i < n; i++ {
-		r := <-results
+		if i == n-8 { // the 12 queue-full answers came at once, without the upstream
+			releaseAll()
+		}
+		var r Response
+		select {
+		case r = <-results:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("after %d ok and %d queue-full, no answer without the upstream: want 12 queue-full at once", ok, full)
+		}
 		switch {
 		case r.Err == nil:
 			ok++
@@ -518,5 +553,58 @@ func TestErrorKinds(t *testing.T) {
 	}
 	if Kind(context.Canceled) != KindCancelled || Kind(context.DeadlineExceeded) != KindTimeout || Kind(io.EOF) != KindUnavailable {
 		t.Fatal("foreign errors")
+	}
+}
+
+// TestLenientUpstream: an upstream whose responses net/http reads (bare-LF line ends,
+// obs-fold, Transfer-Encoding with Content-Length) is read by every transport; under h1 it
+// used to fail every lookup and open the breaker.
+func TestLenientUpstream(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	answers := []string{
+		"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+		"HTTP/1.1 200 OK\r\nX-Folded: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+	}
+	var n atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if _, err := io.WriteString(c, answers[int(n.Add(1))%len(answers)]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	cfg := testConfig("http://" + ln.Addr().String())
+	if cfg.Transport == "h2c" {
+		t.Skip("an HTTP/1.1 upstream")
+	}
+	e := open(t, testRegistry(t), "t1", cfg)
+	for i := range 20 {
+		if r := do(t, e, context.Background(), "GET /x"+strconv.Itoa(i)); r.Err != nil || r.Status != 200 || string(r.Body) != "ok" {
+			t.Fatalf("lookup %d: %d %q %v", i, r.Status, r.Body, r.Err)
+		}
+	}
+	if m := e.Metrics(); m.Attempts != 20 || m.Breaker != gobreaker.StateClosed || m.Transitions.ToOpen != 0 {
+		t.Fatalf("%d attempts, breaker %v (%d openings): want 20 and closed", m.Attempts, m.Breaker, m.Transitions.ToOpen)
 	}
 }

@@ -68,7 +68,8 @@ func (k ErrorKind) ABICode() int32 {
 type Error struct {
 	Kind     ErrorKind
 	Endpoint string // endpoint name, when known
-	Reason   string // short human-readable reason, e.g. "method not allowed"
+	Rule     string // for KindRefused: the policy rule that refused the request (Rule… constants)
+	Reason   string // short human-readable reason, e.g. "method DELETE not allowed"
 	Err      error  // underlying cause, if any
 
 	// notSent is set when the request provably never left this process (policy refusals,
@@ -96,6 +97,10 @@ func (e *Error) Error() string {
 	}
 	b.WriteString(": ")
 	b.WriteString(e.Kind.String())
+	if e.Rule != "" {
+		b.WriteString(" by rule ")
+		b.WriteString(e.Rule)
+	}
 	if e.Reason != "" {
 		b.WriteString(": ")
 		b.WriteString(e.Reason)
@@ -112,7 +117,7 @@ func (e *Error) Unwrap() error { return e.Err }
 // Is reports whether target is an *Error of the same kind, so that the sentinels match.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.Kind == e.Kind && t.Reason == "" && t.Err == nil
+	return ok && t.Kind == e.Kind && t.Rule == "" && t.Reason == "" && t.Err == nil
 }
 
 // Retryable reports whether the failure is transient, so that the same request may succeed
@@ -146,6 +151,33 @@ func IsRetryable(err error) bool {
 	return errors.As(err, &e) && e.Retryable()
 }
 
-func refused(reason string) *Error {
-	return &Error{Kind: KindRefused, Reason: reason, notSent: true}
+// The rules that refuse a request (KindRefused), as [Error.Rule] names them, in the log, the
+// guest-visible error text and the refusal counters of [Metrics]. Each is named after what
+// the user configures or the document that defines it.
+const (
+	RuleRequestFormat = "request_format" // the guest's bytes are not a request (docs/abi.md, "Lookup request format")
+	RuleMethods       = "methods"        // the method is not in the endpoint's methods
+	RuleHeaders       = "headers"        // a header the guest may not set (injected, hop-by-hop), or a malformed one
+	RulePath          = "path"           // the path escapes the root or is ambiguously encoded
+	RulePathPrefix    = "path_prefix"    // the path lies outside the endpoint's path_prefix
+	RuleRedirect      = "redirect"       // a redirect to another origin or outside the prefix
+	RuleEgress        = "egress"         // the upstream's address is forbidden by the egress policy
+)
+
+// rules lists the Rule… constants; a refusal's counter is its index here.
+var rules = [...]string{RuleRequestFormat, RuleMethods, RuleHeaders, RulePath, RulePathPrefix, RuleRedirect, RuleEgress}
+
+const numRules = len(rules)
+
+func ruleIndex(rule string) int {
+	for i, r := range rules {
+		if r == rule {
+			return i
+		}
+	}
+	return -1
+}
+
+func refused(rule, reason string) *Error {
+	return &Error{Kind: KindRefused, Rule: rule, Reason: reason, notSent: true}
 }

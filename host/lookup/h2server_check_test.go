@@ -64,8 +64,10 @@ func TestH2ServerFixture(t *testing.T) {
 		check("POST 3 MiB", resp, err)
 	}
 
-	if svc := s.meanService(); svc < service || svc >= 50*time.Millisecond {
-		t.Errorf("meanService = %v, want in [%v, 50ms)", svc, service)
+	// Not a speed check: a request's service is part of its life, which the client bounds
+	// (5s, and every request above succeeded), and the fixture sleeps at least service.
+	if svc := s.meanService(); svc < service || svc >= client.Timeout {
+		t.Errorf("meanService = %v, want in [%v, %v)", svc, service, client.Timeout)
 	}
 	if svc := s.meanService(); svc != 0 {
 		t.Errorf("meanService after reset = %v, want 0", svc)

@@ -23,7 +23,7 @@ func TestHammer(t *testing.T) {
 		case 0:
 			hijackClose(w)
 		case 1:
-			http.Error(w, "busy", 503)
+			http.Error(w, "busy", http.StatusServiceUnavailable)
 		case 2:
 			time.Sleep(30 * time.Millisecond)
 			io.WriteString(w, "slow")

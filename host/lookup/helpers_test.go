@@ -183,7 +183,7 @@ func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
 
 // TestOtherTransport runs this package's tests again, in a child process each, with the
-// transports that are not the default ("std", net/http's, "loop", the event loop, and "h2c",
+// transports that are not the default ("std", net/http's, and "h2c",
 // against servers that speak HTTP/2 too), so that
 // all keep every behaviour the tests pin down: SSRF refusals, retries, timeouts,
 // cancellation, Close.
@@ -191,7 +191,7 @@ func TestOtherTransport(t *testing.T) {
 	if testing.Short() || testTransport != "" {
 		t.Skip("short, or already running with a chosen transport")
 	}
-	for _, tr := range []string{"std", "loop", "h2c"} {
+	for _, tr := range []string{"std", "h2c"} {
 		t.Run(tr, func(t *testing.T) {
 			t.Parallel()
 			args := []string{"-test.run", "^Test", "-test.skip", "^TestOtherTransport$", "-test.count", "1"}

@@ -70,6 +70,9 @@ type limiter struct {
 	winOverload  int
 	winPeak      int // peak in-flight during the window, to detect an application-limited window
 	changes      uint64
+	sched        schedLatency  // the client's own run-queue wait, taken out of each window's mean
+	lastSched    time.Duration // its mean over the last window, for per-sample decisions
+	slowStart    bool          // from the start until the first slow or overloaded window
 }
 
 const (
@@ -104,6 +107,7 @@ func newLimiter(cfg *EndpointConfig) *limiter {
 	if l.algorithm != "fixed" && l.target == 0 {
 		l.startProbe(now) // measure the baseline before steering by it
 	}
+	l.slowStart = l.algorithm != "fixed"
 	return l
 }
 
@@ -271,6 +275,12 @@ func (l *limiter) observeLocked(s sample, now time.Time) {
 	l.winN++
 	l.winSum += s.rtt
 	setpoint := l.setpoint()
+	if l.slowStart && !s.overload && s.rtt <= setpoint+l.lastSched && float64(l.inflight+1) >= l.limit/2 {
+		// Slow start, as TCP's: +1 per fast response doubles the limit every round trip,
+		// so a job reaches its working limit in a few round trips instead of a few windows
+		// (the controller's windows are 100 ms; a 20k-record job lasts about half a second).
+		l.limit = min(l.maxLimit, l.limit+1)
+	}
 	if l.algorithm == "aimd" && !s.overload && s.rtt <= setpoint && float64(l.winPeak) >= l.limit/2 {
 		l.limit = min(l.maxLimit, l.limit+1/l.limit) // +1 per round trip of fast responses
 	}
@@ -281,7 +291,11 @@ func (l *limiter) observeLocked(s sample, now time.Time) {
 	var mean time.Duration
 	switch {
 	case l.winN > 0:
+		// The samples are the upstream's share of each attempt; each holds one wake-up of
+		// the client's reading goroutine, whose mean run-queue wait is the client's.
 		mean = l.winSum / time.Duration(l.winN)
+		l.lastSched = l.sched.since()
+		mean = max(mean-l.lastSched, mean/2)
 	case l.winOverload > 0:
 		mean = 2 * setpoint // only failures: treat as congestion
 	default:
@@ -289,8 +303,14 @@ func (l *limiter) observeLocked(s sample, now time.Time) {
 	}
 	overloaded := l.winOverload*20 >= l.winN+l.winOverload // ≥ ~5% overload signals
 	before := int(l.limit)
-	switch l.algorithm {
-	case "pid":
+	if l.slowStart && (mean > setpoint || overloaded) {
+		l.slowStart = false // the first slow window: the controller takes over from here
+		l.pid.reset(math.Log(l.limit))
+	}
+	switch {
+	case l.slowStart:
+		// growing per sample (above)
+	case l.algorithm == "pid":
 		e := math.Log(float64(setpoint) / float64(max(mean, 1)))
 		if overloaded {
 			e = min(e, -math.Ln2)
@@ -299,7 +319,7 @@ func (l *limiter) observeLocked(s sample, now time.Time) {
 			e = 0 // application-limited: no evidence that more concurrency is safe
 		}
 		l.limit = math.Exp(l.pid.update(e, dt.Seconds()))
-	case "aimd":
+	case l.algorithm == "aimd":
 		if mean > setpoint || overloaded {
 			l.limit = max(l.minLimit, l.limit*0.9)
 		}
@@ -331,6 +351,7 @@ func (l *limiter) setpoint() time.Duration {
 }
 
 func (l *limiter) startProbe(now time.Time) {
+	l.sched.since() // the probe's wait starts now
 	l.probing = true
 	l.probeEpoch++
 	l.probeStart = now
@@ -341,7 +362,8 @@ func (l *limiter) startProbe(now time.Time) {
 func (l *limiter) endProbe(now time.Time) {
 	if n := len(l.probeSamples); n > 0 {
 		sort.Slice(l.probeSamples, func(i, j int) bool { return l.probeSamples[i] < l.probeSamples[j] })
-		l.baseline = max(l.probeSamples[n/2], time.Microsecond)
+		b := l.probeSamples[n/2]
+		l.baseline = max(b-l.sched.since(), b/2, time.Microsecond) // as the windows' means
 	}
 	if l.baseline == 0 {
 		// No sample (an idle endpoint): keep probing until traffic arrives.
@@ -356,6 +378,7 @@ func (l *limiter) endProbe(now time.Time) {
 	l.nextProbe = now.Add(time.Duration(float64(l.probeEvery) * jitter))
 	l.slowWindows = 0
 	l.winStart, l.winN, l.winSum, l.winOverload, l.winPeak = now, 0, 0, 0, l.inflight
+	l.sched.since() // the first window's wait starts now
 }
 
 // close fails every queued call with KindCancelled.

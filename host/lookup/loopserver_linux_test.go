@@ -31,11 +31,9 @@ type loopServer struct {
 }
 
 type lsConn struct {
-	fd    int
-	buf   []byte
-	n     int
-	close bool // Connection: close seen on the request being served
-	out   []byte
+	fd  int
+	buf []byte
+	n   int
 }
 
 type lsDue struct {

@@ -1,7 +1,9 @@
 package lookup
 
 import (
+	"encoding/json"
 	"math/bits"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +18,7 @@ type Metrics struct {
 	Attempts     uint64             // attempts sent upstream (first tries and retries)
 	Retries      uint64             // attempts after the first
 	Errors       [numKinds]uint64   // failed requests by ErrorKind (index KindNone unused)
+	Refused      [numRules]uint64   // refused requests by rule: see RefusedBy
 	Statuses     [6]uint64          // responses by status class: [2] is 2xx, ... [5] is 5xx
 	CacheHits    uint64             //
 	CacheMisses  uint64             // cacheable requests not found in the cache
@@ -39,6 +42,14 @@ func (m *Metrics) ErrorsOf(k ErrorKind) uint64 {
 		return 0
 	}
 	return m.Errors[k]
+}
+
+// RefusedBy returns the count of requests refused by rule (one of the Rule… constants).
+func (m *Metrics) RefusedBy(rule string) uint64 {
+	if i := ruleIndex(rule); i >= 0 {
+		return m.Refused[i]
+	}
+	return 0
 }
 
 // BreakerTransitions counts state changes of a breaker by the state entered.
@@ -139,6 +150,8 @@ func (h *histogram) snapshot() (s Histogram) {
 type counters struct {
 	requests, attempts, retries, cacheHits, cacheMisses, shared atomic.Uint64
 	errors                                                      [numKinds]atomic.Uint64
+	refused                                                     [numRules]atomic.Uint64
+	refusedLogged                                               [numRules]atomic.Int64 // unix ns of the last log line per rule
 	statuses                                                    [6]atomic.Uint64
 	latency, upstream                                           histogram
 }
@@ -157,4 +170,61 @@ func (b *breakerStats) onChange(_ string, _, to gobreaker.State) {
 	case gobreaker.StateClosed:
 		b.toClosed.Add(1)
 	}
+}
+
+// MarshalJSON writes the snapshot with labelled counters, as `clink-wasm run --stats` prints
+// it: responses by status class, failures by kind (the names of [ErrorKind.String]),
+// refusals by rule (the Rule… constants), latency summaries in microseconds. Every label is
+// from a fixed set, so the cardinality is bounded whatever the guest sends.
+func (m Metrics) MarshalJSON() ([]byte, error) {
+	type summary struct {
+		Count  uint64  `json:"count"`
+		MeanUS float64 `json:"mean_us"`
+		P50US  float64 `json:"p50_us"`
+		P99US  float64 `json:"p99_us"`
+	}
+	sum := func(h Histogram) summary {
+		us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+		return summary{Count: h.Count, MeanUS: us(h.Mean()), P50US: us(h.Quantile(0.5)), P99US: us(h.Quantile(0.99))}
+	}
+	responses := make(map[string]uint64, 5)
+	for cl := 1; cl < len(m.Statuses); cl++ {
+		responses[strconv.Itoa(cl)+"xx"] = m.Statuses[cl]
+	}
+	errs := make(map[string]uint64, numKinds-1)
+	for k := KindNone + 1; k < numKinds; k++ {
+		errs[k.String()] = m.Errors[k]
+	}
+	refused := make(map[string]uint64, numRules)
+	for i, r := range rules {
+		refused[r] = m.Refused[i]
+	}
+	return json.Marshal(struct {
+		Requests    uint64            `json:"requests"`
+		Attempts    uint64            `json:"attempts"`
+		Retries     uint64            `json:"retries"`
+		Responses   map[string]uint64 `json:"responses_by_class"`
+		Errors      map[string]uint64 `json:"errors_by_kind"`
+		Refused     map[string]uint64 `json:"refused_by_rule"`
+		CacheHits   uint64            `json:"cache_hits"`
+		CacheMisses uint64            `json:"cache_misses"`
+		SharedCalls uint64            `json:"shared_calls"`
+		Latency     summary           `json:"latency"`
+		Upstream    summary           `json:"upstream_latency"`
+		Breaker     string            `json:"breaker_state"`
+		Transitions map[string]uint64 `json:"breaker_transitions_to"`
+		Limit       int               `json:"limit"`
+		InFlight    int               `json:"in_flight"`
+		Queued      int               `json:"queued"`
+		BaselineUS  float64           `json:"baseline_rtt_us"`
+		SetpointUS  float64           `json:"setpoint_us"`
+		Changes     uint64            `json:"limit_changes"`
+	}{
+		m.Requests, m.Attempts, m.Retries, responses, errs, refused,
+		m.CacheHits, m.CacheMisses, m.SharedCalls, sum(m.Latency), sum(m.Upstream),
+		m.Breaker.String(),
+		map[string]uint64{"open": m.Transitions.ToOpen, "half_open": m.Transitions.ToHalfOpen, "closed": m.Transitions.ToClosed},
+		m.Limit, m.InFlight, m.Queued,
+		float64(m.BaselineRTT) / float64(time.Microsecond), float64(m.Setpoint) / float64(time.Microsecond), m.LimitChanges,
+	})
 }

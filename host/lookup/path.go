@@ -23,11 +23,11 @@ func resolvePath(root, prefix, p string) (escaped, rawQuery string, err error) {
 	if q := strings.IndexByte(p, '?'); q >= 0 {
 		p, rawQuery = p[:q], p[q+1:]
 		if !validQuery(rawQuery) {
-			return "", "", refused("invalid query")
+			return "", "", refused(RulePath, "invalid query")
 		}
 	}
 	if len(p) == 0 || p[0] != '/' {
-		return "", "", refused("path must start with /")
+		return "", "", refused(RulePath, "path must start with /")
 	}
 	// Fast path: nothing to normalise.
 	clean := true
@@ -56,7 +56,7 @@ func resolvePath(root, prefix, p string) (escaped, rawQuery string, err error) {
 		}
 	}
 	if !underPrefix(out, prefix) {
-		return "", "", refused("path outside the endpoint's prefix")
+		return "", "", refused(RulePathPrefix, "path outside the endpoint's prefix")
 	}
 	if root == "" {
 		return out, rawQuery, nil
@@ -86,7 +86,7 @@ func normalizePath(p string) (string, error) {
 			trailing = last
 		case 2: // ".."
 			if len(segs) == 0 {
-				return "", refused("path escapes the endpoint's root")
+				return "", refused(RulePath, "path escapes the endpoint's root")
 			}
 			segs = segs[:len(segs)-1]
 			trailing = last
@@ -124,18 +124,18 @@ func checkSegment(s string) error {
 		c := s[i]
 		if c == '%' {
 			if i+2 >= len(s) || !ishex(s[i+1]) || !ishex(s[i+2]) {
-				return refused("invalid percent-encoding in path")
+				return refused(RulePath, "invalid percent-encoding in path")
 			}
 			v := unhex(s[i+1])<<4 | unhex(s[i+2])
 			switch v {
 			case '/', '\\':
-				return refused("encoded slash or backslash in path")
+				return refused(RulePath, "encoded slash or backslash in path")
 			case '%':
 				// Double encoding of a dot or a separator.
 				if i+4 < len(s) && ishex(s[i+3]) && ishex(s[i+4]) {
 					switch unhex(s[i+3])<<4 | unhex(s[i+4]) {
 					case '.', '/', '\\':
-						return refused("double-encoded dot or slash in path")
+						return refused(RulePath, "double-encoded dot or slash in path")
 					}
 				}
 			}
@@ -143,10 +143,10 @@ func checkSegment(s string) error {
 			continue
 		}
 		if c == '\\' {
-			return refused("backslash in path")
+			return refused(RulePath, "backslash in path")
 		}
 		if !isPathChar(c) {
-			return refused("invalid byte in path")
+			return refused(RulePath, "invalid byte in path")
 		}
 	}
 	return nil

@@ -99,12 +99,6 @@ func (s *procServer) meanService() time.Duration {
 	return svc
 }
 
-// cpu returns the CPU time the upstream process has used.
-func (s *procServer) cpu() time.Duration {
-	_, c := s.stats()
-	return c
-}
-
 // childUpstreams are the upstreams a child process can run ("loop" is added on Linux).
 var childUpstreams = map[string]func(tb testing.TB, service time.Duration) benchServer{
 	"h2":  func(tb testing.TB, service time.Duration) benchServer { return newH2Server(tb, service) },

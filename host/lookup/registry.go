@@ -3,6 +3,7 @@ package lookup
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -20,6 +21,7 @@ import (
 type Registry struct {
 	dial    DialFunc
 	resolve ResolveFunc
+	log     *slog.Logger
 
 	mu       sync.Mutex
 	breakers map[string]*sharedBreaker // guarded by mu
@@ -37,11 +39,20 @@ func WithDialer(d DialFunc) Option { return func(r *Registry) { r.dial = d } }
 // WithResolver replaces DNS resolution (the default is net.DefaultResolver).
 func WithResolver(f ResolveFunc) Option { return func(r *Registry) { r.resolve = f } }
 
+// WithLogger sets where the endpoints log (the default discards): refusals, with the rule
+// that refused (at most one line per rule and endpoint a second, with the running count),
+// and the shared breakers' state changes. Lines carry "tenant" and "endpoint" attributes;
+// they never carry header values, bodies or query strings.
+func WithLogger(l *slog.Logger) Option { return func(r *Registry) { r.log = l } }
+
 // NewRegistry returns an empty Registry.
 func NewRegistry(opts ...Option) *Registry {
 	r := &Registry{breakers: make(map[string]*sharedBreaker)}
 	for _, o := range opts {
 		o(r)
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
 	}
 	if r.resolve == nil {
 		r.resolve = func(ctx context.Context, host string) ([]netip.Addr, error) {
@@ -86,6 +97,7 @@ func (r *Registry) acquireBreaker(tenant string, cfg *EndpointConfig, origin str
 		return sb
 	}
 	sb := &sharedBreaker{key: key, refs: 1}
+	log := r.log.With("tenant", tenant, "endpoint", cfg.Name)
 	window := time.Duration(b.Window)
 	sb.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         tenant + "/" + cfg.Name,
@@ -100,8 +112,11 @@ func (r *Registry) acquireBreaker(tenant string, cfg *EndpointConfig, origin str
 			return b.FailureRatio > 0 && c.Requests >= b.MinRequests &&
 				float64(c.TotalFailures) >= b.FailureRatio*float64(c.Requests)
 		},
-		OnStateChange: sb.stats.onChange,
-		IsExcluded:    func(err error) bool { return err == errExcluded },
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			sb.stats.onChange(name, from, to)
+			log.Warn("lookup breaker state changed", "from", from.String(), "to", to.String())
+		},
+		IsExcluded: func(err error) bool { return err == errExcluded },
 	})
 	r.breakers[key] = sb
 	return sb

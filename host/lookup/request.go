@@ -69,22 +69,22 @@ func ParseRequest(b []byte) (Request, error) {
 	line, rest, _ := cutLF(b)
 	sp := bytes.IndexByte(line, ' ')
 	if sp < 0 {
-		return r, refused("malformed request line")
+		return r, refused(RuleRequestFormat, "malformed request line")
 	}
 	m, ok := internMethod(line[:sp])
 	if !ok {
-		return r, refused("unknown method")
+		return r, refused(RuleRequestFormat, "unknown method")
 	}
 	path := line[sp+1:]
 	if len(path) == 0 || path[0] != '/' {
-		return r, refused("path must start with /")
+		return r, refused(RuleRequestFormat, "path must start with /")
 	}
 	if len(path) > maxRequestURI {
-		return r, refused("path too long")
+		return r, refused(RuleRequestFormat, "path too long")
 	}
 	for _, c := range path {
 		if c <= ' ' || c >= 0x7f || c == '#' {
-			return r, refused("invalid byte in path")
+			return r, refused(RuleRequestFormat, "invalid byte in path")
 		}
 	}
 
@@ -108,7 +108,7 @@ func ParseRequest(b []byte) (Request, error) {
 		}
 		nh++
 		if nh > maxHeaders {
-			return r, refused("too many headers")
+			return r, refused(RuleRequestFormat, "too many headers")
 		}
 	}
 
@@ -168,20 +168,20 @@ func indexColon(s string) int {
 func checkHeaderLine(l []byte) error {
 	c := bytes.IndexByte(l, ':')
 	if c <= 0 {
-		return refused("malformed header")
+		return refused(RuleRequestFormat, "malformed header")
 	}
 	for _, ch := range l[:c] {
 		if !isTokenChar(ch) {
-			return refused("invalid header name")
+			return refused(RuleRequestFormat, "invalid header name")
 		}
 	}
 	if c+1 >= len(l) || l[c+1] != ' ' {
-		return refused(`header name must be followed by ": "`)
+		return refused(RuleRequestFormat, `header name must be followed by ": "`)
 	}
 	for _, ch := range l[c+2:] {
 		// VCHAR, SP, HTAB and obs-text; no CR, NUL or other controls (RFC 9110 §5.5).
 		if (ch < ' ' && ch != '\t') || ch == 0x7f {
-			return refused("invalid byte in header value")
+			return refused(RuleRequestFormat, "invalid byte in header value")
 		}
 	}
 	return nil

@@ -202,7 +202,14 @@ func TestCQOverflow(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	time.Sleep(20 * time.Millisecond) // every timer has fired; the dispatcher is still held
+	// Wait for the kernel to say it parked completions (IORING_SQ_CQ_OVERFLOW): the timers
+	// have fired into a full CQ ring while the dispatcher is held.
+	for deadline := time.Now().Add(10 * time.Second); !e.r.overflowed(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // a hang detector, not a speed check
+			close(release)
+			t.Fatalf("no CQ overflow after 10s with %d timers on a CQ ring of %d", n, e.r.cqEntries)
+		}
+	}
 	close(release)
 	select {
 	case <-all:

@@ -433,12 +433,23 @@ func TestCloseInFlight(t *testing.T) {
 		for len(ops) < len(calls) {
 			ops = append(ops, Read(int(f.Fd()), make([]byte, 4096), int64(len(ops))*4096))
 		}
+		const blocking = 24 // ops[:24] never finish on their own; the file reads after them do
+		var readsDone atomic.Int32
+		allRead := make(chan struct{})
 		for i, op := range ops {
-			if err := r.Submit(op, func(res Result) { results[i] = res; calls[i].Add(1) }); err != nil {
+			if err := r.Submit(op, func(res Result) {
+				results[i] = res
+				calls[i].Add(1)
+				if i >= blocking && readsDone.Add(1) == int32(len(ops)-blocking) {
+					close(allRead)
+				}
+			}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(20 * time.Millisecond) // let the blocking ones reach the kernel or a worker
+		// The reactor takes operations in order, so once every read submitted after the
+		// blocking ones has completed, those are in the kernel or on a goroutine of their own.
+		waitOrFail(t, 10*time.Second, "the file reads", func() { <-allRead })
 
 		waitOrFail(t, 5*time.Second, "Close", func() {
 			if err := r.Close(); err != nil {
@@ -449,8 +460,11 @@ func TestCloseInFlight(t *testing.T) {
 			if c := calls[i].Load(); c != 1 {
 				t.Errorf("op %d (%v): done called %d times", i, ops[i], c)
 			}
-			if i < 24 && !errors.Is(results[i].Err, ErrClosed) {
+			if i < blocking && !errors.Is(results[i].Err, ErrClosed) {
 				t.Errorf("op %d (%v): %+v, want ErrClosed", i, ops[i], results[i])
+			}
+			if i >= blocking && (results[i].Err != nil || results[i].N != 4096) {
+				t.Errorf("op %d (%v): %+v, want a full 4096-byte read", i, ops[i], results[i])
 			}
 		}
 		if err := r.Submit(Nop(), nil); !errors.Is(err, ErrClosed) {
@@ -535,8 +549,15 @@ func TestHammer(t *testing.T) {
 				}
 			})
 		}
-		time.Sleep(300 * time.Millisecond)
-		// Close while the submitters are still going.
+		// Close while the submitters are still going: once they have a few thousand
+		// completions behind them (a signal that the load runs, not a period of time).
+		for deadline := time.Now().Add(10 * time.Second); completed.Load() < 2000; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) { // a hang detector, not a speed check
+				close(stop)
+				r.Close()
+				t.Fatalf("%d completions after 10s", completed.Load())
+			}
+		}
 		waitOrFail(t, 10*time.Second, "Close under load", func() {
 			if err := r.Close(); err != nil {
 				t.Errorf("Close: %v", err)

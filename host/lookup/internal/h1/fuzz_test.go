@@ -5,10 +5,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"reflect"
-	"strings"
 	"testing"
 	"time"
 )
@@ -35,8 +35,13 @@ func (c *scriptConn) SetWriteDeadline(time.Time) error { return nil }
 //     is given;
 //   - a connection goes back to the pool only if its response was framed exactly: every
 //     byte of the script consumed, nothing buffered, no error;
-//   - the parser is stricter than net/http's, never looser: whatever it accepts (without
-//     interim responses), http.ReadResponse accepts with the same status, fields and body.
+//   - never looser than net/http: whatever h1 accepts, net/http's Transport reading
+//     (http.ReadResponse, interim responses skipped, the same head limit) accepts with the
+//     same status, fields and body, and closes no connection that h1 would keep;
+//   - never stricter than net/http: whatever net/http accepts, h1 accepts too, unless it
+//     breaks one of h1's own limits (more than MaxHeaderCount field values, a body over
+//     MaxBodyBytes, more than maxInterim interim responses) or is what a client that asked
+//     for no upgrade must refuse (a status below 100, 101 Switching Protocols).
 func FuzzResponse(f *testing.F) {
 	for _, s := range []string{
 		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
@@ -49,6 +54,21 @@ func FuzzResponse(f *testing.F) {
 		"HTTP/1.1 200 OK\r\nX: a\r\n b\r\n\r\n",
 		"HTTP/1.1 200 OK\nContent-Length: 0\n\n",
 		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffff\r\n",
+		// What net/http reads and the one-pass parser does not: h1 must read them too.
+		"HTTP/1.1 200 OK\nContent-Length: 2\n\nok",
+		"HTTP/1.1 200 OK\r\nX: a\r\n\tb\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+		"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length:  2 \r\n\r\nok",
+		"HTTP/1.1  200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 299 Odd\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 600 Beyond\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.2 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0000000000000002;x=\x01 \t\r\nok\r\n0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\nT: a\r\n b\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\nok\r\n0\r\n\r\n",
+		"HTTP/1.1 100 Continue\n\nHTTP/1.1 200 OK\nContent-Length: 1\n\nx",
 	} {
 		f.Add([]byte(s), false)
 		f.Add([]byte(s), true)
@@ -83,13 +103,22 @@ func FuzzResponse(f *testing.F) {
 		tr.pool.mu.Lock()
 		pooled := len(tr.pool.idle["127.0.0.1:80"])
 		tr.pool.mu.Unlock()
+
+		// net/http's Transport reading the same script under the same head limit.
+		std := readStd(script, req, tr.MaxResponseHeaderBytes)
+
 		if err != nil {
 			if pooled != 0 {
 				t.Fatalf("connection pooled after %v", err)
 			}
+			// Never stricter than net/http, but for h1's own limits.
+			if std.err == nil && std.fields <= maxFields && len(std.body) <= maxBody &&
+				std.interim <= maxInterim && std.resp.StatusCode >= 100 && std.resp.StatusCode != 101 {
+				t.Fatalf("h1 refuses what net/http accepts (%d %q): %v", std.resp.StatusCode, std.body, err)
+			}
 			return
 		}
-		if resp.StatusCode < 200 || resp.StatusCode > 599 {
+		if resp.StatusCode < 200 || resp.StatusCode > 999 {
 			t.Fatalf("status %d", resp.StatusCode)
 		}
 		n := 0
@@ -112,32 +141,61 @@ func FuzzResponse(f *testing.F) {
 			t.Fatal("connection pooled although the response closes it")
 		}
 
-		// Differential: net/http accepts it too, with the same result.
-		if bytes.HasPrefix(script, []byte("HTTP/1.1 1")) || bytes.HasPrefix(script, []byte("HTTP/1.0 1")) {
-			return // interim responses are skipped here, returned by ReadResponse
+		// Never looser than net/http: it accepts too, with the same result.
+		if std.err != nil {
+			t.Fatalf("net/http refuses what h1 accepted: %v", std.err)
 		}
-		sresp, err := http.ReadResponse(bufio.NewReaderSize(bytes.NewReader(script), readBufSize), req)
-		if err != nil {
-			t.Fatalf("net/http refuses what h1 accepted: %v", err)
-		}
-		sbody, err := io.ReadAll(sresp.Body)
-		if err != nil {
-			t.Fatalf("net/http fails on the body h1 accepted: %v", err)
-		}
+		sresp, sbody := std.resp, std.body
 		if sresp.StatusCode != resp.StatusCode || !bytes.Equal(sbody, body) {
 			t.Fatalf("net/http: %d %q; h1: %d %q", sresp.StatusCode, sbody, resp.StatusCode, body)
 		}
 		delete(sresp.Header, "Trailer") // net/http moves declared trailers out of the header
 		got := resp.Header.Clone()
 		delete(got, "Trailer")
-		if len(got) == 0 && len(sresp.Header) == 0 {
-			return
+		if len(got) != 0 || len(sresp.Header) != 0 {
+			if !reflect.DeepEqual(got, sresp.Header) {
+				t.Fatalf("fields differ:\nnet/http %q\nh1       %q", sresp.Header, got)
+			}
 		}
-		if !reflect.DeepEqual(got, sresp.Header) {
-			t.Fatalf("fields differ:\nnet/http %q\nh1       %q", sresp.Header, got)
-		}
-		if sresp.Close != resp.Close && !strings.EqualFold(resp.Proto, "HTTP/1.0") {
-			t.Fatalf("Close: net/http %v, h1 %v", sresp.Close, resp.Close)
+		if sresp.Close && !resp.Close || sresp.Close && pooled > 0 {
+			t.Fatalf("net/http closes the connection, h1 keeps it (Close %v, pooled %d)", resp.Close, pooled)
 		}
 	})
+}
+
+// stdResult is how net/http's Transport reads a script.
+type stdResult struct {
+	resp    *http.Response // the final response (also set with err, when one was read)
+	body    []byte
+	fields  int // field values of the response with the most
+	interim int // interim responses skipped
+	err     error
+}
+
+// readStd reads script as net/http's Transport does: http.ReadResponse over a reader of
+// its buffer size, interim (1xx but 101) responses skipped, at most maxHead bytes read
+// while reading heads (read-ahead included), then the whole body.
+func readStd(script []byte, req *http.Request, maxHead int) (r stdResult) {
+	lim := &headLimit{r: bytes.NewReader(script), left: int64(maxHead)}
+	br := bufio.NewReaderSize(lim, readBufSize)
+	for {
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			r.err = err
+			return r
+		}
+		n := 0
+		for _, vs := range resp.Header {
+			n += len(vs)
+		}
+		r.fields = max(r.fields, n)
+		r.resp = resp
+		if resp.StatusCode >= 100 && resp.StatusCode <= 199 && resp.StatusCode != 101 {
+			r.interim++
+			continue
+		}
+		lim.left = math.MaxInt64
+		r.body, r.err = io.ReadAll(resp.Body)
+		return r
+	}
 }

@@ -2,8 +2,13 @@ package h1
 
 import (
 	"bufio"
+	"bytes"
+	"errors"
 	"io"
+	"math"
+	"net"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"strings"
 )
@@ -11,12 +16,24 @@ import (
 // readResponse reads the final response to req from c (interim 1xx responses are skipped)
 // and returns it with a body that reads from c. nothingRead reports that the connection
 // failed before a single byte of a response arrived.
+//
+// The one-pass parser below takes the well-formed response (CRLF line ends, no obs-fold,
+// unambiguous framing) and refuses everything else. What it refuses, readLenient reads
+// again with net/http's own parser, so that h1 is never stricter than net/http: an upstream
+// that net/http reads fine never trips the breaker here (FuzzResponse checks both ways).
 func (c *conn) readResponse(req *http.Request) (_ *http.Response, nothingRead bool, _ error) {
 	t := c.t
 	budget := t.MaxResponseHeaderBytes
 	for interim := 0; ; interim++ {
-		head, fields, err := readHead(c.br, c.hbuf[:0], budget, t.MaxHeaderCount, false)
+		head, fields, err := readHead(c.br, c.hbuf[:0], budget, t.MaxHeaderCount)
+		if _, ok := err.(*ProtocolError); ok && err != errHeadTooLarge {
+			resp, err := c.readLenient(req, head, budget, interim)
+			return resp, false, err
+		}
 		if err != nil {
+			if err == errHeadTooLarge {
+				err = protoErr("response head larger than " + strconv.Itoa(t.MaxResponseHeaderBytes) + " bytes")
+			}
 			if interim == 0 && len(head) == 0 {
 				if err == io.EOF {
 					err = errServerClosed
@@ -34,7 +51,8 @@ func (c *conn) readResponse(req *http.Request) (_ *http.Response, nothingRead bo
 		budget -= len(head)
 		resp, err := parseHead(string(head), fields)
 		if err != nil {
-			return nil, false, err
+			resp, err := c.readLenient(req, head, budget+len(head), interim)
+			return resp, false, err
 		}
 		if resp.StatusCode < 200 {
 			if resp.StatusCode == http.StatusSwitchingProtocols {
@@ -47,22 +65,127 @@ func (c *conn) readResponse(req *http.Request) (_ *http.Response, nothingRead bo
 		}
 		resp.Request = req
 		if err := c.frame(resp, req.Method); err != nil {
-			return nil, false, err
+			resp, err := c.readLenient(req, head, budget+len(head), interim)
+			return resp, false, err
 		}
 		return resp, false, nil
 	}
 }
 
+// readLenient reads the response whose first bytes, consumed, the one-pass parser refused
+// (the rest is still in c.br) with http.ReadResponse, under the same limits: budget bytes of
+// head from the start of consumed (interim responses included, as net/http's Transport
+// counts them), MaxHeaderCount field values, MaxBodyBytes of body, the interim count so far.
+// The connection is never reused after such a response: it is closed after the body.
+func (c *conn) readLenient(req *http.Request, consumed []byte, budget, interim int) (*http.Response, error) {
+	t := c.t
+	c.closeWhen = true
+	lim := &headLimit{r: io.MultiReader(bytes.NewReader(consumed), c.br), left: int64(budget)}
+	br := bufio.NewReaderSize(lim, readBufSize)
+	for ; ; interim++ {
+		resp, err := http.ReadResponse(br, req)
+		if err != nil {
+			if _, ok := err.(*ProtocolError); !ok && err != io.ErrUnexpectedEOF && !isNetError(err) {
+				err = &ProtocolError{Reason: err.Error()} // net/http's parse errors are plain
+			}
+			return nil, err
+		}
+		n := 0
+		for _, vs := range resp.Header {
+			n += len(vs)
+		}
+		switch {
+		case resp.StatusCode < 100:
+			err = protoErr("bad status code") // not a status (RFC 9110 §15); the ABI has no room for it
+		case n > t.MaxHeaderCount:
+			err = protoErr("more than " + strconv.Itoa(t.MaxHeaderCount) + " header fields")
+		case resp.StatusCode == http.StatusSwitchingProtocols:
+			err = protoErr("101 Switching Protocols to a request that asked for no upgrade")
+		case resp.StatusCode < 200 && interim >= maxInterim:
+			err = protoErr("too many interim responses")
+		}
+		if err != nil {
+			resp.Body.Close()
+			return nil, err
+		}
+		if resp.StatusCode < 200 {
+			continue
+		}
+		lim.left = math.MaxInt64 // the body is bounded by MaxBodyBytes instead
+		resp.Close = true
+		if resp.Body == http.NoBody {
+			c.fail()
+			return resp, nil
+		}
+		resp.Body = &lenientBody{bodyConn: bodyConn{c: c}, r: resp.Body, limit: t.MaxBodyBytes}
+		return resp, nil
+	}
+}
+
+// headLimit bounds the bytes net/http's parser may read for a head, as net/http's Transport
+// bounds them (its read-ahead counts too).
+type headLimit struct {
+	r    io.Reader
+	left int64
+}
+
+var errHeadTooLarge = protoErr("response head too large")
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		return 0, errHeadTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+func isNetError(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, net.ErrClosed)
+}
+
+// lenientBody is the body of a response read by readLenient: net/http's body reader over
+// the connection, within MaxBodyBytes; the connection is closed at its end.
+type lenientBody struct {
+	bodyConn
+	r     io.ReadCloser
+	total int64
+	limit int64
+}
+
+func (b *lenientBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.r.Read(p)
+	b.total += int64(n)
+	if b.limit > 0 && b.total > b.limit {
+		return 0, b.fail(ErrBodyTooLarge)
+	}
+	if err == io.EOF {
+		b.c.fail() // never reused
+		b.c, b.err = nil, io.EOF
+		return n, io.EOF
+	}
+	if err != nil {
+		return n, b.fail(err)
+	}
+	return n, nil
+}
+
 // readHead reads a response head (status line and header fields, up to and including the
 // empty line) into buf, and returns it with the number of header field lines. The head may
-// take at most maxBytes and hold at most maxFields fields. With trailer set it reads a
-// trailer section instead: fields only, possibly none.
-func readHead(br *bufio.Reader, buf []byte, maxBytes, maxFields int, trailer bool) (head []byte, fields int, err error) {
+// take at most maxBytes and hold at most maxFields fields.
+func readHead(br *bufio.Reader, buf []byte, maxBytes, maxFields int) (head []byte, fields int, err error) {
 	lineStart := 0
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(buf)+len(line) > maxBytes {
-			return buf, 0, protoErr("response head larger than " + strconv.Itoa(maxBytes) + " bytes")
+			return buf, 0, errHeadTooLarge
 		}
 		buf = append(buf, line...)
 		if err == bufio.ErrBufferFull {
@@ -75,12 +198,12 @@ func readHead(br *bufio.Reader, buf []byte, maxBytes, maxFields int, trailer boo
 			return buf, 0, protoErr("line not ended by CRLF") // now, not after waiting for more
 		}
 		if len(buf)-lineStart == 2 {
-			if lineStart == 0 && !trailer {
+			if lineStart == 0 {
 				return buf, 0, protoErr("empty line instead of a status line")
 			}
 			return buf, fields, nil
 		}
-		if lineStart > 0 || trailer {
+		if lineStart > 0 {
 			fields++
 			if fields > maxFields {
 				return buf, 0, protoErr("more than " + strconv.Itoa(maxFields) + " header fields")
@@ -240,19 +363,19 @@ func (c *conn) frame(resp *http.Response, method string) error {
 		resp.Body = http.NoBody
 		c.finish()
 	case hasTE:
-		resp.Body = &body{c: c, mode: modeChunked, limit: c.t.MaxBodyBytes, overhead: -maxChunkOverhead}
+		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeChunked, limit: c.t.MaxBodyBytes, overhead: -maxChunkOverhead}
 	case cl == 0:
 		resp.ContentLength = 0
 		resp.Body = http.NoBody
 		c.finish()
 	case cl > 0:
 		resp.ContentLength = cl
-		resp.Body = &body{c: c, mode: modeLength, remain: cl, limit: c.t.MaxBodyBytes}
+		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeLength, remain: cl, limit: c.t.MaxBodyBytes}
 	default:
 		// Delimited by the connection closing: valid, never reusable.
 		c.closeWhen = true
 		resp.Close = true
-		resp.Body = &body{c: c, mode: modeEOF, limit: c.t.MaxBodyBytes}
+		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeEOF, limit: c.t.MaxBodyBytes}
 	}
 	return nil
 }
@@ -299,7 +422,7 @@ const (
 // on any error, or a Close before the end, the connection is closed. Not safe for
 // concurrent use; cancel through the request's context.
 type body struct {
-	c        *conn // nil once finished
+	bodyConn
 	mode     uint8
 	remain   int64 // bytes left in the body (modeLength) or in the current chunk
 	total    int64 // bytes delivered
@@ -307,7 +430,6 @@ type body struct {
 	overhead int64 // chunk framing bytes read, minus what is allowed
 	inChunk  bool  // inside a chunk's data (modeChunked)
 	crlfDue  bool  // the CRLF after a chunk's data is next (modeChunked)
-	err      error // sticky: io.EOF after the end
 }
 
 func (b *body) Read(p []byte) (int, error) {
@@ -414,9 +536,10 @@ func (b *body) expectCRLF() error {
 	return nil
 }
 
-// chunkSize reads `1*15HEXDIG [";" chunk-ext] CRLF`; extensions are ignored but must hold no
-// control bytes, and all framing counts against an overhead budget (as net/http's does), so
-// that a hostile server cannot send unbounded non-data.
+// chunkSize reads `1*16HEXDIG [OWS] [";" chunk-ext] CRLF` exactly as net/http's chunked
+// reader does (never stricter, never looser): a CR only before the LF, trailing SP or HTAB
+// ignored, the extension ignored whatever it holds; all framing counts against an overhead
+// budget (net/http's), so that a hostile server cannot send unbounded non-data.
 func (b *body) chunkSize() (int64, error) {
 	line, err := b.c.br.ReadSlice('\n')
 	if err == bufio.ErrBufferFull {
@@ -425,33 +548,35 @@ func (b *body) chunkSize() (int64, error) {
 	if err != nil {
 		return 0, eofUnexpected(err)
 	}
-	b.overhead += int64(len(line)) + 2
-	if len(line) < 3 || line[len(line)-2] != '\r' {
-		return 0, protoErr("chunk size line not ended by CRLF")
+	b.overhead += int64(len(line)) // the line and its CRLF, the CRLF after the data
+	if cr := bytes.IndexByte(line, '\r'); len(line) < 2 || cr != len(line)-2 {
+		return 0, protoErr("chunk size line not ended by CRLF, or a CR inside it")
 	}
 	line = line[:len(line)-2]
-	var size int64
-	i := 0
-	for ; i < len(line) && i < 16; i++ {
-		d := unhex(line[i])
-		if d < 0 {
-			break
-		}
-		size = size<<4 | int64(d)
+	if len(line) >= 4096 {
+		return 0, protoErr("chunk size line too long")
 	}
-	if i == 0 || i > 15 {
+	for len(line) > 0 && (line[len(line)-1] == ' ' || line[len(line)-1] == '\t') {
+		line = line[:len(line)-1]
+	}
+	if i := bytes.IndexByte(line, ';'); i >= 0 {
+		line = line[:i]
+	}
+	if len(line) == 0 || len(line) > 16 {
 		return 0, protoErr("bad chunk size")
 	}
-	if i < len(line) {
-		if line[i] != ';' {
+	var usize uint64
+	for _, c := range line {
+		d := unhex(c)
+		if d < 0 {
 			return 0, protoErr("bad chunk size")
 		}
-		for _, c := range line[i+1:] {
-			if (c < ' ' && c != '\t') || c == 0x7f {
-				return 0, protoErr("control byte in chunk extension")
-			}
-		}
+		usize = usize<<4 | uint64(d)
 	}
+	if usize > math.MaxInt64 {
+		return 0, ErrBodyTooLarge // no body this long ends before its connection does
+	}
+	size := int64(usize)
 	b.overhead -= 16 + 2*size
 	b.overhead = max(b.overhead, -maxChunkOverhead)
 	if b.overhead > 0 {
@@ -460,27 +585,36 @@ func (b *body) chunkSize() (int64, error) {
 	return size, nil
 }
 
-// trailers reads the trailer section, under the same limits as the head, and discards it
-// after checking its syntax.
+// trailers reads the trailer section and discards it, exactly as net/http's body does: an
+// empty one is a CRLF; otherwise a CRLF CRLF must come within the read buffer (which bounds
+// the section at 4 KiB, net/http's default buffer), and textproto parses what precedes it.
 func (b *body) trailers() error {
-	t := b.c.t
-	head, _, err := readHead(b.c.br, b.c.hbuf[:0], t.MaxResponseHeaderBytes, t.MaxHeaderCount, true)
-	if err != nil {
-		return eofUnexpected(err)
+	br := b.c.br
+	if p, _ := br.Peek(2); len(p) == 2 && p[0] == '\r' && p[1] == '\n' {
+		br.Discard(2)
+		return nil
+	} else if len(p) < 2 {
+		return io.ErrUnexpectedEOF
 	}
-	for rest := string(head); ; {
-		var line string
-		line, rest, err = nextLine(rest)
+	for peek := 4; ; peek++ {
+		p, err := br.Peek(peek)
+		if bytes.HasSuffix(p, []byte("\r\n\r\n")) {
+			break
+		}
 		if err != nil {
-			return err
-		}
-		if line == "" {
-			return nil
-		}
-		if _, _, err := parseField(line); err != nil {
-			return err
+			if err == bufio.ErrBufferFull {
+				return protoErr("trailer section longer than the read buffer")
+			}
+			return io.ErrUnexpectedEOF
 		}
 	}
+	if _, err := textproto.NewReader(br).ReadMIMEHeader(); err != nil {
+		if err == io.EOF {
+			return io.ErrUnexpectedEOF
+		}
+		return &ProtocolError{Reason: "trailer: " + err.Error()}
+	}
+	return nil
 }
 
 func unhex(c byte) int {
@@ -509,8 +643,15 @@ func (b *body) end() {
 	c.finish()
 }
 
+// bodyConn is what a response body holds of its connection: the connection until the body
+// is finished, and the sticky error after.
+type bodyConn struct {
+	c   *conn // nil once finished
+	err error // sticky: io.EOF after the end
+}
+
 // fail closes the connection and makes err sticky.
-func (b *body) fail(err error) error {
+func (b *bodyConn) fail(err error) error {
 	if b.c != nil {
 		err = b.c.ioError("read body", err)
 		b.c.fail()
@@ -521,7 +662,7 @@ func (b *body) fail(err error) error {
 }
 
 // Close closes the connection unless the body was read to its end.
-func (b *body) Close() error {
+func (b *bodyConn) Close() error {
 	if b.c != nil {
 		b.c.fail()
 		b.c = nil

@@ -62,6 +62,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/attempt"
 )
 
 // Transport is an HTTP/1.1 client transport; see the package documentation. Set its fields
@@ -114,7 +116,7 @@ var (
 	// there is no Fallback.
 	ErrUnsupported = errors.New("h1: request not supported by the HTTP/1.1 fast path")
 	// ErrBodyTooLarge: the response body exceeds MaxBodyBytes.
-	ErrBodyTooLarge = errors.New("h1: response body exceeds the size limit")
+	ErrBodyTooLarge = attempt.ErrBodyTooLarge
 	// ErrClosed: the transport was closed.
 	ErrClosed = errors.New("h1: transport closed")
 	// errServerClosed: the server closed the connection before sending any byte of a response.
@@ -185,10 +187,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
-	a := &Attempt{ctx: ctx, Context: ctx}
+	a := &Attempt{RequestContext: ctx, Context: ctx}
 	a.Deadline, _ = ctx.Deadline()
 	if ctx.Done() != nil {
-		a.stop = context.AfterFunc(ctx, a.Cancel)
+		a.StopWatch = context.AfterFunc(ctx, a.Cancel)
 	}
 	return t.exchange(req, a)
 }
@@ -206,122 +208,18 @@ func (t *Transport) Exchange(req *http.Request, a *Attempt) (*http.Response, err
 	return t.exchange(req, a)
 }
 
-// Attempt carries the deadline and the cancellation of one exchange at a time, for
-// [Transport.Exchange]. The zero value has no deadline; Reset prepares it for the next
-// exchange. Its methods are safe for concurrent use with the exchange.
-type Attempt struct {
-	// Deadline bounds the exchange, response body included. Zero: none.
-	Deadline time.Time
-	// Context, if set, also bounds dialling (a new connection); it is not watched otherwise.
-	Context context.Context
-
-	mu         sync.Mutex
-	c          *conn              // the connection while the exchange owns it; guarded by mu
-	lx         *loopExch          // the exchange while a Loop runs it; guarded by mu
-	onCancel   Canceler           // another transport's exchange (Bind); guarded by mu
-	cancelled  bool               // guarded by mu
-	dialCancel context.CancelFunc // ends a dial in progress; guarded by mu
-	wrote      atomic.Bool
-
-	ctx  context.Context // RoundTrip's request context: errors wrap its error
-	stop func() bool     // stops RoundTrip's context watch
-}
-
-// Reset prepares a for a new exchange with the given deadline. It must not be called while
-// an exchange still uses a.
-func (a *Attempt) Reset(deadline time.Time) {
-	a.mu.Lock()
-	a.c, a.lx, a.cancelled, a.dialCancel, a.onCancel = nil, nil, false, nil, nil
-	a.mu.Unlock()
-	a.wrote.Store(false)
-	a.Deadline = deadline
-}
-
-// Cancel aborts the exchange: a blocked read, write or dial returns at once, the exchange
-// fails with an error that wraps context.Canceled, and its connection is closed. Cancelling
-// an attempt whose exchange has ended does nothing to any connection.
-func (a *Attempt) Cancel() {
-	a.mu.Lock()
-	a.cancelled = true
-	if a.c != nil {
-		a.c.nc.SetDeadline(aLongTimeAgo)
-	}
-	if a.dialCancel != nil {
-		a.dialCancel()
-	}
-	lx, onCancel := a.lx, a.onCancel
-	a.onCancel = nil
-	a.mu.Unlock()
-	if lx != nil {
-		lx.l.cancel(lx)
-	}
-	if onCancel != nil {
-		onCancel.CancelAttempt()
-	}
-}
-
-// Canceler is an exchange of another transport run under an Attempt (see Bind).
-type Canceler interface {
-	// CancelAttempt aborts the exchange. It is called by Attempt.Cancel, possibly with the
-	// caller's locks held: it must not call the exchange's completion before returning.
-	CancelAttempt()
-}
-
-// Bind lets another transport (internal/h2) run an exchange under a: Cancel calls
-// cancel.CancelAttempt, once, until Unbind. It reports false, and binds nothing, if a is
-// cancelled already.
-func (a *Attempt) Bind(cancel Canceler) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.cancelled {
-		return false
-	}
-	a.onCancel = cancel
-	return true
-}
-
-// Unbind ends what Bind started: Cancel no longer calls the transport back.
-func (a *Attempt) Unbind() {
-	a.mu.Lock()
-	a.onCancel = nil
-	a.mu.Unlock()
-}
-
-// MarkWrote records that bytes of the request may have reached the network (for
-// transports outside this package; see Wrote).
-func (a *Attempt) MarkWrote() { a.wrote.Store(true) }
-
-// Wrote reports whether any byte of the request may have reached the network (it is set
-// just before the first write).
-func (a *Attempt) Wrote() bool { return a.wrote.Load() }
-
-func (a *Attempt) isCancelled() bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.cancelled
-}
-
-// end finishes the exchange's use of a: it no longer owns a connection.
-func (a *Attempt) end() (cancelled bool) {
-	a.mu.Lock()
-	a.c = nil
-	cancelled = a.cancelled
-	a.mu.Unlock()
-	if a.stop != nil {
-		a.stop()
-		a.stop = nil
-	}
-	return cancelled
-}
+// Attempt is the deadline and cancellation of one exchange (internal/attempt), shared with
+// the other transports.
+type Attempt = attempt.Attempt
 
 // wrap returns the error an exchange reports for err: the context's error when the context
 // ended (RoundTrip), context.Canceled after Cancel, context.DeadlineExceeded once the
 // deadline has passed, ErrClosed after Transport.Close, else err itself.
-func (a *Attempt) wrap(op string, err error, killed bool) error {
+func wrap(a *Attempt, op string, err error, killed bool) error {
 	switch {
-	case a.ctx != nil && a.ctx.Err() != nil:
-		return &opError{op: op, err: a.ctx.Err()}
-	case a.isCancelled():
+	case a.RequestContext != nil && a.RequestContext.Err() != nil:
+		return &opError{op: op, err: a.RequestContext.Err()}
+	case a.Cancelled():
 		return &opError{op: op, err: context.Canceled}
 	case errors.Is(err, os.ErrDeadlineExceeded) && !a.Deadline.IsZero() && !time.Now().Before(a.Deadline):
 		return &opError{op: op, err: context.DeadlineExceeded}
@@ -343,9 +241,9 @@ func (t *Transport) exchange(req *http.Request, a *Attempt) (*http.Response, err
 	for try := 0; ; try++ {
 		c, err := t.getConn(a, addr, !replayable)
 		if err != nil {
-			a.end()
+			a.Disown()
 			closeBody(req)
-			return nil, a.wrap("dial", err, false)
+			return nil, wrap(a, "dial", err, false)
 		}
 		resp, err := c.roundTrip(req, a)
 		if err == nil {
@@ -519,17 +417,12 @@ func (t *Transport) dial(a *Attempt, addr string) (*conn, error) {
 		ctx, cancel = context.WithDeadline(ctx, a.Deadline)
 	}
 	defer cancel()
-	a.mu.Lock()
-	if a.cancelled {
-		a.mu.Unlock()
+	dialled, ok := a.Dialling(cancel)
+	if !ok {
 		return nil, context.Canceled
 	}
-	a.dialCancel = cancel
-	a.mu.Unlock()
 	nc, err := t.Dial(ctx, "tcp", addr)
-	a.mu.Lock()
-	a.dialCancel = nil
-	a.mu.Unlock()
+	dialled()
 	if err != nil {
 		return nil, err
 	}
@@ -559,10 +452,6 @@ type conn struct {
 
 	prev, next *conn       // ring of connections in use; guarded by pool.mu
 	killed     atomic.Bool // Transport.Close aborted it
-
-	// parseOnly: c is a Loop's parser over bytes already received, not a pooled
-	// connection; release records whether the connection could be reused.
-	parseOnly, parsedReusable bool
 
 	// Per exchange.
 	att         *Attempt
@@ -598,15 +487,9 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 	}
 	c.att = a
 	c.closeWhen = req.Close
-	a.mu.Lock()
-	cancelled := a.cancelled
-	if !cancelled {
-		a.c = c
-	}
-	a.mu.Unlock()
-	if cancelled {
+	if !a.Own(c.nc) {
 		c.fail()
-		return nil, a.wrap("write request", context.Canceled, false)
+		return nil, wrap(a, "write request", context.Canceled, false)
 	}
 
 	w, err := c.writeRequest(req, a)
@@ -618,6 +501,7 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		}
 		return nil, err
 	}
+	a.MarkSent(time.Now())
 
 	resp, nothingRead, err := c.readResponse(req)
 	if err != nil {
@@ -629,6 +513,7 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		}
 		return nil, err
 	}
+	a.MarkAnswered(time.Now())
 	return resp, nil
 }
 
@@ -640,7 +525,7 @@ var aLongTimeAgo = time.Unix(1, 0)
 
 // ioError is the error the exchange on c reports for err.
 func (c *conn) ioError(op string, err error) error {
-	return c.att.wrap(op, err, c.killed.Load())
+	return wrap(c.att, op, err, c.killed.Load())
 }
 
 type opError struct {
@@ -659,15 +544,11 @@ func (c *conn) fail() { c.release(false) }
 func (c *conn) finish() { c.release(true) }
 
 func (c *conn) release(reusable bool) {
-	if c.att.end() {
+	if c.att.Disown() {
 		reusable = false // cancelled: the deadline may be in the past
 	}
 	c.att = nil
 	reusable = reusable && !c.closeWhen && c.br.Buffered() == 0
-	if c.parseOnly {
-		c.parsedReusable = reusable
-		return
-	}
 	if reusable && cap(c.wbuf) > maxKeptWrite {
 		c.wbuf = nil
 	}
@@ -697,9 +578,9 @@ func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 	cl := req.ContentLength
 	c.wbuf = b
 	// From here on the request may have reached the network.
-	a.wrote.Store(true)
-	if a.ctx != nil {
-		if trace := httptrace.ContextClientTrace(a.ctx); trace != nil && trace.WroteHeaders != nil {
+	a.MarkWrote()
+	if a.RequestContext != nil {
+		if trace := httptrace.ContextClientTrace(a.RequestContext); trace != nil && trace.WroteHeaders != nil {
 			trace.WroteHeaders()
 		}
 	}

@@ -12,12 +12,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/attempt"
 )
 
-// killingProxy forwards 127.0.0.1 connections to target and cuts each one after a random
-// 5-40 ms: connections die with streams in flight, in the middle of frames.
-func killingProxy(t *testing.T, target string) (addr string, kills *atomic.Int64) {
+// killingProxy forwards 127.0.0.1 connections to target and cuts each of the first maxKills
+// after a random 5-40 ms: connections die with streams in flight, in the middle of frames.
+// Later connections live until their client closes them, so that every retried request
+// succeeds in the end however slow the machine is.
+func killingProxy(t *testing.T, target string, maxKills int64) (addr string, kills *atomic.Int64) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -37,14 +39,26 @@ func killingProxy(t *testing.T, target string) (addr string, kills *atomic.Int64
 				continue
 			}
 			life := time.Duration(5+rand.IntN(35)) * time.Millisecond
+			kill := kills.Add(1) <= maxKills
+			if !kill {
+				kills.Add(-1)
+			}
 			wg.Go(func() {
+				if !kill {
+					// Until either side closes: the client's Close ends the first copy,
+					// which closes the upstream side and so ends the second.
+					go func() { io.Copy(u, c); u.Close() }()
+					io.Copy(c, u)
+					c.Close()
+					u.Close()
+					return
+				}
 				go io.Copy(u, c)
 				go io.Copy(c, u)
 				time.Sleep(life)
 				c.(*net.TCPConn).SetLinger(0) // a reset, not a clean close
 				c.Close()
 				u.Close()
-				kills.Add(1)
 			})
 		}
 	})
@@ -64,9 +78,10 @@ func TestConnectionKills(t *testing.T) {
 		time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
 		io.WriteString(w, r.URL.Path)
 	}), nil)
-	addr, kills := killingProxy(t, srv.Listener.Addr().String())
+	const total, inflight, maxKills = 2000, 128, 300
+	const tries = maxKills + 1 // each failed try is a connection killed under it
+	addr, kills := killingProxy(t, srv.Listener.Addr().String(), maxKills)
 	tr := &Transport{Dial: loopbackDial(t), MaxStreamsPerConn: 16}
-	const total, inflight, tries = 2000, 128, 20
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, inflight)
 	var failures, wrong, lost atomic.Int64
@@ -78,8 +93,8 @@ func TestConnectionKills(t *testing.T) {
 			defer func() { <-sem }()
 			path := "/r/" + strconv.Itoa(i)
 			for range tries {
-				var a h1.Attempt
-				a.Reset(time.Now().Add(2 * time.Second))
+				var a attempt.Attempt
+				a.Reset(time.Now().Add(10 * time.Second))
 				req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
 				var calls atomic.Int64
 				ch := make(chan result, 2)
@@ -94,7 +109,7 @@ func TestConnectionKills(t *testing.T) {
 				var r result
 				select {
 				case r = <-ch:
-				case <-time.After(5 * time.Second):
+				case <-time.After(20 * time.Second): // past the deadline: a lost completion
 					lost.Add(1)
 					return
 				}

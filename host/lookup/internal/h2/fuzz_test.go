@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/attempt"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -74,7 +74,7 @@ func FuzzServerFrames(f *testing.F) {
 		const n = 3
 		done := make(chan struct{}, 2*n)
 		for range n {
-			var a h1.Attempt
+			var a attempt.Attempt
 			a.Reset(time.Now().Add(30 * time.Millisecond))
 			req, _ := http.NewRequest("GET", "http://127.0.0.1/x", nil)
 			tr.Start(req, &a, func(resp *http.Response, err error) {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/clink-wasm/clink-wasm/host/lookup/internal/h1"
+	"github.com/clink-wasm/clink-wasm/host/lookup/internal/attempt"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 )
@@ -68,14 +68,14 @@ type result struct {
 
 // do runs one exchange and waits for it.
 func do(tr *Transport, req *http.Request, deadline time.Duration) result {
-	var a h1.Attempt
+	var a attempt.Attempt
 	if deadline > 0 {
 		a.Reset(time.Now().Add(deadline))
 	}
 	return doAttempt(tr, req, &a)
 }
 
-func doAttempt(tr *Transport, req *http.Request, a *h1.Attempt) result {
+func doAttempt(tr *Transport, req *http.Request, a *attempt.Attempt) result {
 	ch := make(chan result, 1)
 	tr.Start(req, a, func(resp *http.Response, err error) {
 		var r result
@@ -144,7 +144,7 @@ func TestMultiplexing(t *testing.T) {
 		sem <- struct{}{}
 		wg.Add(1)
 		path := "/k/" + strconv.Itoa(i)
-		var a h1.Attempt
+		var a attempt.Attempt
 		a.Reset(time.Now().Add(10 * time.Second))
 		tr.Start(get(t, srv.URL, path), &a, func(resp *http.Response, err error) {
 			defer wg.Done()
@@ -247,7 +247,7 @@ func TestBodyTooLarge(t *testing.T) {
 	tr := &Transport{Dial: loopbackDial(t), MaxBodyBytes: 4096}
 	defer tr.Close()
 	for _, p := range []string{"/cl", "/stream"} {
-		if r := do(tr, get(t, srv.URL, p), 5*time.Second); !errors.Is(r.err, h1.ErrBodyTooLarge) {
+		if r := do(tr, get(t, srv.URL, p), 5*time.Second); !errors.Is(r.err, attempt.ErrBodyTooLarge) {
 			t.Fatalf("%s: got %v, want ErrBodyTooLarge", p, r.err)
 		}
 	}
@@ -282,17 +282,17 @@ func TestDeadlineAndCancel(t *testing.T) {
 	if !errors.Is(r.err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want DeadlineExceeded", r.err)
 	}
-	if el := time.Since(t0); el > 2*time.Second {
-		t.Fatalf("deadline took %v", el)
+	if el := time.Since(t0); el < 50*time.Millisecond { // a timer never fires early
+		t.Fatalf("deadline reported after %v, before it passed", el)
 	}
-	var a h1.Attempt
+	var a attempt.Attempt
 	a.Reset(time.Now().Add(5 * time.Second))
 	go func() { time.Sleep(20 * time.Millisecond); a.Cancel() }()
 	if r := doAttempt(tr, get(t, srv.URL, "/slow"), &a); !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("got %v, want Canceled", r.err)
 	}
 	// Cancelled before Start: fails at once.
-	var b h1.Attempt
+	var b attempt.Attempt
 	b.Cancel()
 	if r := doAttempt(tr, get(t, srv.URL, "/"), &b); !errors.Is(r.err, context.Canceled) {
 		t.Fatalf("got %v, want Canceled", r.err)
@@ -362,7 +362,7 @@ func TestClose(t *testing.T) {
 	tr := &Transport{Dial: loopbackDial(t)}
 	ch := make(chan error, 3)
 	for range 3 {
-		var a h1.Attempt
+		var a attempt.Attempt
 		tr.Start(get(t, srv.URL, "/"), &a, func(_ *http.Response, err error) { ch <- err })
 	}
 	time.Sleep(50 * time.Millisecond)
@@ -372,7 +372,7 @@ func TestClose(t *testing.T) {
 			t.Fatalf("got %v, want ErrClosed", err)
 		}
 	}
-	var a h1.Attempt
+	var a attempt.Attempt
 	tr.Start(get(t, srv.URL, "/"), &a, func(_ *http.Response, err error) { ch <- err })
 	if err := <-ch; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Start after Close: %v", err)
@@ -403,7 +403,7 @@ func TestGoAway(t *testing.T) {
 	base := "http://" + ln.Addr().String()
 	ch := make(chan result, 3)
 	for i := range 3 {
-		var a h1.Attempt
+		var a attempt.Attempt
 		a.Reset(time.Now().Add(5 * time.Second))
 		tr.Start(get(t, base, "/"+strconv.Itoa(i)), &a, func(resp *http.Response, err error) {
 			r := result{resp: resp, err: err}
@@ -568,6 +568,8 @@ func TestFullSocketBuffer(t *testing.T) {
 	}
 	defer ln.Close()
 	const n, size = 16, 512 << 10 // 8 MiB of request bodies
+	started := make(chan struct{})
+	var blocked atomic.Bool
 	go func() {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -586,7 +588,13 @@ func TestFullSocketBuffer(t *testing.T) {
 		fr.WriteWindowUpdate(0, 1<<31-1-65535)
 		nc.Write(out.Bytes())
 		out.Reset()
-		time.Sleep(300 * time.Millisecond) // the client's writes pile up meanwhile
+		// Not a byte is read until every Start has returned: the client's writes pile up
+		// meanwhile, so a Start that waited for the socket would never return.
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second): // a hang detector, not a speed check
+			blocked.Store(true)
+		}
 		got := map[uint32]int{}
 		var hb bytes.Buffer
 		enc := hpack.NewEncoder(&hb)
@@ -620,9 +628,8 @@ func TestFullSocketBuffer(t *testing.T) {
 	tr := newTransport(t)
 	base := "http://" + ln.Addr().String()
 	ch := make(chan result, n)
-	t0 := time.Now()
 	for range n {
-		var a h1.Attempt
+		var a attempt.Attempt
 		a.Reset(time.Now().Add(10 * time.Second))
 		req, _ := http.NewRequest("POST", base+"/", bytes.NewReader(bytes.Repeat([]byte("z"), size)))
 		tr.Start(req, &a, func(resp *http.Response, err error) {
@@ -633,20 +640,30 @@ func TestFullSocketBuffer(t *testing.T) {
 			ch <- r
 		})
 	}
-	if el := time.Since(t0); el > 200*time.Millisecond {
-		t.Errorf("Start blocked: %v for %d starts", el, n)
-	}
+	close(started)
 	for range n {
 		r := <-ch
 		if r.err != nil || string(r.body) != strconv.Itoa(size) {
 			t.Fatalf("got %v %q, want %d bytes received", r.err, r.body, size)
 		}
 	}
+	if blocked.Load() {
+		t.Fatal("Start blocked while the server was not reading")
+	}
 }
 
+// TestIdleConnTimeout waits for the idle connection's Close (a signal), not for a period.
 func TestIdleConnTimeout(t *testing.T) {
 	srv, conns := h2cServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }), nil)
-	tr := &Transport{Dial: loopbackDial(t), IdleConnTimeout: 50 * time.Millisecond}
+	closed := make(chan struct{}, 4)
+	dial := loopbackDial(t)
+	tr := &Transport{IdleConnTimeout: 250 * time.Millisecond, Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &closeSignalConn{Conn: c, closed: closed}, nil
+	}}
 	defer tr.Close()
 	for range 2 {
 		if r := do(tr, get(t, srv.URL, "/"), 5*time.Second); r.err != nil {
@@ -656,11 +673,27 @@ func TestIdleConnTimeout(t *testing.T) {
 	if n := conns.Load(); n != 1 {
 		t.Fatalf("%d connections, want 1", n)
 	}
-	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second): // a hang detector, not a speed check
+		t.Fatal("the idle connection was never closed")
+	}
 	if r := do(tr, get(t, srv.URL, "/"), 5*time.Second); r.err != nil {
 		t.Fatal(r.err)
 	}
 	if n := conns.Load(); n != 2 {
 		t.Fatalf("%d connections after an idle period, want 2 (the idle one closed)", n)
 	}
+}
+
+// closeSignalConn reports its first Close on closed.
+type closeSignalConn struct {
+	net.Conn
+	once   sync.Once
+	closed chan<- struct{}
+}
+
+func (c *closeSignalConn) Close() error {
+	c.once.Do(func() { c.closed <- struct{}{} })
+	return c.Conn.Close()
 }
