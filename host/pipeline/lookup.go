@@ -48,14 +48,13 @@ func openLookups(reg *lookup.Registry, tenant string, cfgs []lookup.EndpointConf
 			done(0, nil, abi.InvalidArgument)
 			return
 		}
-		req, err := lookup.ParseRequest(raw)
-		if err != nil {
-			done(0, nil, abi.LookupRefused)
-			return
-		}
-		eps[idx].Do(ctx, req, func(r lookup.Response) {
+		// DoRaw parses the guest's bytes itself, so a malformed request is counted and logged
+		// by the endpoint like any other refusal (naming its rule).
+		eps[idx].DoRaw(ctx, raw, func(r lookup.Response) {
 			if r.Err != nil {
-				done(0, nil, abi.Code(lookup.Kind(r.Err).ABICode()))
+				// The guest sees the code; the error keeps the endpoint's reason (for a refusal,
+				// the rule) for whoever reports the call.
+				done(0, nil, fmt.Errorf("%w: %w", abi.Code(lookup.Kind(r.Err).ABICode()), r.Err))
 				return
 			}
 			done(r.Status, r.Body, nil)

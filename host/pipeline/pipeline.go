@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/url"
 	"slices"
 	"strings"
@@ -157,7 +158,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if len(opts.Endpoints) > 0 {
 		reg := opts.Registry
 		if reg == nil {
-			reg = lookup.NewRegistry()
+			reg = lookup.NewRegistry(lookup.WithLogger(lookupLogger(opts.Log)))
 		}
 		fn, closeLookups, err := openLookups(reg, opts.Tenant, opts.Endpoints, mod.Manifest.Endpoints)
 		if err != nil {
@@ -498,4 +499,13 @@ func logTo(w io.Writer, describe func(int64) string) scheduler.LogFunc {
 		}
 		fmt.Fprintf(w, "[%s] %s: %s%s\n", op, level, msg, where)
 	}
+}
+
+// lookupLogger logs the endpoints' refusals (naming the rule) and breaker changes to the run's
+// log writer, beside the guest's own log lines.
+func lookupLogger(w io.Writer) *slog.Logger {
+	if w == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
