@@ -291,7 +291,7 @@ func (m *Module) checkExports(rep *Report) {
 		}
 	}
 	if _, ok := exports["_start"]; ok {
-		rep.problem("module is a WASI command (it exports _start); build it as a reactor (Go: -buildmode=c-shared)")
+		rep.problem("module is a WASI command (it exports _start); build it as a reactor (C: clang -mexec-model=reactor; Rust: crate-type cdylib, linking crt1-reactor.o; Go: -buildmode=c-shared; AssemblyScript: --exportStart _initialize; see docs/abi.md, \"Building a reactor\")")
 	}
 	mems := m.compiled.ExportedMemories()
 	if md, ok := mems[ExportMemory]; !ok {
