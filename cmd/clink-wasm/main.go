@@ -71,6 +71,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdInspect(ctx, args[1:], stdout, stderr)
 	case "manifest":
 		err = cmdManifest(args[1:], stdout, stderr)
+	case "dev":
+		err = cmdDev(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "clink-wasm", version())
 		return 0
