@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 	"slices"
 
@@ -77,11 +78,27 @@ func matching(ctx context.Context, cl *kgo.Client, c Config, re *regexp.Regexp) 
 	return out, nil
 }
 
-// brokersErr names the brokers in an unreachable error, which is what a user needs to fix it.
+// brokersErr adds what a user needs to fix a connection error: the brokers of an unreachable
+// cluster, or the likely cause of a connection the broker closed at once. (A real broker
+// answers bad credentials with SASL_AUTHENTICATION_FAILED, which classify knows; some, kfake
+// among them, just close the connection.)
 func brokersErr(c Config, err error) error {
-	if e, ok := errors.AsType[*Error](err); ok && errors.Is(e.Kind, ErrUnreachable) {
+	e, ok := errors.AsType[*Error](err)
+	if !ok {
+		return err
+	}
+	_, firstEOF := errors.AsType[*kgo.ErrFirstReadEOF](e.Err)
+	switch {
+	case e.Kind == nil && c.SASL != nil && (firstEOF || errors.Is(e.Err, io.EOF)):
+		e.Kind, e.Retryable = ErrAuthentication, false
+		e.Err = fmt.Errorf("the broker closed the connection after SASL %s authentication (wrong credentials or mechanism?): %w",
+			c.SASL.Mechanism, e.Err)
+	case e.Kind == nil && firstEOF:
+		e.Kind, e.Retryable = ErrAuthentication, false
+		e.Err = fmt.Errorf("the broker closed the connection at once (does it require TLS or SASL?): %w", e.Err)
+	case errors.Is(e.Kind, ErrUnreachable):
 		e.Err = fmt.Errorf("no answer from %v within %v (is the cluster running? check brokers): %w",
 			slices.Clone(c.Brokers), c.requestTimeout(), e.Err)
 	}
-	return err
+	return e
 }
