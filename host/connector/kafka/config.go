@@ -142,6 +142,9 @@ func (c Config) clientOpts() ([]kgo.Opt, error) {
 		kgo.RetryTimeout(rt),
 		kgo.RequestTimeoutOverhead(rt / 3),
 		kgo.DialTimeout(min(rt, 10*time.Second)),
+		// No KIP-714 telemetry push to the brokers: the pipeline exports its own metrics,
+		// and a client closing with its network gone would wait a second for the push.
+		kgo.DisableClientMetrics(),
 	}
 	if c.ClientID != "" {
 		opts = append(opts, kgo.ClientID(c.ClientID))
