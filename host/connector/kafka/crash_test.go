@@ -383,6 +383,7 @@ func TestBrokerGoesAway(t *testing.T) {
 		if !errors.Is(err, ErrUnreachable) || !IsRetryable(err) {
 			t.Fatalf("run into a lasting outage: %v, want a retryable ErrUnreachable", err)
 		}
+		j.sinkCfg = func(c Config) SinkConfig { return SinkConfig{Config: c, Topic: "out"} }
 		if err := j.run(t, nil, 0, nil); err != nil {
 			t.Fatal(err)
 		}
