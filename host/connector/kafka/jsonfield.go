@@ -4,48 +4,119 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
-// topField returns the raw JSON value of the top-level field name of the JSON object obj.
-// Like encoding/json decoding into a map, the last of duplicate names wins. It walks tokens
-// instead of building a map.
+// topField returns the raw JSON value of the top-level field name of obj, which must be valid
+// JSON (the source checks json.Valid first). Like encoding/json decoding into a map, the last
+// of duplicate names wins. It scans bytes instead of decoding: the source runs it on every
+// record.
 func topField(obj []byte, name string) (json.RawMessage, bool, error) {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, false, err
-	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
 		return nil, false, errors.New("not a JSON object")
 	}
+	i++
 	var (
 		found json.RawMessage
 		ok    bool
 	)
-	for dec.More() {
-		kt, err := dec.Token()
-		if err != nil {
-			return nil, false, err
+	for {
+		i = skipSpace(obj, i)
+		if i >= len(obj) {
+			return nil, false, errors.New("truncated JSON object")
 		}
-		k, _ := kt.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, false, err
+		if obj[i] == '}' {
+			return found, ok, nil
 		}
-		if k == name {
-			found, ok = v, true
+		if obj[i] == ',' {
+			i = skipSpace(obj, i+1)
+		}
+		ks := i
+		i = skipString(obj, i)
+		key := obj[ks:i]
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] != ':' {
+			return nil, false, errors.New("malformed JSON object")
+		}
+		i = skipSpace(obj, i+1)
+		vs := i
+		i = skipValue(obj, i)
+		if keyIs(key, name) {
+			found, ok = obj[vs:i], true
 		}
 	}
-	if _, err := dec.Token(); err != nil { // the closing brace
-		return nil, false, err
+}
+
+// keyIs reports whether the quoted JSON string key decodes to name.
+func keyIs(key []byte, name string) bool {
+	if len(key) < 2 {
+		return false
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, false, errors.New("data after the JSON object")
+	if bytes.IndexByte(key, '\\') < 0 && utf8.Valid(key) {
+		return string(key[1:len(key)-1]) == name
 	}
-	return found, ok, nil
+	var s string
+	return json.Unmarshal(key, &s) == nil && s == name
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] (a quote).
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// skipValue returns the index after the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
 }
 
 // keyBytes turns a JSON field value into key bytes: strings unquoted, numbers and booleans
@@ -54,6 +125,8 @@ func keyBytes(raw json.RawMessage) ([]byte, error) {
 	switch {
 	case len(raw) == 0:
 		return nil, errors.New("empty value")
+	case raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw):
+		return raw[1 : len(raw)-1], nil
 	case raw[0] == '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {

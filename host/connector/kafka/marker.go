@@ -131,4 +131,3 @@ func scanMarkers(ctx context.Context, c Config, topic string, part int32, from, 
 	}
 	return last, found, nil
 }
-

@@ -168,9 +168,9 @@ type Sink struct {
 
 	mu struct {
 		sync.Mutex
-		epoch    uint64 // the epoch Write writes to
-		pending  bool   // epoch-1 is pre-committed and not yet committed
-		err      error  // first asynchronous produce error; the sink is unusable after one
+		epoch   uint64 // the epoch Write writes to
+		pending bool   // epoch-1 is pre-committed and not yet committed
+		err     error  // first asynchronous produce error; the sink is unusable after one
 	}
 	cls [2]*kgo.Client // exactly once: slot clients; at least once: cls[0] only
 
