@@ -334,9 +334,17 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 			return p, err
 		}
 		rec := &kgo.Record{Topic: s.marker, Partition: int32(s.id.Subtask), Key: []byte(s.id.TransactionalID(0)), Value: val}
-		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
-			return p, brokersErr(s.sc.Config, classify("produce marker", err))
-		}
+		// Asynchronously, like the outputs: the Flush below sends it without waiting for
+		// the linger, and a failure fails PreCommit through s.mu.err.
+		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			if err != nil {
+				s.mu.Lock()
+				if s.mu.err == nil {
+					s.mu.err = brokersErr(s.sc.Config, classify("produce marker", err))
+				}
+				s.mu.Unlock()
+			}
+		})
 		pid, pepoch, err := cl.ProducerID(ctx)
 		if err != nil {
 			return p, brokersErr(s.sc.Config, classify("producer id", err))
