@@ -131,3 +131,30 @@ func newCluster(t testing.TB, opts ...kfake.Opt) Config {
 	t.Cleanup(c.Close)
 	return Config{Brokers: c.ListenAddrs(), RequestTimeout: Duration(10 * time.Second)}
 }
+
+// TestSpecBlocks decodes the README's source and sink blocks (in JSON) into the connector's
+// configuration, and validates them.
+func TestSpecBlocks(t *testing.T) {
+	var src SourceConfig
+	if err := json.Unmarshal([]byte(`{"brokers":["127.0.0.1:9092"],"topics":["events"],"key_field":"user",
+		"time_field":"ts","max_out_of_orderness":"5s","idle_timeout":"30s","group":"counter"}`), &src); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if src.Brokers[0] != "127.0.0.1:9092" || src.KeyField != "user" || time.Duration(src.MaxOutOfOrder) != 5*time.Second || time.Duration(src.IdleTimeout) != 30*time.Second {
+		t.Fatalf("%+v", src)
+	}
+	var sink SinkConfig
+	if err := json.Unmarshal([]byte(`{"brokers":["127.0.0.1:9092"],"topic":"counts","mode":"exactly_once",
+		"sasl":{"mechanism":"SCRAM-SHA-256","username":"svc","password_env":"KAFKA_PASSWORD"},"tls":{"enabled":true,"ca_file":"ca.pem"}}`), &sink); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if sink.Topic != "counts" || sink.SASL.PasswordEnv != "KAFKA_PASSWORD" || !sink.TLS.Enabled || !sink.exactlyOnce() {
+		t.Fatalf("%+v", sink)
+	}
+}

@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -99,6 +101,8 @@ func classify(op string, err error) error {
 		case kerr.ProducerFenced.Code, kerr.InvalidProducerEpoch.Code, kerr.TransactionalIDNotFound.Code:
 			e.Kind, e.Retryable = ErrFenced, false
 		}
+	case isTLSFailure(err):
+		e.Kind = ErrAuthentication
 	case isUnreachable(err):
 		e.Kind, e.Retryable = ErrUnreachable, true
 	case errors.Is(err, context.DeadlineExceeded):
@@ -120,4 +124,23 @@ func isUnreachable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// isTLSFailure reports a TLS handshake that failed on certificates or on a peer that does not
+// speak TLS: a configuration problem, not an outage.
+func isTLSFailure(err error) bool {
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[tls.RecordHeaderError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.UnknownAuthorityError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[x509.HostnameError](err); ok {
+		return true
+	}
+	_, ok := errors.AsType[x509.CertificateInvalidError](err)
+	return ok
 }
