@@ -313,15 +313,26 @@ func (s *Source) Poll(ctx context.Context, wait time.Duration, max int) ([]Recor
 	out := make([]Record, 0, fs.NumRecords())
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fs.EachRecord(func(r *kgo.Record) {
-		sp := Split{r.Topic, r.Partition}
-		rec := Record{Split: sp, Offset: r.Offset, Key: r.Key, Value: r.Value, Time: r.Timestamp.UnixMilli()}
-		s.decode(&rec)
-		if rec.Err == nil {
-			s.wm.Observe(sp, rec.Time, now)
+	// Per partition, not per record: one position update and one watermark update for each
+	// partition's run of records.
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
 		}
-		s.pos[sp] = r.Offset + 1
-		out = append(out, rec)
+		sp := Split{p.Topic, p.Partition}
+		maxTime, seen := int64(0), false
+		for _, r := range p.Records {
+			rec := Record{Split: sp, Offset: r.Offset, Key: r.Key, Value: r.Value, Time: r.Timestamp.UnixMilli()}
+			s.decode(&rec)
+			if rec.Err == nil && (!seen || rec.Time > maxTime) {
+				maxTime, seen = rec.Time, true
+			}
+			out = append(out, rec)
+		}
+		if seen {
+			s.wm.Observe(sp, maxTime, now)
+		}
+		s.pos[sp] = p.Records[len(p.Records)-1].Offset + 1
 	})
 	return out, nil
 }
