@@ -1,6 +1,7 @@
 package kafka
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // This file drives the connector through the checkpoint protocol of the pipeline runtime
@@ -279,6 +282,59 @@ func (j *job) verify(t testing.TB) {
 	}
 	if !maps.Equal(next, model) || !maps.Equal(j.st.latest.Counts, model) {
 		t.Fatalf("outputs per key %v, final state %v, model %v", next, j.st.latest.Counts, model)
+	}
+	// The group's offsets, committed inside the transactions, are the last manifest's.
+	admc, err := kgo.NewClient(kgo.SeedBrokers(j.c.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admc.Close()
+	offs, err := kadm.NewClient(admc).FetchOffsets(context.Background(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sp, want := range j.st.latest.Positions {
+		if o, ok := offs.Lookup(sp.Topic, sp.Partition); !ok || o.At != want {
+			t.Fatalf("group offset of %v: %+v (%v), manifest has %d", sp, o, ok, want)
+		}
+	}
+}
+
+// TestRecoverRefuses: a marker of epoch n without a pending manifest is ErrInvariant; a
+// committed epoch whose other transaction was aborted meanwhile (as the transaction timeout
+// would) is ErrPartialCommit, not a silent choice.
+func TestRecoverRefuses(t *testing.T) {
+	j := newJob(t, 2, 80, 1, 20)
+	if err := j.run(t, &crashPoint{epoch: 2, point: "before-manifest"}, 0, nil); !errors.Is(err, errCrash) {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, err := Recover(ctx, RecoverInput{Sink: j.sinkCfg(j.c), Job: "job", SinkName: "out", Parallelism: 1, LastCommitted: 1})
+	if !errors.Is(err, ErrInvariant) {
+		t.Fatalf("marker without pending manifest: %v, want ErrInvariant", err)
+	}
+
+	j = newJob(t, 2, 80, 2, 20)
+	if err := j.run(t, &crashPoint{epoch: 2, point: "between-sinks"}, 0, nil); !errors.Is(err, errCrash) {
+		t.Fatal(err)
+	}
+	admc, err := kgo.NewClient(kgo.SeedBrokers(j.c.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admc.Close()
+	p := j.st.pending[2]
+	for _, pr := range p.prepared {
+		if pr.Subtask == 1 {
+			if err := fence(ctx, admc, j.sinkCfg(j.c), pr.TransactionalID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	_, err = Recover(ctx, RecoverInput{Sink: j.sinkCfg(j.c), Job: "job", SinkName: "out", Parallelism: 2, LastCommitted: 1,
+		Pending: &PendingEpoch{Epoch: 2, Manifest: p.name, Prepared: p.prepared}})
+	if !errors.Is(err, ErrPartialCommit) {
+		t.Fatalf("one of two transactions aborted: %v, want ErrPartialCommit", err)
 	}
 }
 

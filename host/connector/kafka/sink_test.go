@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 func writeN(t testing.TB, ctx context.Context, s *Sink, epoch uint64, n int) {
@@ -164,5 +167,46 @@ func TestSinkAtLeastOnce(t *testing.T) {
 	}
 	if got := len(readTopic(t, c, "out", true)); got != 10 {
 		t.Fatalf("%d records, want 4 + 3 + 3 duplicated", got)
+	}
+}
+
+// TestSinkAuthorization: a principal that may write the topics but not use the sink's
+// transactional IDs gets ErrAuthorization from NewSink; with a prefixed ACL on "clink.j." the
+// same sink commits.
+func TestSinkAuthorization(t *testing.T) {
+	topicACL := func(name string, op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+	}
+	acls := []kfake.ACL{topicACL("out", kmsg.ACLOperationWrite), topicACL("out", kmsg.ACLOperationDescribe),
+		topicACL("markers", kmsg.ACLOperationWrite), topicACL("markers", kmsg.ACLOperationDescribe), topicACL("markers", kmsg.ACLOperationRead)}
+	withTxn := append(slices.Clone(acls),
+		kfake.ACL{Resource: kmsg.ACLResourceTypeTransactionalId, Name: "clink.j.", Pattern: kmsg.ACLResourcePatternTypePrefixed, Operation: kmsg.ACLOperationWrite, Allow: true},
+		kfake.ACL{Resource: kmsg.ACLResourceTypeTransactionalId, Name: "clink.j.", Pattern: kmsg.ACLResourcePatternTypePrefixed, Operation: kmsg.ACLOperationDescribe, Allow: true})
+	cl := kfake.MustCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "out", "markers"), kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser("PLAIN", "admin", "admin"),
+		kfake.User("PLAIN", "bob", "pw", acls...),
+		kfake.User("PLAIN", "carol", "pw", withTxn...))
+	t.Cleanup(cl.Close)
+	cfg := func(user string) SinkConfig {
+		return SinkConfig{Topic: "out", MarkerTopic: "markers", Config: Config{Brokers: cl.ListenAddrs(), RequestTimeout: Duration(5 * time.Second),
+			SASL: &SASLConfig{Mechanism: "PLAIN", Username: user, PasswordEnv: "PW"},
+			env:  func(string) (string, bool) { return "pw", true }}}
+	}
+	ctx := context.Background()
+	id := Identity{Job: "j", Sink: "s"}
+	if _, err := NewSink(ctx, cfg("bob"), id, 1); !errors.Is(err, ErrAuthorization) || IsRetryable(err) {
+		t.Fatalf("bob: %v, want a permanent ErrAuthorization", err)
+	}
+	s, err := NewSink(ctx, cfg("carol"), id, 1)
+	if err != nil {
+		t.Fatalf("carol: %v", err)
+	}
+	defer s.Close()
+	writeN(t, ctx, s, 1, 3)
+	if _, err := s.PreCommit(ctx, Marker{Epoch: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, 1); err != nil {
+		t.Fatal(err)
 	}
 }
