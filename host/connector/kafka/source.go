@@ -117,13 +117,14 @@ type Record struct {
 type Source struct {
 	cfg SourceConfig
 	re  *regexp.Regexp
-	cl  *kgo.Client // the consumer, after Open
-	adm *kgo.Client // metadata and offsets
+	cl     *kgo.Client // the consumer, made with the first splits
+	adm    *kgo.Client // metadata and offsets
+	opened bool
 
 	mu  sync.Mutex
 	pos Positions // next offset per assigned split; INVARIANT: covers every assigned split
+	wm  *Watermarks // guarded by mu too: Positions and Watermark may run beside Poll
 
-	wm  *Watermarks
 	now func() time.Time
 }
 
@@ -173,22 +174,44 @@ func (s *Source) Splits(ctx context.Context) ([]Split, error) {
 // path); any other starts as StartFrom says, resolved to a concrete offset now, so that
 // Positions is exact from the first checkpoint on.
 func (s *Source) Open(ctx context.Context, splits []Split, from Positions) error {
-	if s.cl != nil {
+	if s.opened {
 		return errors.New("kafka source: Open called twice")
+	}
+	s.opened = true
+	s.mu.Lock()
+	s.pos = Positions{}
+	s.mu.Unlock()
+	return s.AddSplits(ctx, splits, from)
+}
+
+// AddSplits starts reading more splits (a partition assigned to this subtask, or one that
+// appeared under the pattern), each from its position in from or as StartFrom says.
+func (s *Source) AddSplits(ctx context.Context, splits []Split, from Positions) error {
+	if !s.opened {
+		return errors.New("kafka source: AddSplits before Open")
 	}
 	pos := make(Positions, len(splits))
 	var missing []Split
+	s.mu.Lock()
 	for _, sp := range splits {
+		if _, dup := s.pos[sp]; dup {
+			s.mu.Unlock()
+			return fmt.Errorf("kafka source: split %v is already being read", sp)
+		}
 		if off, ok := from[sp]; ok {
 			pos[sp] = off
 		} else {
 			missing = append(missing, sp)
 		}
 	}
+	s.mu.Unlock()
 	if len(missing) > 0 {
 		if err := s.resolveStart(ctx, missing, pos); err != nil {
 			return err
 		}
+	}
+	if len(pos) == 0 {
+		return nil
 	}
 	parts := map[string]map[int32]kgo.Offset{}
 	for sp, off := range pos {
@@ -197,32 +220,59 @@ func (s *Source) Open(ctx context.Context, splits []Split, from Positions) error
 		}
 		parts[sp.Topic][sp.Partition] = kgo.NewOffset().At(off)
 	}
-	fetchMax := s.cfg.FetchMaxBytes
-	if fetchMax == 0 {
-		fetchMax = 16 << 20
-	}
-	opts := []kgo.Opt{
-		kgo.ConsumePartitions(parts),
-		kgo.FetchMaxBytes(fetchMax),
-		kgo.FetchMaxPartitionBytes(min(fetchMax, 1<<20)),
-		kgo.BrokerMaxReadBytes(max(fetchMax*2, 100<<20)),
-	}
-	if !s.cfg.ReadUncommitted {
-		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	}
-	cl, err := s.cfg.newClient(opts...)
-	if err != nil {
-		return err
+	if s.cl == nil {
+		// A direct consumer only exists if it starts with partitions; so the client is made
+		// with the first splits.
+		fetchMax := s.cfg.FetchMaxBytes
+		if fetchMax == 0 {
+			fetchMax = 16 << 20
+		}
+		opts := []kgo.Opt{
+			kgo.ConsumePartitions(parts),
+			kgo.FetchMaxBytes(fetchMax),
+			kgo.FetchMaxPartitionBytes(min(fetchMax, 1<<20)),
+			kgo.BrokerMaxReadBytes(max(fetchMax*2, 100<<20)),
+		}
+		if !s.cfg.ReadUncommitted {
+			opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		}
+		cl, err := s.cfg.newClient(opts...)
+		if err != nil {
+			return err
+		}
+		s.cl = cl
+	} else {
+		s.cl.AddConsumePartitions(parts)
 	}
 	now := s.now()
-	for sp := range pos {
-		s.wm.Add(sp, now)
-	}
 	s.mu.Lock()
-	s.pos = pos
-	s.mu.Unlock()
-	s.cl = cl
+	defer s.mu.Unlock()
+	for sp, off := range pos {
+		s.wm.Add(sp, now)
+		s.pos[sp] = off
+	}
 	return nil
+}
+
+// RemoveSplits stops reading splits (revoked from this subtask) and returns their
+// positions: everything before them has been returned by Poll, nothing after.
+func (s *Source) RemoveSplits(splits []Split) Positions {
+	out := Positions{}
+	rm := map[string][]int32{}
+	s.mu.Lock()
+	for _, sp := range splits {
+		if off, ok := s.pos[sp]; ok {
+			out[sp] = off
+			delete(s.pos, sp)
+			s.wm.Remove(sp)
+			rm[sp.Topic] = append(rm[sp.Topic], sp.Partition)
+		}
+	}
+	s.mu.Unlock()
+	if s.cl != nil && len(rm) > 0 {
+		s.cl.RemoveConsumePartitions(rm)
+	}
+	return out
 }
 
 func (s *Source) resolveStart(ctx context.Context, splits []Split, pos Positions) error {
@@ -291,8 +341,18 @@ func (s *Source) resolveStart(ctx context.Context, splits []Split, pos Positions
 // gets control back to advance idle watermarks). It returns at most max records. A fetch
 // error is classified; a cancelled ctx returns its error.
 func (s *Source) Poll(ctx context.Context, wait time.Duration, max int) ([]Record, error) {
-	if s.cl == nil {
+	if !s.opened {
 		return nil, errors.New("kafka source: Poll before Open")
+	}
+	if s.cl == nil { // no split yet
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+			return nil, nil
+		}
 	}
 	pctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
@@ -320,6 +380,9 @@ func (s *Source) Poll(ctx context.Context, wait time.Duration, max int) ([]Recor
 			return
 		}
 		sp := Split{p.Topic, p.Partition}
+		if _, ok := s.pos[sp]; !ok {
+			return // fetched before RemoveSplits: no longer ours
+		}
 		maxTime, seen := int64(0), false
 		for _, r := range p.Records {
 			rec := Record{Split: sp, Offset: r.Offset, Key: r.Key, Value: r.Value, Time: r.Timestamp.UnixMilli()}
@@ -382,10 +445,18 @@ func (s *Source) Positions() Positions {
 
 // Watermark returns the source's watermark (epoch ms, or NoWatermark) and whether all its
 // splits are idle.
-func (s *Source) Watermark() (int64, bool) { return s.wm.Current(s.now()) }
+func (s *Source) Watermark() (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wm.Current(s.now())
+}
 
 // SplitWatermark returns the watermark of one split.
-func (s *Source) SplitWatermark(sp Split) int64 { return s.wm.Split(sp) }
+func (s *Source) SplitWatermark(sp Split) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.wm.Split(sp)
+}
 
 // Close stops reading.
 func (s *Source) Close() {

@@ -263,3 +263,59 @@ func TestAssign(t *testing.T) {
 		}
 	}
 }
+
+// TestSourceAddRemoveSplits: a subtask that starts with no split gets one, then a second;
+// the first is revoked and handed over with its position to another source, which reads
+// exactly the rest of it. Nothing is read twice or lost.
+func TestSourceAddRemoveSplits(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(2, "in"))
+	byPart := produce(t, c, "in", 100)
+	ctx := context.Background()
+	p0, p1 := Split{"in", 0}, Split{"in", 1}
+	a, _ := NewSource(SourceConfig{Config: c, Topics: []string{"in"}})
+	defer a.Close()
+	if err := a.Open(ctx, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if recs, err := a.Poll(ctx, 10*time.Millisecond, 10); err != nil || len(recs) != 0 {
+		t.Fatalf("no split: %v %v", recs, err)
+	}
+	if err := a.AddSplits(ctx, []Split{p0}, nil); err != nil {
+		t.Fatal(err)
+	}
+	n0 := len(byPart[p0])
+	got := map[int]bool{}
+	for _, r := range drain(t, a, n0/2) {
+		got[index(t, r)] = true
+	}
+	if err := a.AddSplits(ctx, []Split{p1}, Positions{p1: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AddSplits(ctx, []Split{p1}, nil); err == nil {
+		t.Fatal("a split added twice")
+	}
+	handed := a.RemoveSplits([]Split{p0})
+	if handed[p0] != int64(n0/2) {
+		t.Fatalf("handed over %v, want %d", handed, n0/2)
+	}
+	for _, r := range drain(t, a, len(byPart[p1])) {
+		if r.Split != p1 {
+			t.Fatalf("a record of the revoked split: %v@%d", r.Split, r.Offset)
+		}
+		got[index(t, r)] = true
+	}
+	b, _ := NewSource(SourceConfig{Config: c, Topics: []string{"in"}})
+	defer b.Close()
+	if err := b.Open(ctx, []Split{p0}, handed); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range drain(t, b, n0-n0/2) {
+		if got[index(t, r)] {
+			t.Fatalf("record %d read twice", index(t, r))
+		}
+		got[index(t, r)] = true
+	}
+	if len(got) != 100 {
+		t.Fatalf("%d distinct records", len(got))
+	}
+}
