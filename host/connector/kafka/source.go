@@ -115,14 +115,14 @@ type Record struct {
 // forwards. It is not safe for concurrent use except Positions, which may be called from
 // the checkpoint path while Poll runs.
 type Source struct {
-	cfg SourceConfig
-	re  *regexp.Regexp
+	cfg    SourceConfig
+	re     *regexp.Regexp
 	cl     *kgo.Client // the consumer, made with the first splits
 	adm    *kgo.Client // metadata and offsets
 	opened bool
 
 	mu  sync.Mutex
-	pos Positions // next offset per assigned split; INVARIANT: covers every assigned split
+	pos Positions   // next offset per assigned split; INVARIANT: covers every assigned split
 	wm  *Watermarks // guarded by mu too: Positions and Watermark may run beside Poll
 
 	now func() time.Time
