@@ -181,7 +181,7 @@ func resumeCommit(ctx context.Context, admin *kgo.Client, c Config, p Prepared) 
 	}
 	req := kmsg.NewPtrEndTxnRequest()
 	req.TransactionalID, req.ProducerID, req.ProducerEpoch, req.Commit = p.TransactionalID, p.ProducerID, p.ProducerEpoch, true
-	return retryConcurrent(ctx, c, "resume commit "+p.TransactionalID, func(ctx context.Context) (int16, error) {
+	return retryRequest(ctx, c, "resume commit "+p.TransactionalID, func(ctx context.Context) (int16, error) {
 		resp, err := req.RequestWith(ctx, admin)
 		if err != nil {
 			return 0, err
@@ -197,7 +197,7 @@ func fence(ctx context.Context, admin *kgo.Client, sc SinkConfig, txnID string) 
 	req.TransactionalID = &txnID
 	req.TransactionTimeoutMillis = int32(sc.txnTimeout().Milliseconds())
 	req.ProducerID, req.ProducerEpoch = -1, -1
-	return retryConcurrent(ctx, sc.Config, "fence "+txnID, func(ctx context.Context) (int16, error) {
+	return retryRequest(ctx, sc.Config, "fence "+txnID, func(ctx context.Context) (int16, error) {
 		resp, err := req.RequestWith(ctx, admin)
 		if err != nil {
 			return 0, err
@@ -206,10 +206,14 @@ func fence(ctx context.Context, admin *kgo.Client, sc SinkConfig, txnID string) 
 	})
 }
 
-// retryConcurrent runs a transaction-coordinator request until it is not answered with a
-// retryable error (CONCURRENT_TRANSACTIONS while the coordinator completes an earlier
-// commit or abort, COORDINATOR_LOAD_IN_PROGRESS, ...), within the request timeout.
-func retryConcurrent(ctx context.Context, c Config, op string, do func(context.Context) (int16, error)) error {
+// retryRequest runs a raw request until it is answered without a retryable error
+// (CONCURRENT_TRANSACTIONS while the coordinator completes an earlier commit or abort,
+// COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR, ...) or a transport error (the broker is
+// away), within the request timeout. franz-go retries its own requests; a raw request
+// issued with RequestWith fails at the first dial error, so without this a broker that is
+// away for a moment would fail a pre-commit that the producer itself rides out. Every
+// request issued through here is safe to repeat.
+func retryRequest(ctx context.Context, c Config, op string, do func(context.Context) (int16, error)) error {
 	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout())
 	defer cancel()
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
@@ -220,7 +224,9 @@ func retryConcurrent(ctx context.Context, c Config, op string, do func(context.C
 		if err == nil {
 			return nil
 		}
-		if !kerr.IsRetriable(err) || ctx.Err() != nil {
+		_, isKafka := errors.AsType[*kerr.Error](err)
+		retry := kerr.IsRetriable(err) || (!isKafka && !errors.Is(err, kgo.ErrClientClosed))
+		if !retry || ctx.Err() != nil {
 			return brokersErr(c, classify(op, err))
 		}
 		select {

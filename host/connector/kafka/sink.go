@@ -430,12 +430,14 @@ func (s *Sink) txnCommitOffsets(ctx context.Context, cl *kgo.Client, txnID strin
 	}
 	add := kmsg.NewPtrAddOffsetsToTxnRequest()
 	add.TransactionalID, add.ProducerID, add.ProducerEpoch, add.Group = txnID, pid, epoch, group
-	aresp, err := add.RequestWith(ctx, cl)
-	if err == nil {
-		err = kerr.ErrorForCode(aresp.ErrorCode)
-	}
-	if err != nil {
-		return classify("add offsets to transaction", err)
+	if err := retryRequest(ctx, s.sc.Config, "add offsets to transaction", func(ctx context.Context) (int16, error) {
+		resp, err := add.RequestWith(ctx, cl)
+		if err != nil {
+			return 0, err
+		}
+		return resp.ErrorCode, nil
+	}); err != nil {
+		return err
 	}
 	req := kmsg.NewPtrTxnOffsetCommitRequest()
 	req.TransactionalID, req.Group, req.ProducerID, req.ProducerEpoch = txnID, group, pid, epoch
@@ -456,18 +458,20 @@ func (s *Sink) txnCommitOffsets(ctx context.Context, cl *kgo.Client, txnID strin
 	for _, t := range byTopic {
 		req.Topics = append(req.Topics, *t)
 	}
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return classify("commit offsets in transaction", err)
-	}
-	for _, t := range resp.Topics {
-		for _, p := range t.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				return classify("commit offsets in transaction", fmt.Errorf("%s/%d: %w", t.Topic, p.Partition, err))
+	return retryRequest(ctx, s.sc.Config, "commit offsets in transaction", func(ctx context.Context) (int16, error) {
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return 0, err
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 {
+					return p.ErrorCode, nil
+				}
 			}
 		}
-	}
-	return nil
+		return 0, nil
+	})
 }
 
 // topicIDs returns the IDs of the offsets' topics (TxnOffsetCommit v6 names topics by ID),
