@@ -53,6 +53,7 @@ wasm-check:
 FUZZ_TARGETS := \
 	./host/abi:FuzzImports \
 	./host/pipeline:FuzzTopLevelField \
+	./host/connector/kafka:FuzzTopField \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
@@ -75,6 +76,7 @@ fuzz:
 soak:
 	CLINK_SOAK=1 $(GO) test -race -count=1 -run 'TestProperties' -timeout 60m ./host/scheduler/
 	CLINK_STATE_SOAK=1 AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 -run 'TestCrashRecovery' -timeout 60m ./host/state/
+	CLINK_KAFKA_SOAK=100 $(GO) test -race -count=1 -run 'TestCrashSoak' -timeout 60m ./host/connector/kafka/
 
 s3-up:
 	@scripts/s3-up.sh
