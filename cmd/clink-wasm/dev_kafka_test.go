@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -113,4 +115,18 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestDevKafkaPortInUse: a taken port is exit status 1 with a message that says what to do.
+func TestDevKafkaPortInUse(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+	var out, errb bytes.Buffer
+	if code := run(context.Background(), []string{"dev", "kafka", "--port", port}, nil, &out, &errb); code != 1 || !strings.Contains(errb.String(), "try --port") {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
 }

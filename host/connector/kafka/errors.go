@@ -25,6 +25,10 @@ var (
 	// ErrAuthorization: the principal lacks an ACL for a topic, group, transactional ID or
 	// the cluster. Permanent.
 	ErrAuthorization = errors.New("kafka authorization failed")
+	// ErrPositionLost: a restored position lies outside its partition's log (retention
+	// deleted the records after it, or the topic was recreated): reading on would skip or
+	// invent records. Permanent.
+	ErrPositionLost = errors.New("kafka source position is outside the partition's log")
 	// ErrFenced: another producer with the same transactional ID took over (a newer
 	// instance of this subtask). Permanent for this instance: it must stop.
 	ErrFenced = errors.New("kafka producer fenced by a newer instance")

@@ -205,6 +205,11 @@ func (s *Source) AddSplits(ctx context.Context, splits []Split, from Positions) 
 		}
 	}
 	s.mu.Unlock()
+	if len(pos) > 0 {
+		if err := s.checkPositions(ctx, pos); err != nil {
+			return err
+		}
+	}
 	if len(missing) > 0 {
 		if err := s.resolveStart(ctx, missing, pos); err != nil {
 			return err
@@ -273,6 +278,48 @@ func (s *Source) RemoveSplits(splits []Split) Positions {
 		s.cl.RemoveConsumePartitions(rm)
 	}
 	return out
+}
+
+// checkPositions makes sure every restored position lies within its partition's log, from
+// the log start to the high watermark, instead of letting the consumer reset silently.
+func (s *Source) checkPositions(ctx context.Context, pos Positions) error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout())
+	defer cancel()
+	topics := slices.Compact(slices.Sorted(func(yield func(string) bool) {
+		for sp := range pos {
+			if !yield(sp.Topic) {
+				return
+			}
+		}
+	}))
+	adm := kadm.NewClient(s.adm)
+	starts, err := adm.ListStartOffsets(ctx, topics...)
+	if err == nil {
+		err = starts.Error()
+	}
+	var ends kadm.ListedOffsets
+	if err == nil {
+		ends, err = adm.ListEndOffsets(ctx, topics...)
+	}
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return brokersErr(s.cfg.Config, classify("list offsets", err))
+	}
+	for sp, off := range pos {
+		lo, ok1 := starts.Lookup(sp.Topic, sp.Partition)
+		hi, ok2 := ends.Lookup(sp.Topic, sp.Partition)
+		if !ok1 || !ok2 {
+			return &Error{Op: "open", Kind: ErrMissingTopic, Err: fmt.Errorf("partition %v of the checkpoint", sp)}
+		}
+		if off < lo.Offset || off > hi.Offset {
+			return &Error{Op: "open", Kind: ErrPositionLost, Err: fmt.Errorf(
+				"%v: the checkpoint's position %d is outside the log [%d, %d] (retention deleted records the checkpoint had not read, or the topic was recreated)",
+				sp, off, lo.Offset, hi.Offset)}
+		}
+	}
+	return nil
 }
 
 func (s *Source) resolveStart(ctx context.Context, splits []Split, pos Positions) error {

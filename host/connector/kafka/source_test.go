@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -317,5 +318,23 @@ func TestSourceAddRemoveSplits(t *testing.T) {
 	}
 	if len(got) != 100 {
 		t.Fatalf("%d distinct records", len(got))
+	}
+}
+
+// TestSourcePositionLost: a restored position beyond the partition's end (the topic was
+// recreated) is ErrPositionLost, not a silent reset.
+func TestSourcePositionLost(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(1, "in"))
+	produce(t, c, "in", 5)
+	s, _ := NewSource(SourceConfig{Config: c, Topics: []string{"in"}})
+	defer s.Close()
+	err := s.Open(context.Background(), []Split{{"in", 0}}, Positions{{"in", 0}: 50})
+	if !errors.Is(err, ErrPositionLost) || IsRetryable(err) {
+		t.Fatalf("got %v, want a permanent ErrPositionLost", err)
+	}
+	ok, _ := NewSource(SourceConfig{Config: c, Topics: []string{"in"}})
+	defer ok.Close()
+	if err := ok.Open(context.Background(), []Split{{"in", 0}}, Positions{{"in", 0}: 5}); err != nil {
+		t.Fatalf("position at the end: %v", err)
 	}
 }
