@@ -66,6 +66,7 @@ FUZZ_TARGETS := \
 	./host/pipeline:FuzzSourceCSV \
 	./host/pipeline:FuzzIsJSONNumber \
 	./host/pipeline:FuzzParseSpec \
+	./host/connector/kafka:FuzzTopField \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
@@ -94,6 +95,7 @@ soak:
 	# Pipelines: 60 crash rounds (>= 60 SIGKILLs) of `run --pipeline`, one and two operators.
 	CLINK_SOAK=1 $(GO) test -count=1 -run 'TestPipelineCrash' -timeout 60m ./cmd/clink-wasm/
 	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestMemSoak' -timeout 30m -v ./host/scheduler/
+	CLINK_KAFKA_SOAK=100 $(GO) test -race -count=1 -run 'TestCrashSoak' -timeout 60m ./host/connector/kafka/
 
 s3-up:
 	@scripts/s3-up.sh

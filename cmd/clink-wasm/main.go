@@ -90,6 +90,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdTest(ctx, args[1:], stdout, stderr)
 	case "serve", "module", "tenant", "pipeline", "completion", "__complete", "__completeNoDesc":
 		return cobraMain(ctx, args, stdin, stdout, stderr)
+	case "dev":
+		err = cmdDev(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "clink-wasm", version())
 		return 0
