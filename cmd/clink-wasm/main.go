@@ -38,6 +38,8 @@ Usage:
   clink-wasm module push|ls|get|rm   tenant create|ls|quota   pipeline create|ls|get|rm|start|stop|savepoint
         client commands for a server (--server/CLINK_SERVER, --token/CLINK_TOKEN)
   clink-wasm completion bash|zsh|fish|powershell
+  clink-wasm dev kafka [--port N] [--topic NAME:PARTITIONS]...
+        run a Kafka cluster (kfake) on loopback to try Kafka pipelines on one machine
   clink-wasm version
 
 Run "clink-wasm COMMAND --help" for a command's flags.
