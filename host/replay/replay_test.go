@@ -342,3 +342,31 @@ func TestCases(t *testing.T) {
 		}
 	}
 }
+
+// The examples' counter, built with the AssemblyScript and the Go SDK (prefetched state, the
+// output area): either build reproduces the other's recording, and dedup does not.
+func TestReplayExamplesAcrossBuilds(t *testing.T) {
+	ex := "../../examples/wasm/"
+	in, err := os.ReadFile(ex + "counter/input.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) []byte {
+		b, err := os.ReadFile(ex + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	dir := filepath.Join(t.TempDir(), "rec")
+	if _, err := runPipeline(t, read("counter/counter-as.wasm"), string(in), nil, runOpts{dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if rep := replayWith(t, dir, read("counter/counter-go.wasm")); !rep.Identical() || rep.GotOutputs == 0 {
+		t.Fatalf("counter-go against counter-as's recording: %+v", rep)
+	}
+	rep := replayWith(t, dir, read("dedup/dedup-as.wasm"))
+	if rep.Identical() || rep.Differing != rep.Records || rep.Unrecorded != 0 {
+		t.Fatalf("dedup against counter's recording: differing %d of %d records, unrecorded %d", rep.Differing, rep.Records, rep.Unrecorded)
+	}
+}
