@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
@@ -103,7 +105,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func printReplay(w io.Writer, r *replay.Report) {
-	fmt.Fprintf(w, "replayed %s: %d records, %d watermarks\n", r.Dir, r.Records, r.Watermarks)
+	fmt.Fprintf(w, "replayed %s: %d record%s, %d watermark%s\n", r.Dir, r.Records, plural(int(r.Records)), r.Watermarks, plural(int(r.Watermarks)))
 	fmt.Fprintf(w, "  recorded with %s (sha256 %.12s), replayed with %s (sha256 %.12s)\n",
 		r.Recorded.Operator, r.Recorded.SHA256, r.Replayed.Operator, r.Replayed.SHA256)
 	fmt.Fprintf(w, "  outputs: %d recorded, %d replayed\n", r.ExpectedOutputs, r.GotOutputs)
@@ -115,7 +117,7 @@ func printReplay(w io.Writer, r *replay.Report) {
 		fmt.Fprintf(w, "the replayed module failed: %s\n", r.Error)
 	}
 	if r.Differing > 0 {
-		fmt.Fprintf(w, "%d record%s or timers differ", r.Differing, plural(int(r.Differing)))
+		fmt.Fprintf(w, "%d record%s or timer%s differ", r.Differing, plural(int(r.Differing)), plural(int(r.Differing)))
 		if n := int64(len(r.Diffs)); n < r.Differing {
 			fmt.Fprintf(w, " (the first %d shown; --max-details shows more)", n)
 		}
@@ -162,14 +164,15 @@ func printOutValues(w io.Writer, label string, vs []replay.OutValue) {
 	}
 }
 
-// showBytes prints text as it is (quoted if it has spaces or control bytes), bytes as hex.
+// showBytes prints text as it is (quoted when empty, or when it has spaces or control bytes
+// that would make the line ambiguous), other bytes as hex.
 func showBytes(b []byte) string {
 	if !utf8.Valid(b) {
 		return fmt.Sprintf("0x%x", b)
 	}
 	s := string(b)
-	if q := strconv.Quote(s); q[1:len(q)-1] != s || s == "" {
-		return q
+	if s == "" || strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) || (r == ' ' && s[0] != '{' && s[0] != '[') }) {
+		return strconv.Quote(s)
 	}
 	return s
 }
