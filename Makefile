@@ -8,14 +8,18 @@
 #   make wasm-check  fail if a committed fixture differs from its source build
 #   make fuzz    run each fuzz target for FUZZTIME (default 30s)
 #   make s3-up / s3-down   start/stop the loopback S3 server (versitygw) for manual runs
+#   make console-test  the web console in headless Chromium (Debian chromium + playwright-core)
 
 GO        ?= go
 FUZZTIME  ?= 30s
 BENCHTIME ?= 1x
 # Packages whose tests exercise concurrency; `make race` runs them with -race.
 RACE_PKGS := ./host/... ./internal/...
+# The guest SDK is its own module (guest-sdk/go/go.mod); ./... stops at its go.mod, so its
+# packages are named by import path (go.mod's replace points them at ./guest-sdk/go).
+SDK_PKGS  := github.com/clink-wasm/clink-wasm/guest-sdk/go/...
 
-.PHONY: all build test test-short race bench lint wasm wasm-check fuzz soak s3-up s3-down clean
+.PHONY: all build test test-short race bench lint wasm wasm-check fuzz soak s3-up s3-down clean console-test
 
 all: build
 
@@ -25,10 +29,10 @@ build:
 # The README's test command. It needs the loopback S3 server for the state tier's S3 tests:
 # scripts/with-s3.sh starts versitygw, runs the command, and stops it.
 test:
-	AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 ./...
+	AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 ./... $(SDK_PKGS)
 
 test-short:
-	$(GO) test -short -count=1 ./...
+	$(GO) test -short -count=1 ./... $(SDK_PKGS)
 
 race:
 	AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -race -count=1 $(RACE_PKGS)
@@ -44,8 +48,8 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSIO
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
-	$(GO) vet ./...
-	$(STATICCHECK) ./...
+	$(GO) vet ./... $(SDK_PKGS)
+	$(STATICCHECK) ./... $(SDK_PKGS)
 
 wasm:
 	$(MAKE) -C host/abi/testdata
@@ -62,6 +66,7 @@ FUZZ_TARGETS := \
 	./host/pipeline:FuzzTopLevelField \
 	./host/pipeline:FuzzSourceCSV \
 	./host/pipeline:FuzzIsJSONNumber \
+	./host/pipeline:FuzzParseSpec \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
@@ -72,7 +77,9 @@ FUZZ_TARGETS := \
 	./host/replay:FuzzReadLines \
 	./host/replay:FuzzBytes \
 	./internal/wasmbin:FuzzInstrument \
-	./internal/wasmbin:FuzzInstrumentPrograms
+	./internal/wasmbin:FuzzInstrumentPrograms \
+	./host/server:FuzzDecodeJSON \
+	./host/server:FuzzMergePatch
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
@@ -81,17 +88,27 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s $$pkg || exit 1; \
 	done
 
-# Long randomized runs: the scheduler's property tests with hundreds of seeds, and the state
-# tier's crash test with hundreds of kill points (both under -race).
+# Long randomized runs: the scheduler's property tests with hundreds of seeds, the state tier's
+# crash test with hundreds of kill points (both under -race), the peak RSS of a runaway guest
+# through the CLI (host/abi), and the pipeline crash test.
 soak:
 	CLINK_SOAK=1 $(GO) test -race -count=1 -run 'TestProperties' -timeout 60m ./host/scheduler/
 	CLINK_STATE_SOAK=1 AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 -run 'TestCrashRecovery' -timeout 60m ./host/state/
+	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestRunawayGuestRSS' -timeout 10m ./host/abi/
+	# Pipelines: 60 crash rounds (>= 60 SIGKILLs) of `run --pipeline`, one and two operators.
+	CLINK_SOAK=1 $(GO) test -count=1 -run 'TestPipelineCrash' -timeout 60m ./cmd/clink-wasm/
 
 s3-up:
 	@scripts/s3-up.sh
 
 s3-down:
 	@scripts/s3-down.sh
+
+# The web console in headless Chromium against a real `clink-wasm serve`; screenshots in
+# web/test/artifacts/ (or $$ARTIFACTS). Needs /usr/bin/chromium (apt-get install chromium).
+console-test: build
+	cd web/test && npm ci --no-audit --no-fund --loglevel=error
+	CLINK_BIN=$(CURDIR)/bin/clink-wasm node web/test/console.test.mjs
 
 clean:
 	rm -rf bin bench.out

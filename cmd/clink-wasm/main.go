@@ -29,6 +29,17 @@ Usage:
         print a module's ABI version, capabilities, imports, exports and problems
   clink-wasm manifest embed --manifest MANIFEST.json IN.wasm [-o OUT.wasm]
         put a manifest in a module's clink.manifest custom section
+  clink-wasm new --lang go|as|c|rust NAME
+        create an operator project NAME that builds and tests at once
+  clink-wasm build
+        in a project: compile it, embed its manifest, report what inspect would
+  clink-wasm test
+        in a project: run its tests.json against the module in the production host
+  clink-wasm serve [--listen ADDR] [--data URL]
+        run the multi-tenant REST API and web console (default 127.0.0.1:8080, .clink/server)
+  clink-wasm module push|ls|get|rm   tenant create|ls|quota   pipeline create|ls|get|rm|start|stop|savepoint
+        client commands for a server (--server/CLINK_SERVER, --token/CLINK_TOKEN)
+  clink-wasm completion bash|zsh|fish|powershell
   clink-wasm version
 
 Run "clink-wasm COMMAND --help" for a command's flags.
@@ -75,6 +86,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdInspect(ctx, args[1:], stdout, stderr)
 	case "manifest":
 		err = cmdManifest(args[1:], stdout, stderr)
+	case "new":
+		err = cmdNew(args[1:], stdout, stderr)
+	case "build":
+		err = cmdBuild(ctx, args[1:], stdout, stderr)
+	case "test":
+		err = cmdTest(ctx, args[1:], stdout, stderr)
+	case "serve", "module", "tenant", "pipeline", "completion", "__complete", "__completeNoDesc":
+		return cobraMain(ctx, args, stdin, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "clink-wasm", version())
 		return 0

@@ -62,6 +62,9 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
+	if hasPipelineFlag(args) { // the spec form: pipeline_run.go
+		return cmdRunPipeline(ctx, args, stdout, stderr)
+	}
 	fs := newFlags("run", "run --module OP.wasm --input FILE [--key FIELD] [flags]", stderr)
 	var (
 		modPath    = fs.String("module", "", "operator module (.wasm)")

@@ -16,10 +16,12 @@ import (
 )
 
 // The conformance modules (guest-sdk/testdata/conformance) implement the same commands with
-// each SDK. One script, one expected output, both languages.
+// each SDK. One script, one expected output, every language.
 var conformanceModules = []string{
 	"../testdata/conformance/conformance-go.wasm",
 	"../testdata/conformance/conformance-as.wasm",
+	"../testdata/conformance/conformance-c.wasm",
+	"../testdata/conformance/conformance-rust.wasm",
 }
 
 type step struct {

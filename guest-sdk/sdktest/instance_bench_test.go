@@ -16,7 +16,7 @@ import (
 // instances.
 func BenchmarkInstance(b *testing.B) {
 	ctx := context.Background()
-	for _, name := range []string{"counter-go.wasm", "counter-as.wasm"} {
+	for _, name := range []string{"counter-go.wasm", "counter-as.wasm", "counter-c.wasm", "counter-rust.wasm"} {
 		b.Run(name, func(b *testing.B) {
 			m := module(b, filepath.Join(examplesDir, "counter", name)) // compiles the module
 			h := newHandler(b)

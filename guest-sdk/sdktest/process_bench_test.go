@@ -133,6 +133,8 @@ func BenchmarkCounter(b *testing.B) {
 		{"wat-fast", "../../host/abi/testdata/fast.wasm", 'c'},
 		{"as", examplesDir + "/counter/counter-as.wasm", 0},
 		{"go", examplesDir + "/counter/counter-go.wasm", 0},
+		{"c", examplesDir + "/counter/counter-c.wasm", 0},
+		{"rust", examplesDir + "/counter/counter-rust.wasm", 0},
 	}
 	mods := make([]*abi.Module, len(variants))
 	for i, v := range variants {

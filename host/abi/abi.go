@@ -15,7 +15,9 @@
 //     per call and an exit to Go at every loop iteration (measured: +400 ns per call, 28x slower
 //     loops). Instead each module is rewritten at load time (internal/wasmbin) to count down a
 //     fuel global at function entries and loop headers; at zero it calls the host, which checks
-//     the call's time budget and its context, and refills or aborts the call. See fuel.go.
+//     the call's time budget and its context, and refills or aborts the call. A watchdog empties
+//     the fuel of live instances periodically, so a check comes soon whatever the loops do. See
+//     fuel.go.
 //   - A Handler may block inside Get or Lookup: that is how a guest call suspends. The abi
 //     package neither knows nor cares which goroutine resumes it.
 package abi

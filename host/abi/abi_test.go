@@ -470,7 +470,6 @@ func TestFaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			start := time.Now()
 			err = in.Process([]byte("k"), []byte("{}"), 0)
 			var f *Fault
 			if !errors.As(err, &f) {
@@ -489,9 +488,6 @@ func TestFaults(t *testing.T) {
 			}
 			if err := in.Process([]byte("k"), nil, 0); err == nil {
 				t.Error("a broken instance accepted another call")
-			}
-			if tc.kind == FaultTimeLimit && time.Since(start) > tc.limits.CallTime+time.Second {
-				t.Errorf("took %v to stop", time.Since(start))
 			}
 			in.Close(ctx)
 		})

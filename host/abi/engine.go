@@ -23,7 +23,9 @@ type Engine struct {
 	rt     wazero.Runtime
 	limits Limits
 	cache  wazero.CompilationCache
-	owns   bool // whether Close closes cache
+	owns   bool   // whether Close closes cache
+	dir    string // the on-disk cache's directory, when the engine opened it (cache.go)
+	wd     *watchdog
 
 	closeOnce sync.Once
 }
@@ -66,22 +68,30 @@ func NewEngine(ctx context.Context, opts ...EngineOption) (*Engine, error) {
 			if err != nil {
 				return nil, fmt.Errorf("abi: compilation cache in %s: %w", cfg.cacheDir, err)
 			}
-			e.cache = cc
+			e.cache, e.dir = cc, cfg.cacheDir
 		} else {
 			e.cache = wazero.NewCompilationCache()
 		}
 	}
-	rc := wazero.NewRuntimeConfig().
-		WithCompilationCache(e.cache).
-		WithMemoryLimitPages(cfg.limits.MemoryPages).
-		WithCustomSections(true).
-		WithCloseOnContextDone(false) // see fuel.go: we stop runaway guests ourselves, cheaply
-	e.rt = wazero.NewRuntimeWithConfig(ctx, rc)
+	e.rt = wazero.NewRuntimeWithConfig(ctx, e.runtimeConfig(e.cache))
 	if err := e.instantiateHostModules(ctx); err != nil {
 		_ = e.rt.Close(ctx)
+		if e.owns {
+			_ = e.cache.Close(ctx)
+		}
 		return nil, err
 	}
+	e.wd = newWatchdog(cfg.limits.CallTime)
 	return e, nil
+}
+
+// runtimeConfig is the configuration of every runtime the engine creates, over cache.
+func (e *Engine) runtimeConfig(cache wazero.CompilationCache) wazero.RuntimeConfig {
+	return wazero.NewRuntimeConfig().
+		WithCompilationCache(cache).
+		WithMemoryLimitPages(e.limits.MemoryPages).
+		WithCustomSections(true).
+		WithCloseOnContextDone(false) // see fuel.go: we stop runaway guests ourselves, cheaply
 }
 
 // Limits returns the engine's limits, with defaults filled in.
@@ -91,6 +101,7 @@ func (e *Engine) Limits() Limits { return e.limits }
 func (e *Engine) Close(ctx context.Context) error {
 	var err error
 	e.closeOnce.Do(func() {
+		e.wd.close()
 		err = e.rt.Close(ctx)
 		if e.owns {
 			err = errors.Join(err, e.cache.Close(ctx))

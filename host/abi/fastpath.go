@@ -82,21 +82,25 @@ func (in *Instance) gather(base int) (int, error) {
 	return total, nil
 }
 
-// writeInput writes the record (parts, back to back) and the gathered frames into the input
-// buffer with a single write to guest memory: each access is a bounds-checked call into wazero,
-// so composing on the host side is cheaper for the small records of the common case.
-func (in *Instance) writeInput(parts ...[]byte) {
+// writeInput writes the record (key, then value, back to back) and the gathered frames into
+// the input buffer, whose first need bytes ensureInput has made available. It writes through one
+// view of guest memory rather than composing a copy first: each api.Memory access is a call
+// through an interface, and each intermediate copy is a copy.
+func (in *Instance) writeInput(need int, key, value []byte) {
 	p := &in.pf
-	b := in.scratch[:0]
-	for _, part := range parts {
-		b = append(b, part...)
+	dst, ok := in.mem.Read(in.inPtr, uint32(need))
+	if !ok {
+		// ensureInput checked [inPtr, inPtr+inCap) against memory, and memory never shrinks.
+		panic("abi: input buffer outside memory")
 	}
+	n := copy(dst, key)
+	n += copy(dst[n:], value)
 	off := 0
 	for i := range p.ids {
-		for len(b)%8 != 0 {
-			b = append(b, 0)
-		}
-		p.at[i] = in.inPtr + uint32(len(b))
+		start := align8(n)
+		clear(dst[n:start])
+		n = start
+		p.at[i] = in.inPtr + uint32(n)
 		l := uint32(frameAbsent)
 		switch {
 		case p.lens[i] >= 0:
@@ -104,38 +108,43 @@ func (in *Instance) writeInput(parts ...[]byte) {
 		case p.lens[i] == -2:
 			l = frameTooLarge
 		}
-		b = binary.LittleEndian.AppendUint32(b, l)
-		b = binary.LittleEndian.AppendUint32(b, p.caps[i])
-		b = binary.LittleEndian.AppendUint64(b, 0) // flags, reserved
-		if p.lens[i] > 0 {
-			b = append(b, p.buf[off:off+int(p.lens[i])]...)
-			off += int(p.lens[i])
-		}
+		binary.LittleEndian.PutUint32(dst[n:], l)
+		binary.LittleEndian.PutUint32(dst[n+4:], p.caps[i])
+		binary.LittleEndian.PutUint64(dst[n+8:], 0) // flags, reserved
+		n += frameHeader
+		vl := int(max(0, p.lens[i]))
+		copy(dst[n:], p.buf[off:off+vl])
+		off += vl
 		// The rest of the value area is the guest's; only the last frame's end needs to be
 		// within what is written, and the input buffer is large enough for every capacity.
 		if i < len(p.ids)-1 {
-			b = append(b, make([]byte, int(p.caps[i])-max(0, int(p.lens[i])))...)
+			clear(dst[n+vl : n+int(p.caps[i])])
+			n += int(p.caps[i])
+		} else {
+			n += vl
 		}
 	}
-	in.mem.Write(in.inPtr, b)
-	in.scratch = b
 }
 
-// writeBack applies the frames the guest marked DIRTY, after a successful keyed call.
+// writeBack applies the frames the guest marked DIRTY, after a successful keyed call. The
+// frames lie back to back from the first one's header to the end of the last one's capacity,
+// and are read through one view of that span.
 func (in *Instance) writeBack(k callKind) error {
 	p := &in.pf
+	last := len(p.ids) - 1
+	span, ok := in.mem.Read(p.at[0], p.at[last]-p.at[0]+frameHeader+p.caps[last])
+	if !ok {
+		return in.abiFault(k, "the prefetch frames are outside memory")
+	}
 	for i, id := range p.ids {
-		hdr, ok := in.mem.Read(p.at[i], frameHeader)
-		if !ok {
-			return in.abiFault(k, "prefetch frame %d is outside memory", i)
-		}
-		if binary.LittleEndian.Uint32(hdr[8:])&frameDirty == 0 {
+		f := span[p.at[i]-p.at[0]:]
+		if binary.LittleEndian.Uint32(f[8:])&frameDirty == 0 {
 			continue
 		}
 		if p.noKeys {
 			return in.abiFault(k, "prefetch frame %d written, but keyed state is not available in this pipeline", i)
 		}
-		l := binary.LittleEndian.Uint32(hdr)
+		l := binary.LittleEndian.Uint32(f)
 		var err error
 		switch {
 		case l == frameAbsent:
@@ -143,11 +152,7 @@ func (in *Instance) writeBack(k callKind) error {
 		case l > p.caps[i]:
 			return in.abiFault(k, "prefetch frame %d has length %d over its capacity %d", i, l, p.caps[i])
 		default:
-			v, ok := in.view(p.at[i]+frameHeader, l)
-			if !ok {
-				return in.abiFault(k, "prefetch frame %d is outside memory", i)
-			}
-			err = in.h.Put(id, nil, v)
+			err = in.h.Put(id, nil, f[frameHeader:frameHeader+l:frameHeader+l])
 		}
 		if err != nil {
 			return in.hostFault(k, err)

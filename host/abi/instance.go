@@ -11,6 +11,9 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/clink-wasm/clink-wasm/internal/wasmbin"
 )
 
 const (
@@ -75,7 +78,6 @@ type Instance struct {
 	inPtr, inCap uint32 // guest-owned input buffer from clink_input
 
 	pf             prefetch // frames of prefetched values (fastpath.go)
-	scratch        []byte   // the composed input of the next call (fastpath.go)
 	outPtr, outCap uint32   // the registered output area, if any (fastpath.go)
 
 	kind       callKind
@@ -90,6 +92,8 @@ type Instance struct {
 	// resumes from a suspension; budgetSeq/budgetStart remember when the current run began.
 	seq, budgetSeq uint64
 	budgetStart    time.Duration
+	refills        uint64      // fuel checks that reached the host, for measuring (BenchmarkFuelRefill)
+	stopPoke       func() bool // stops the context.AfterFunc that forces a check on cancellation
 
 	broken bool // faulted: must not be called again
 	closed bool
@@ -145,15 +149,20 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 		WithEnv("CLINK_OPERATOR", m.Manifest.Name)
 	in.kind = callInit
 	in.seq++
-	mod, err := m.e.rt.InstantiateModule(in.ctx, m.compiled, cfg)
+	// The allocator is looked up in the context only while the memory is created.
+	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(in.ctx, memoryAllocator), m.compiled, cfg)
 	if err != nil {
 		in.kind = callNone
 		return nil, in.fault(callInit, err)
 	}
 	in.mod = mod
+	if fuel, ok := mod.ExportedGlobal(wasmbin.FuelExportName).(api.MutableGlobal); ok {
+		m.e.wd.add(in, fuel)
+		in.stopPoke = context.AfterFunc(ctx, func() { m.e.wd.poke(in) })
+	}
 	in.mem = mod.Memory()
 	if in.mem == nil {
-		_ = mod.Close(ctx)
+		in.closeModule(ctx)
 		return nil, &Fault{Operator: m.Manifest.Name, Export: "instantiate", Kind: FaultTrap, Err: errors.New("module has no memory")}
 	}
 	in.fnInput = mod.ExportedFunction(ExportInput)
@@ -167,7 +176,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 		in.begin(callInit)
 		err := mod.ExportedFunction(ExportInitialize).CallWithStack(in.ctx, in.stack)
 		if err = in.end(err); err != nil {
-			_ = mod.Close(ctx)
+			in.closeModule(ctx)
 			return nil, err
 		}
 	}
@@ -204,7 +213,7 @@ func (in *Instance) Process(key, value []byte, ts int64) error {
 		return err
 	}
 	if len(in.pf.ids) > 0 {
-		in.writeInput(key, value)
+		in.writeInput(need, key, value)
 	} else {
 		in.mem.Write(in.inPtr, key)
 		in.mem.Write(in.inPtr+uint32(len(key)), value)
@@ -248,7 +257,7 @@ func (in *Instance) OnTimer(key []byte, ts int64) error {
 		return err
 	}
 	if len(in.pf.ids) > 0 {
-		in.writeInput(key)
+		in.writeInput(need, key, nil)
 	} else {
 		in.mem.Write(in.inPtr, key)
 	}
@@ -343,8 +352,17 @@ func (in *Instance) discard(ctx context.Context) {
 	in.closed = true
 	in.broken = true
 	if in.mod != nil {
-		_ = in.mod.Close(context.WithoutCancel(ctx))
+		in.closeModule(ctx)
 	}
+}
+
+// closeModule stops watching the instance and closes its module.
+func (in *Instance) closeModule(ctx context.Context) {
+	in.m.e.wd.remove(in)
+	if in.stopPoke != nil {
+		in.stopPoke()
+	}
+	_ = in.mod.Close(context.WithoutCancel(ctx))
 }
 
 // ensureInput makes the guest input buffer at least n bytes large.

@@ -197,7 +197,7 @@ func (e *Engine) load(ctx context.Context, bin []byte, opts LoadOptions) (*Modul
 		rep.problem("invalid WebAssembly module: %v", err)
 		return nil, rep
 	}
-	compiled, err := e.rt.CompileModule(ctx, inst)
+	compiled, err := e.compile(ctx, inst)
 	if err != nil {
 		rep.problem("invalid WebAssembly module: %v", err)
 		return nil, rep

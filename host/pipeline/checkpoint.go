@@ -46,7 +46,7 @@ func ParseRestore(s string) (uint64, error) {
 		return 0, nil
 	case "latest":
 		return state.RestoreLatest, nil
-	case "latest-if-any":
+	case "latest-if-any", "if-any":
 		return RestoreLatestIfAny, nil
 	}
 	id, err := strconv.ParseUint(s, 10, 64)

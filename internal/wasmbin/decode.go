@@ -249,6 +249,12 @@ type module struct {
 
 	check []byte // the inserted fuel check, see fuelCheck
 
+	// Per function body, while it is rewritten: where its entry check starts in the output,
+	// and whether the body has a loop or a call (else the entry check is dropped, see
+	// dropLeafCheck).
+	entryCheck int
+	mayRecur   bool
+
 	out     []byte // the output module
 	secBuf  []byte // reused buffer for one section's content
 	bodyBuf []byte // reused buffer for one function body

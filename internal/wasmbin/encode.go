@@ -29,6 +29,13 @@ var fuelFuncType = []byte{0x60, 0x00, 0x01, 0x7f}
 // 0, so that the first check of an instance calls the import straight away.
 var fuelGlobal = []byte{0x7f, 0x01, 0x41, 0x00, 0x0b}
 
+// fuelExport returns the export entry for $fuel.
+func fuelExport(fuel uint32) []byte {
+	b := appendName(nil, FuelExportName)
+	b = append(b, 0x03) // global
+	return appendU32(b, fuel)
+}
+
 // fuelImportName is the name given to the fuel import in the name section.
 const fuelImportName = FuelImportModule + "." + FuelImportName
 

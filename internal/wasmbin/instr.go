@@ -151,11 +151,15 @@ var vecImm = func() (t [256]vecImmKind) {
 func (m *module) instr(s *stream) {
 	at := s.pos
 	op := s.byte()
+	if 0x10 <= op && op <= 0x15 { // call call_indirect return_call return_call_indirect call_ref return_call_ref
+		m.mayRecur = true
+	}
 	switch opImm[op] {
 	case immNone:
 	case immBlock:
 		blockType(s)
 	case immLoop:
+		m.mayRecur = true
 		blockType(s)
 		if s.err == nil {
 			s.insert(m.check)

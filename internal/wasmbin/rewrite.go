@@ -13,7 +13,7 @@ func (m *module) rewrite() ([]byte, error) {
 	// addMissing creates, before a section of rank r, the sections the rewrite
 	// needs that the input lacks and that must precede it.
 	addMissing := func(r int) {
-		for _, id := range [...]byte{secType, secImport, secGlobal} {
+		for _, id := range [...]byte{secType, secImport, secGlobal, secExport} {
 			if !m.has[id] && !created[id] && sectionRank[id] < r {
 				created[id] = true
 				m.out = appendSection(m.out, id, m.newSection(id))
@@ -82,8 +82,10 @@ func (m *module) newSection(id byte) []byte {
 		return append([]byte{1}, fuelFuncType...)
 	case secImport:
 		return append([]byte{1}, fuelImport(m.fuelType)...)
-	default: // secGlobal
+	case secGlobal:
 		return append([]byte{1}, fuelGlobal...)
+	default: // secExport
+		return append([]byte{1}, fuelExport(m.nGlobals)...)
 	}
 }
 
@@ -126,12 +128,19 @@ func (m *module) globals(s *stream) {
 	}
 }
 
-// exports shifts exported function indices and refuses to export a global
-// index that would name $fuel.
+// exports shifts exported function indices, refuses to export a global index
+// that would name $fuel or the name under which $fuel is exported, and appends
+// the export of $fuel.
 func (m *module) exports(s *stream) {
+	at := s.pos
 	n := s.count()
+	s.replaceU32(at, uint32(n)+1)
 	for i := 0; i < n && s.err == nil; i++ {
-		s.name()
+		nameAt := s.pos
+		if name := s.name(); s.err == nil && string(name) == FuelExportName {
+			s.failAt(nameAt, ErrReservedExport, "export %d is named %q", i, FuelExportName)
+			return
+		}
 		switch kind := s.byte(); kind {
 		case 0x00: // func
 			m.funcIdx(s)
@@ -144,6 +153,9 @@ func (m *module) exports(s *stream) {
 				s.failAt(s.pos-1, ErrMalformed, "invalid export kind %#02x", kind)
 			}
 		}
+	}
+	if s.err == nil {
+		s.insert(fuelExport(m.nGlobals))
 	}
 }
 
@@ -247,7 +259,7 @@ func (m *module) code(s *stream) {
 			s.err = b.err
 			return
 		}
-		m.bodyBuf = b.finish()
+		m.bodyBuf = m.dropLeafCheck(b.finish())
 		s.flushTo(sizeAt)
 		s.out = appendU32(s.out, uint32(len(m.bodyBuf)))
 		s.out = append(s.out, m.bodyBuf...)
@@ -284,9 +296,25 @@ func (m *module) body(s *stream) {
 		return
 	}
 	s.insert(m.check)
+	m.entryCheck = len(s.out) - len(m.check)
+	m.mayRecur = false
 	for s.more() {
 		m.instr(s)
 	}
+}
+
+// dropLeafCheck removes the entry check from a finished body that has no loop and makes no call
+// (a leaf): such a function runs at most once through its instructions, so it cannot run
+// unboundedly, and every unbounded execution still passes a check (a backward branch targets a
+// loop header; a cycle of calls goes through function bodies that each contain a call). Small
+// leaf helpers are common in compiled code (AssemblyScript's runtime is full of them), and the
+// check made every call to one pay for a decrement, a branch and the register pressure of the
+// slow path's call.
+func (m *module) dropLeafCheck(body []byte) []byte {
+	if m.mayRecur {
+		return body
+	}
+	return append(body[:m.entryCheck], body[m.entryCheck+len(m.check):]...)
 }
 
 // custom copies a custom section, rewriting the name section.

@@ -21,10 +21,12 @@
 //     indices are unchanged and every defined function index shifts by one;
 //   - a mutable i32 global $fuel, defined after every existing global, so no
 //     global index shifts. It starts at 0, so the first check of an instance
-//     calls the import at once.
+//     calls the import at once;
+//   - an export of $fuel named FuelExportName, after every existing export.
 //
-// At the start of every defined function body (after the locals) and right
-// after the block type of every loop instruction, it inserts this
+// At the start of every defined function body that has a loop or a call
+// instruction (after the locals), and right after the block type of every loop
+// instruction, it inserts this
 // stack-neutral sequence (see fuelCheck for why this shape):
 //
 //	block
@@ -42,9 +44,12 @@
 //	  global.set $fuel      ;; fuel = F-1
 //	end
 //
-// Every backward branch in WebAssembly targets a loop, and every call enters a
-// function body, so guest code cannot run unboundedly without passing a check:
-// one unit of fuel is one function entry or one loop iteration. When the
+// Every backward branch in WebAssembly targets a loop, and every cycle of calls
+// runs through function bodies that each contain a call, so guest code cannot
+// run unboundedly without passing a check: one unit of fuel is one loop
+// iteration or one entry into a function that loops or calls. A leaf function
+// (no loop, no call) runs each of its instructions at most once per entry, and
+// its caller's checks bound how often it is entered, so it has no check. When the
 // import returns F, the next F checks (including the one that called it) pass
 // without calling it again. A host returning 0 or a negative value (other than
 // math.MinInt32, which wraps) gets called again at the next check.
@@ -106,6 +111,12 @@ const (
 	// FuelImportName is the name of the fuel import, with signature () -> i32.
 	// It is called when the fuel runs out and returns the new fuel value.
 	FuelImportName = "fuel_exhausted"
+	// FuelExportName is the name under which the rewritten module exports $fuel
+	// (a mutable i32), so that the host can set it to 0 from outside a call and
+	// make the next check call the import: the host's watchdog does that to stop
+	// a call whose refill would last too long. Exports are visible only to the
+	// host, never to guest code. A guest module that exports this name is refused.
+	FuelExportName = "clink_internal.fuel"
 )
 
 // Error kinds. Every error returned by Instrument is an *Error whose Kind is
@@ -119,13 +130,15 @@ var (
 	ErrUnsupported = errors.New("unsupported module")
 	// ErrReservedImport means the module imports from FuelImportModule.
 	ErrReservedImport = errors.New("module imports from reserved module " + FuelImportModule)
+	// ErrReservedExport means the module exports FuelExportName itself.
+	ErrReservedExport = errors.New("module exports reserved name " + FuelExportName)
 )
 
 // Error describes why Instrument refused a module.
 type Error struct {
 	// Offset is the byte offset in the input at which the problem was found.
 	Offset int
-	// Kind is ErrMalformed, ErrUnsupported or ErrReservedImport.
+	// Kind is ErrMalformed, ErrUnsupported, ErrReservedImport or ErrReservedExport.
 	Kind error
 	// Msg says what was wrong.
 	Msg string

@@ -61,7 +61,6 @@ type Harness struct {
 	host     *abi.NativeHost
 	manifest Manifest
 	lookup   LookupFunc
-	logs     int // logs already seen by lastError
 }
 
 // FaultError is a non-zero return (a returned error or a recovered panic) from the operator.

@@ -1,0 +1,87 @@
+package abi
+
+import (
+	"golang.org/x/sys/unix"
+
+	"github.com/tetratelabs/wazero/experimental"
+)
+
+// Linear memory
+//
+// Without an allocator, wazero keeps a guest's linear memory in a Go slice and grows it with
+// append. Each growth past the slice's capacity allocates a new buffer, 1.25x larger, and copies
+// the old one into it; the old buffer stays in the Go heap until the collector runs, and the
+// collector lets the heap reach twice what is live before it does. A guest growing to 256 MiB
+// a megabyte at a time cost about 1 GB of RSS that way, and one growing to 1 GiB about 3.9 GB.
+//
+// mmapMemory instead reserves the guest's maximum up front as address space only (PROT_NONE,
+// MAP_NORESERVE: no RSS and no commit charge), and each memory.grow makes the next pages
+// readable and writable in place. Nothing is ever copied, the buffer never moves, the Go heap
+// never holds guest memory, and a page costs RSS only once the guest touches it. Free unmaps
+// the whole reservation when the instance closes, which returns its pages at once rather than
+// at the next collection.
+//
+// INVARIANT: no slice of guest memory is used after its instance is closed. After Free the
+// addresses are unmapped, and a stale slice would fault the process instead of keeping the
+// memory alive as a Go-heap slice would. Every view the Instance hands out is documented as
+// valid only until the next call on the instance (Key) or until the Handler method returns.
+
+// newLinearMemory returns the allocator instances are created with.
+func newLinearMemory(capBytes, maxBytes uint64) experimental.LinearMemory {
+	if maxBytes == 0 {
+		return &heapMemory{}
+	}
+	b, err := unix.Mmap(-1, 0, int(maxBytes), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
+	if err != nil {
+		// Out of address space (ulimit -v): fall back to wazero's own growth on the Go heap,
+		// which is slower and costs more at peak but still works.
+		return &heapMemory{buf: make([]byte, 0, capBytes)}
+	}
+	return &mmapMemory{res: b}
+}
+
+// mmapMemory is a linear memory in a reserved mapping; see "Linear memory" above.
+type mmapMemory struct {
+	res       []byte // the whole reservation, max bytes
+	committed uint64 // bytes made readable and writable, a prefix of res
+}
+
+// Reallocate implements experimental.LinearMemory. Sizes are multiples of the 64 KiB Wasm page,
+// so every boundary is a host page boundary.
+func (m *mmapMemory) Reallocate(size uint64) []byte {
+	if m.res == nil || size > uint64(len(m.res)) {
+		return nil
+	}
+	if size > m.committed {
+		if err := unix.Mprotect(m.res[m.committed:size], unix.PROT_READ|unix.PROT_WRITE); err != nil {
+			return nil // memory.grow returns -1
+		}
+		m.committed = size
+	}
+	return m.res[:size:size]
+}
+
+// Free implements experimental.LinearMemory.
+func (m *mmapMemory) Free() {
+	if m.res != nil {
+		_ = unix.Munmap(m.res)
+		m.res, m.committed = nil, 0
+	}
+}
+
+// heapMemory is the fallback when no address space can be reserved: growth on the Go heap, as
+// wazero does without an allocator.
+type heapMemory struct{ buf []byte }
+
+func (m *heapMemory) Reallocate(size uint64) []byte {
+	if size <= uint64(cap(m.buf)) {
+		m.buf = m.buf[:size]
+	} else {
+		m.buf = append(m.buf[:cap(m.buf)], make([]byte, size-uint64(cap(m.buf)))...)[:size]
+	}
+	return m.buf
+}
+
+func (m *heapMemory) Free() { m.buf = nil }
+
+var memoryAllocator experimental.MemoryAllocator = experimental.MemoryAllocatorFunc(newLinearMemory)

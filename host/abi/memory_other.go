@@ -1,0 +1,9 @@
+//go:build !linux
+
+package abi
+
+import "github.com/tetratelabs/wazero/experimental"
+
+// memoryAllocator is nil outside Linux: linear memory grows on the Go heap, as wazero does by
+// default (see memory_linux.go for the cost of that).
+var memoryAllocator experimental.MemoryAllocator

@@ -1,0 +1,513 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
+	"github.com/clink-wasm/clink-wasm/host/scheduler"
+	"github.com/clink-wasm/clink-wasm/host/state"
+)
+
+// # Channels and backpressure
+//
+// Records cross subtasks in batches of scheduler.Elements over bounded Go channels: one
+// channel per (upstream subtask, downstream subtask) pair of an edge, with room for
+// channelBatches batches of at most batchRecords records. A full channel blocks its sender,
+// so backpressure travels from a slow sink back to the sources, and memory stays bounded by
+// channels × channelBatches × batchRecords records. Watermarks and barriers travel in the same
+// channels, in order, to every downstream subtask.
+//
+// INVARIANT: an edgeOut (its batches and arena) is used by one goroutine. The late side
+// output is the one channel with two senders: late records come from the operator's input
+// merger, through edgeOuts of its own, and watermarks and barriers from the runner. The merger
+// flushes its late records after each input batch, before it passes on the barrier that follows
+// them, so they precede that barrier in the channel: the order per channel is the cut's.
+
+const (
+	channelBatches = 4
+	batchRecords   = 256
+)
+
+// channel is one bounded edge channel with its names for logs and gauges.
+type channel struct {
+	ch       chan []scheduler.Element
+	from, to string
+	// side marks a side output's channel: its records are behind the watermark by nature
+	// (late records) and are never judged late again.
+	side bool
+}
+
+func newChannel(from, to string) *channel {
+	return &channel{ch: make(chan []scheduler.Element, channelBatches), from: from, to: to}
+}
+
+// send delivers a batch, blocking while the channel is full. A send blocked for longer than
+// stuckAfter is logged once (and again every stuckAfter) so a stalled pipeline says where.
+func (c *channel) send(ctx context.Context, b []scheduler.Element, log *slog.Logger, stuckAfter time.Duration) error {
+	select {
+	case c.ch <- b:
+		return nil
+	default:
+	}
+	t := time.NewTimer(stuckAfter)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		select {
+		case c.ch <- b:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-t.C:
+			log.Warn("channel stuck: the downstream subtask is not taking input",
+				"from", c.from, "to", c.to, "blocked", time.Since(start).Round(time.Millisecond), "depth", len(c.ch))
+			t.Reset(stuckAfter)
+		}
+	}
+}
+
+// keyFunc extracts the routing key of a record for a hash edge.
+type keyFunc func(value, srcKey []byte) ([]byte, error)
+
+// edgeOut is the sending end of an edge at one upstream subtask.
+type edgeOut struct {
+	forward bool // chain: to the downstream subtask with the same index
+	keyOf   keyFunc
+	chans   []*channel // by downstream subtask; one for forward
+	batches [][]scheduler.Element
+	numKG   int
+	par     int // downstream parallelism
+	// kgOwner maps a key group to its downstream subtask.
+	kgOwner []int
+	arena   []byte
+}
+
+func newEdgeOut(forward bool, keyOf keyFunc, chans []*channel, par, numKG int) *edgeOut {
+	e := &edgeOut{forward: forward, keyOf: keyOf, chans: chans, batches: make([][]scheduler.Element, len(chans)), numKG: numKG, par: par}
+	e.kgOwner = make([]int, numKG)
+	for i := range par {
+		r := state.KeyGroupRangeFor(i, par, numKG)
+		for kg := r.Lo; kg < r.Hi; kg++ {
+			e.kgOwner[kg] = i
+		}
+	}
+	return e
+}
+
+// copyBytes copies b into the edge's arena. Elements alias arenas that are never reused,
+// because the downstream controller may hold a record for as long as it is in flight.
+func (e *edgeOut) copyBytes(parts ...[]byte) []byte {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	if n > cap(e.arena)-len(e.arena) {
+		e.arena = make([]byte, 0, max(64<<10, n))
+	}
+	start := len(e.arena)
+	for _, p := range parts {
+		e.arena = append(e.arena, p...)
+	}
+	return e.arena[start:len(e.arena):len(e.arena)]
+}
+
+// router is the output side of a subtask: its main output and side outputs, each a list of
+// edges.
+type router struct {
+	name       string // "operator count[1]"
+	ctx        context.Context
+	log        *slog.Logger
+	stuckAfter time.Duration
+	main       []*edgeOut
+	side       map[string][]*edgeOut // side output name -> edges
+	subtask    int
+	records    atomic.Int64
+}
+
+func (r *router) all() []*edgeOut {
+	out := append([]*edgeOut(nil), r.main...)
+	for _, es := range r.side {
+		out = append(out, es...)
+	}
+	return out
+}
+
+// route appends a record to the edges of one output.
+func (r *router) route(edges []*edgeOut, key, value []byte, ts, pos int64) error {
+	for _, e := range edges {
+		idx := 0
+		k := key
+		if e.forward {
+			if e.par > 1 {
+				if kg := state.KeyGroupOf(k, e.numKG); e.kgOwner[kg] != r.subtask {
+					return fmt.Errorf("%s emitted key %q, whose key group %d belongs to another subtask of the chained operator downstream (chain only operators that keep their input's key, or re-key with a key)", r.name, k, kg)
+				}
+			}
+		} else {
+			if e.keyOf != nil {
+				var err error
+				if k, err = e.keyOf(value, key); err != nil {
+					return err
+				}
+			}
+			idx = e.kgOwner[state.KeyGroupOf(k, e.numKG)]
+		}
+		kv := e.copyBytes(k, value)
+		el := scheduler.Element{Kind: scheduler.ElementRecord, Key: kv[:len(k):len(k)], Value: kv[len(k):], TS: ts, Pos: pos}
+		b := e.batches[idx]
+		if b == nil {
+			b = make([]scheduler.Element, 0, batchRecords)
+		}
+		b = append(b, el)
+		e.batches[idx] = b
+		if len(b) == batchRecords {
+			if err := r.sendBatch(e, idx); err != nil {
+				return err
+			}
+		}
+	}
+	r.records.Add(1)
+	return nil
+}
+
+func (r *router) sendBatch(e *edgeOut, idx int) error {
+	b := e.batches[idx]
+	if len(b) == 0 {
+		return nil
+	}
+	e.batches[idx] = nil
+	return e.chans[idx].send(r.ctx, b, r.log, r.stuckAfter)
+}
+
+// mark sends a watermark or barrier to every downstream subtask of every output, after the
+// records before it.
+func (r *router) mark(el scheduler.Element) error {
+	for _, e := range r.all() {
+		for idx := range e.chans {
+			e.batches[idx] = append(e.batches[idx], el)
+			if err := r.sendBatch(e, idx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flush sends every partial batch.
+func (r *router) flush() error {
+	for _, e := range r.all() {
+		for idx := range e.chans {
+			if err := r.sendBatch(e, idx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// close flushes and closes every output channel: the closed-and-drained rule's first half
+// (a downstream subtask finishes once all its inputs are closed and drained).
+func (r *router) close() error {
+	err := r.flush()
+	for _, e := range r.all() {
+		for _, c := range e.chans {
+			close(c.ch)
+		}
+	}
+	return err
+}
+
+// Write implements scheduler.Sink for an operator subtask: data to the main output,
+// watermarks and barriers to every output.
+func (r *router) Write(b *scheduler.Batch) error {
+	defer b.Release()
+	for i := range b.Outputs {
+		o := &b.Outputs[i]
+		var err error
+		switch o.Kind {
+		case scheduler.OutputData:
+			err = r.route(r.main, o.Key, o.Value, o.TS, o.Src.Pos)
+		case scheduler.OutputWatermark:
+			err = r.mark(scheduler.Element{Kind: scheduler.ElementWatermark, TS: o.TS})
+		case scheduler.OutputBarrier:
+			err = r.mark(scheduler.Element{Kind: scheduler.ElementBarrier, CheckID: uint64(o.TS)})
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return r.flush()
+}
+
+// fieldKey keys by a top-level field, with the source's checks.
+func fieldKey(field string, maxKey int) keyFunc {
+	return func(value, _ []byte) ([]byte, error) {
+		raw, ok := topLevelField(value, field)
+		if !ok {
+			return nil, fmt.Errorf("no %q field to key by", field)
+		}
+		k, err := keyText(raw)
+		if err != nil {
+			return nil, fmt.Errorf("field %q: %v", field, err)
+		}
+		if len(k) > maxKey {
+			return nil, fmt.Errorf("key of %d bytes exceeds the %d-byte limit", len(k), maxKey)
+		}
+		return k, nil
+	}
+}
+
+// guestKey keys by the downstream module's clink_key on an instance private to the sender.
+func guestKey(ctx context.Context, mod *abi.Module) (keyFunc, func(), error) {
+	in, err := mod.Instantiate(ctx, keyOnlyHandler{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return func(value, _ []byte) ([]byte, error) {
+		k, err := in.Key(value)
+		if err != nil {
+			return nil, fmt.Errorf("%s's key function: %w", mod.Name(), err)
+		}
+		return k, nil
+	}, func() { in.Close(context.WithoutCancel(ctx)) }, nil
+}
+
+// keyOnlyHandler serves a key-function instance: nothing but the key function is allowed.
+type keyOnlyHandler struct{}
+
+func (keyOnlyHandler) Get(uint32, []byte) ([]byte, bool, error) { return nil, false, abi.NotAllowed }
+func (keyOnlyHandler) Put(uint32, []byte, []byte) error         { return abi.NotAllowed }
+func (keyOnlyHandler) Delete(uint32, []byte) error              { return abi.NotAllowed }
+func (keyOnlyHandler) Emit([]byte, []byte) error                { return abi.NotAllowed }
+func (keyOnlyHandler) RegisterTimer(int64) error                { return abi.NotAllowed }
+func (keyOnlyHandler) DeleteTimer(int64) error                  { return abi.NotAllowed }
+func (keyOnlyHandler) Watermark() int64                         { return math.MinInt64 }
+func (keyOnlyHandler) Lookup(uint32, []byte) (int, []byte, error) {
+	return 0, nil, abi.LookupUnavailable
+}
+func (keyOnlyHandler) Log(abi.LogLevel, []byte) {}
+func (keyOnlyHandler) SetResumeOrder(int64)     {}
+
+// --- input side ---
+
+// inputMsg is what an input reader hands the merger.
+type inputMsg struct {
+	idx     int
+	els     []scheduler.Element // records and watermarks, no barrier
+	barrier *scheduler.Element
+	done    bool
+}
+
+// merger is the input side of a subtask with one or more input channels. It aligns barriers
+// (an input that delivered barrier n is blocked until every open input has delivered it),
+// forwards the minimum watermark across inputs, and diverts late records.
+type merger struct {
+	ins     []*channel
+	out     chan []scheduler.Element
+	release []chan struct{}
+	msgs    chan inputMsg
+	wm      []int64
+	done    []bool
+	blocked []bool
+	emitted int64
+	// late receives records at or before the watermark already forwarded (nil: dropped);
+	// lateFlush sends what late buffered, after each input batch.
+	late      func(el *scheduler.Element) error
+	lateFlush func() error
+	// checkLate enables late-record detection (operators; never sinks).
+	checkLate bool
+	dropped   atomic.Int64
+}
+
+func newMerger(ins []*channel) *merger {
+	m := &merger{ins: ins, out: make(chan []scheduler.Element, 2), msgs: make(chan inputMsg, len(ins)),
+		release: make([]chan struct{}, len(ins)), wm: make([]int64, len(ins)), done: make([]bool, len(ins)),
+		blocked: make([]bool, len(ins)), emitted: math.MinInt64}
+	for i := range ins {
+		m.release[i] = make(chan struct{}, 1)
+		m.wm[i] = math.MinInt64
+	}
+	return m
+}
+
+// depth is the number of batches waiting in the subtask's inputs (a gauge).
+func (m *merger) depth() int {
+	n := len(m.out)
+	for _, c := range m.ins {
+		n += len(c.ch)
+	}
+	return n
+}
+
+func (m *merger) reader(ctx context.Context, idx int) {
+	send := func(msg inputMsg) bool {
+		select {
+		case m.msgs <- msg:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for b := range m.ins[idx].ch {
+		start := 0
+		for i := range b {
+			if b[i].Kind != scheduler.ElementBarrier {
+				continue
+			}
+			if i > start && !send(inputMsg{idx: idx, els: b[start:i]}) {
+				return
+			}
+			bar := b[i]
+			if !send(inputMsg{idx: idx, barrier: &bar}) {
+				return
+			}
+			select {
+			case <-m.release[idx]:
+			case <-ctx.Done():
+				return
+			}
+			start = i + 1
+		}
+		if start < len(b) && !send(inputMsg{idx: idx, els: b[start:]}) {
+			return
+		}
+	}
+	send(inputMsg{idx: idx, done: true})
+}
+
+// run merges until every input is closed and drained, then closes out.
+func (m *merger) run(ctx context.Context) error {
+	defer close(m.out)
+	for i := range m.ins {
+		go m.reader(ctx, i)
+	}
+	open := len(m.ins)
+	var barrier *scheduler.Element
+	aligned := 0
+	emit := func(b []scheduler.Element) error {
+		if len(b) == 0 {
+			return nil
+		}
+		select {
+		case m.out <- b:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	checkBarrier := func() error {
+		if barrier == nil || aligned < open {
+			return nil
+		}
+		if err := emit([]scheduler.Element{*barrier}); err != nil {
+			return err
+		}
+		barrier, aligned = nil, 0
+		for i := range m.blocked {
+			if m.blocked[i] {
+				m.blocked[i] = false
+				m.release[i] <- struct{}{}
+			}
+		}
+		return nil
+	}
+	for open > 0 {
+		var msg inputMsg
+		select {
+		case msg = <-m.msgs:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+		switch {
+		case msg.done:
+			m.done[msg.idx] = true
+			m.wm[msg.idx] = math.MaxInt64
+			open--
+			if err := m.advance(emit); err != nil {
+				return err
+			}
+			if err := checkBarrier(); err != nil {
+				return err
+			}
+		case msg.barrier != nil:
+			if barrier != nil && barrier.CheckID != msg.barrier.CheckID {
+				return fmt.Errorf("barrier %d arrived while aligning barrier %d", msg.barrier.CheckID, barrier.CheckID)
+			}
+			barrier = msg.barrier
+			m.blocked[msg.idx] = true
+			aligned++
+			if err := checkBarrier(); err != nil {
+				return err
+			}
+		default:
+			b := msg.els[:0]
+			for _, el := range msg.els {
+				switch el.Kind {
+				case scheduler.ElementWatermark:
+					if el.TS > m.wm[msg.idx] {
+						m.wm[msg.idx] = el.TS
+					}
+					if w := m.minWM(); w > m.emitted {
+						m.emitted = w
+						b = append(b, scheduler.Element{Kind: scheduler.ElementWatermark, TS: w})
+					}
+				case scheduler.ElementRecord:
+					if m.checkLate && !m.ins[msg.idx].side && m.emitted != math.MinInt64 && el.TS <= m.emitted && m.emitted != math.MaxInt64 {
+						m.dropped.Add(1)
+						if m.late != nil {
+							if err := m.late(&el); err != nil {
+								return err
+							}
+						}
+						continue
+					}
+					b = append(b, el)
+				}
+			}
+			if m.lateFlush != nil {
+				if err := m.lateFlush(); err != nil {
+					return err
+				}
+			}
+			if err := emit(b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// sideRouter returns a router for one side output of r whose edgeOuts are copies (same
+// channels, own batches and arena), for a goroutine other than r's.
+func (r *router) sideRouter(side string) *router {
+	c := &router{name: r.name, ctx: r.ctx, log: r.log, stuckAfter: r.stuckAfter, subtask: r.subtask, side: map[string][]*edgeOut{}}
+	for _, e := range r.side[side] {
+		cp := *e
+		cp.batches = make([][]scheduler.Element, len(e.chans))
+		cp.arena = nil
+		c.side[side] = append(c.side[side], &cp)
+	}
+	return c
+}
+
+func (m *merger) minWM() int64 {
+	w := int64(math.MaxInt64)
+	for _, x := range m.wm {
+		w = min(w, x)
+	}
+	return w
+}
+
+// advance forwards the minimum watermark after an input closed.
+func (m *merger) advance(emit func([]scheduler.Element) error) error {
+	if w := m.minWM(); w > m.emitted && w != math.MaxInt64 {
+		m.emitted = w
+		return emit([]scheduler.Element{{Kind: scheduler.ElementWatermark, TS: w}})
+	}
+	return nil
+}

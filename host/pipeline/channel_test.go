@@ -1,0 +1,136 @@
+package pipeline
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/scheduler"
+)
+
+func rec(ts int64) scheduler.Element {
+	return scheduler.Element{Kind: scheduler.ElementRecord, TS: ts, Value: []byte("{}")}
+}
+func wm(ts int64) scheduler.Element {
+	return scheduler.Element{Kind: scheduler.ElementWatermark, TS: ts}
+}
+func bar(id uint64) scheduler.Element {
+	return scheduler.Element{Kind: scheduler.ElementBarrier, CheckID: id}
+}
+
+// next receives the merger's next element, failing after a while.
+func next(t *testing.T, m *merger, buf *[]scheduler.Element) (scheduler.Element, bool) {
+	t.Helper()
+	for len(*buf) == 0 {
+		select {
+		case b, ok := <-m.out:
+			if !ok {
+				return scheduler.Element{}, false
+			}
+			*buf = b
+		case <-time.After(5 * time.Second):
+			t.Fatal("the merger is stuck")
+		}
+	}
+	el := (*buf)[0]
+	*buf = (*buf)[1:]
+	return el, true
+}
+
+// nothing checks that the merger has nothing more to give right now.
+func nothing(t *testing.T, m *merger, buf []scheduler.Element) {
+	t.Helper()
+	if len(buf) > 0 {
+		t.Fatalf("unexpected %+v", buf[0])
+	}
+	select {
+	case b := <-m.out:
+		t.Fatalf("unexpected %+v", b)
+	case <-time.After(20 * time.Millisecond):
+	}
+}
+
+// TestMergerAlignment: an input that delivered barrier n is held until every open input has
+// delivered it; the barrier goes out once, after everything before it on every input; the
+// watermark is the minimum over open inputs; a closed input stops holding either back; records
+// at or before the forwarded watermark are late.
+func TestMergerAlignment(t *testing.T) {
+	a, b := newChannel("a", "x"), newChannel("b", "x")
+	m := newMerger([]*channel{a, b})
+	m.checkLate = true
+	var late []int64
+	m.late = func(el *scheduler.Element) error { late = append(late, el.TS); return nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- m.run(ctx) }()
+	var buf []scheduler.Element
+
+	a.ch <- []scheduler.Element{rec(10), wm(100), bar(1), rec(200)}
+	if el, _ := next(t, m, &buf); el.TS != 10 {
+		t.Fatalf("got %+v", el)
+	}
+	// a's watermark 100 waits for b's; a's record after the barrier is held.
+	nothing(t, m, buf)
+	b.ch <- []scheduler.Element{rec(20), wm(50)}
+	if el, _ := next(t, m, &buf); el.TS != 20 {
+		t.Fatalf("got %+v", el)
+	}
+	if el, _ := next(t, m, &buf); el.Kind != scheduler.ElementWatermark || el.TS != 50 {
+		t.Fatalf("want watermark 50, got %+v", el)
+	}
+	nothing(t, m, buf)
+	b.ch <- []scheduler.Element{rec(40), rec(60), bar(1)} // 40 is late (≤ 50)
+	if el, _ := next(t, m, &buf); el.TS != 60 {
+		t.Fatalf("got %+v", el)
+	}
+	if el, _ := next(t, m, &buf); el.Kind != scheduler.ElementBarrier || el.CheckID != 1 {
+		t.Fatalf("want barrier 1, got %+v", el)
+	}
+	if el, _ := next(t, m, &buf); el.TS != 200 { // released
+		t.Fatalf("got %+v", el)
+	}
+	if len(late) != 1 || late[0] != 40 {
+		t.Fatalf("late %v", late)
+	}
+	// b closes: the watermark follows a alone.
+	close(b.ch)
+	if el, _ := next(t, m, &buf); el.Kind != scheduler.ElementWatermark || el.TS != 100 {
+		t.Fatalf("want watermark 100, got %+v", el)
+	}
+	a.ch <- []scheduler.Element{bar(2), wm(math.MaxInt64)}
+	if el, _ := next(t, m, &buf); el.Kind != scheduler.ElementBarrier || el.CheckID != 2 {
+		t.Fatalf("a barrier with one open input: %+v", el)
+	}
+	if el, _ := next(t, m, &buf); el.TS != math.MaxInt64 {
+		t.Fatalf("got %+v", el)
+	}
+	close(a.ch)
+	if _, ok := next(t, m, &buf); ok {
+		t.Fatal("the merger did not close after its inputs")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMergerCancel: a cancelled merger returns, even with an input blocked on a barrier.
+func TestMergerCancel(t *testing.T) {
+	a, b := newChannel("a", "x"), newChannel("b", "x")
+	m := newMerger([]*channel{a, b})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.run(ctx) }()
+	a.ch <- []scheduler.Element{bar(1), rec(1)}
+	time.Sleep(10 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("no error from a cancelled merger")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the merger did not stop")
+	}
+}

@@ -1,0 +1,437 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/lookup"
+	"github.com/clink-wasm/clink-wasm/host/scheduler"
+	"github.com/clink-wasm/clink-wasm/host/state"
+)
+
+// # Subtasks
+//
+// Every subtask is one goroutine (plus, for operators, the scheduler's carriers and a
+// persister) with the lifecycle of the seed's StreamTask: open (backends, writers, readers are
+// opened by the attempt before any record moves), process, timers (the controller's epochs),
+// flush (barriers), close. The closed-and-drained rule: a subtask finishes only once every
+// input channel is closed and drained, then closes its outputs, so the end of a bounded input
+// travels through the DAG behind the last record, watermark and final barrier. A failure
+// anywhere cancels the attempt's context; every blocking send and receive selects on it, so
+// the attempt winds down without leaking a goroutine, and the first real error is reported.
+
+// --- sources ---
+
+type sourceTask struct {
+	a       *attempt
+	spec    *SourceSpec
+	subtask int
+	r       SourceReader
+	splits  []Split
+	trig    chan trigger
+	out     *router
+
+	records  atomic.Int64
+	skipped  atomic.Int64
+	lastWM   int64
+	splitMax []int64 // per split: largest event time seen
+	lastSeen []time.Time
+	sinceWM  int
+}
+
+func (t *sourceTask) name() string { return fmt.Sprintf("source %s[%d]", t.spec.Name, t.subtask) }
+
+func (t *sourceTask) run() error {
+	ctx := t.out.ctx
+	defer t.r.Close()
+	t.lastWM = math.MinInt64
+	t.splitMax = make([]int64, len(t.splits))
+	t.lastSeen = make([]time.Time, len(t.splits))
+	for i := range t.splitMax {
+		t.splitMax[i] = math.MinInt64
+		t.lastSeen[i] = time.Now()
+	}
+	buf := make([]SourceRecord, batchRecords)
+	eof := len(t.splits) == 0
+	c := t.a.coord
+	for {
+		// Barriers first: a trigger is answered between two reads.
+		if eof {
+			select {
+			case tr := <-t.trig:
+				if done, err := t.barrier(ctx, tr); done || err != nil {
+					return err
+				}
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		select {
+		case tr := <-t.trig:
+			if done, err := t.barrier(ctx, tr); done || err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return nil
+		default:
+		}
+		n, err := t.r.Read(ctx, buf)
+		for i := range n {
+			if err := t.record(&buf[i]); err != nil {
+				return err
+			}
+			if err := t.maybeWatermark(1); err != nil {
+				return nil // cancelled
+			}
+		}
+		if n == 0 {
+			if err := t.maybeWatermark(0); err != nil { // idle splits
+				return nil
+			}
+		}
+		if err := t.out.flush(); err != nil {
+			return nil // cancelled
+		}
+		if errors.Is(err, io.EOF) {
+			eof = true
+			if err := t.out.mark(scheduler.Element{Kind: scheduler.ElementWatermark, TS: math.MaxInt64}); err != nil {
+				return nil
+			}
+			c.send(ctx, ack{kind: ackEOF, node: t.spec.Name, subtask: t.subtask})
+			continue
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", t.name(), err)
+		}
+	}
+}
+
+// barrier records positions, acknowledges them and sends the barrier. A final barrier ends
+// the subtask: it closes its outputs.
+func (t *sourceTask) barrier(ctx context.Context, tr trigger) (bool, error) {
+	t.a.coord.send(ctx, ack{kind: ackSource, node: t.spec.Name, subtask: t.subtask, id: tr.id, splits: t.r.Positions()})
+	if err := t.out.mark(scheduler.Element{Kind: scheduler.ElementBarrier, CheckID: tr.id}); err != nil {
+		return true, nil
+	}
+	if tr.final {
+		if err := t.out.close(); err != nil {
+			return true, nil
+		}
+		return true, nil
+	}
+	return false, nil
+}
+
+func (t *sourceTask) record(r *SourceRecord) error {
+	if r.Malformed == nil {
+		ts, err := t.timestamp(r)
+		if err == nil {
+			t.records.Add(1)
+			return t.out.route(t.out.main, r.Key, r.Value, ts, r.Pos)
+		}
+		r.Malformed = err
+	}
+	if t.spec.OnMalformed != MalformedSkip {
+		return &MalformedError{Line: r.Pos, Err: fmt.Errorf("%s: %w", t.name(), r.Malformed)}
+	}
+	t.skipped.Add(1)
+	side := t.out.side["malformed"]
+	if len(side) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(struct {
+		Source string `json:"source"`
+		Pos    int64  `json:"pos"`
+		Error  string `json:"error"`
+		Raw    string `json:"raw"`
+	}{t.spec.Name, r.Pos, r.Malformed.Error(), string(r.Value)})
+	return t.out.route(side, nil, b, time.Now().UnixMilli(), r.Pos)
+}
+
+// timestamp takes the record's event time and advances its split's watermark.
+func (t *sourceTask) timestamp(r *SourceRecord) (int64, error) {
+	et := t.spec.EventTime
+	var ts int64
+	switch {
+	case et != nil && et.Field != "":
+		raw, ok := topLevelField(r.Value, et.Field)
+		if !ok {
+			return 0, fmt.Errorf("no %q field for the event time", et.Field)
+		}
+		v, err := parseTime(raw)
+		if err != nil {
+			return 0, fmt.Errorf("field %q: %v", et.Field, err)
+		}
+		ts = v
+	case r.HasTS:
+		ts = r.TS
+	default:
+		return time.Now().UnixMilli(), nil // ingestion time: no event-time watermarks
+	}
+	if et != nil && r.Split >= 0 && r.Split < len(t.splitMax) {
+		t.splitMax[r.Split] = max(t.splitMax[r.Split], ts)
+		t.lastSeen[r.Split] = time.Now()
+	}
+	return ts, nil
+}
+
+// maybeWatermark emits the subtask's watermark: the minimum over its active splits of the
+// split's largest timestamp minus the out-of-orderness bound. A split idle for longer than
+// idle_timeout does not hold it back; when every split is idle the largest is used.
+func (t *sourceTask) maybeWatermark(n int) error {
+	et := t.spec.EventTime
+	if et == nil {
+		return nil
+	}
+	t.sinceWM += n
+	idleTimeout := et.IdleTimeout.D()
+	if t.sinceWM < et.WatermarkEvery && (n > 0 || idleTimeout == 0) {
+		return nil
+	}
+	t.sinceWM = 0
+	now := time.Now()
+	wm, any := int64(math.MaxInt64), false
+	best := int64(math.MinInt64)
+	for i, m := range t.splitMax {
+		best = max(best, m)
+		if idleTimeout > 0 && now.Sub(t.lastSeen[i]) > idleTimeout {
+			continue
+		}
+		any = true
+		wm = min(wm, m)
+	}
+	if !any {
+		wm = best
+	}
+	if wm == math.MinInt64 {
+		return nil
+	}
+	wm -= et.MaxOutOfOrderness.D().Milliseconds()
+	if wm <= t.lastWM {
+		return nil
+	}
+	t.lastWM = wm
+	return t.out.mark(scheduler.Element{Kind: scheduler.ElementWatermark, TS: wm})
+}
+
+// --- operators ---
+
+type operatorTask struct {
+	a       *attempt
+	op      *opNode
+	subtask int
+	backend *state.Tiered
+	in      *merger
+	out     *router
+	lateOut *router // the late side output, used by the input merger
+	ctrl    atomic.Pointer[scheduler.Controller]
+
+	persistQ chan persistJob
+	persistE chan error
+}
+
+type persistJob struct {
+	id   uint64
+	snap state.Snapshot
+}
+
+func (t *operatorTask) name() string { return fmt.Sprintf("%s[%d]", t.op.spec.Name, t.subtask) }
+
+func (t *operatorTask) describe(pos int64) string {
+	return fmt.Sprintf("the record at source position %d (operator %s)", pos, t.name())
+}
+
+func (t *operatorTask) run() error {
+	ctx := t.out.ctx
+	a := t.a
+	var lookupFn scheduler.LookupFunc
+	if len(t.op.spec.Endpoints) > 0 {
+		reg := a.env.Lookups
+		if reg == nil {
+			reg = lookup.NewRegistry()
+		}
+		fn, closeLookups, err := openLookups(reg, a.spec.Tenant, t.op.spec.Endpoints, t.op.mod.Manifest.Endpoints)
+		if err != nil {
+			return fmt.Errorf("operator %s: %w", t.name(), err)
+		}
+		defer closeLookups()
+		lookupFn = fn
+	}
+	order := scheduler.OrderPerKey
+	switch t.op.spec.Order {
+	case "input":
+		order = scheduler.OrderInput
+	case "none":
+		order = scheduler.OrderNone
+	}
+	t.persistQ = make(chan persistJob, 4)
+	t.persistE = make(chan error, 1)
+	go t.persister(ctx)
+	ctrl, err := scheduler.New(scheduler.Config{
+		Module: t.op.mod, Backend: t.backend, Sink: t.out, Lookup: lookupFn, Order: order,
+		Log: a.env.guestLog(t.describe), MaxInFlight: t.op.spec.Limits.MaxInFlight, Describe: t.describe,
+		OnBarrier: t.onBarrier,
+	})
+	if err != nil {
+		close(t.persistQ)
+		return fmt.Errorf("operator %s: %w", t.name(), err)
+	}
+	t.ctrl.Store(ctrl)
+	mergeErr := make(chan error, 1)
+	go func() { mergeErr <- t.in.run(ctx) }()
+	runErr := ctrl.Run(ctx, t.in.out)
+	for range t.in.out { // let the merger finish if the controller stopped early
+	}
+	mErr := <-mergeErr
+	close(t.persistQ)
+	pErr := <-t.persistE
+	if runErr != nil {
+		return runErr
+	}
+	if mErr != nil {
+		return mErr
+	}
+	if pErr != nil {
+		return pErr
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	return t.out.close()
+}
+
+// onBarrier runs on the runner after the barrier drained: capture, and hand the persist to
+// the persister so the runner goes on at once (persist off the runner).
+func (t *operatorTask) onBarrier(id uint64) error {
+	tr := t.a.coord.info(id)
+	var snap state.Snapshot
+	var err error
+	if tr.savepoint {
+		snap, err = t.backend.CaptureSavepoint(id)
+	} else {
+		snap, err = t.backend.Capture(id)
+	}
+	if err != nil {
+		return err
+	}
+	select {
+	case t.persistQ <- persistJob{id: id, snap: snap}:
+		return nil
+	case <-t.out.ctx.Done():
+		return context.Cause(t.out.ctx)
+	}
+}
+
+// persister persists snapshots in capture order and acknowledges each once durable.
+func (t *operatorTask) persister(ctx context.Context) {
+	var first error
+	for j := range t.persistQ {
+		if first != nil {
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, t.a.spec.Checkpoints.Timeout.D())
+		err := j.snap.Persist(pctx)
+		cancel()
+		if err != nil {
+			first = fmt.Errorf("operator %s: persisting checkpoint %d: %w", t.name(), j.id, err)
+			t.a.coord.send(ctx, ack{kind: ackOperator, node: t.op.spec.Name, subtask: t.subtask, id: j.id, err: first})
+			continue
+		}
+		t.a.coord.send(ctx, ack{kind: ackOperator, node: t.op.spec.Name, subtask: t.subtask, id: j.id, bytes: j.snap.Bytes()})
+	}
+	t.persistE <- first
+}
+
+// lateRecord sends a late record to the operator's late side output.
+func (t *operatorTask) lateRecord(el *scheduler.Element) error {
+	side := t.lateOut.side["late"]
+	if len(side) == 0 {
+		return nil
+	}
+	return t.lateOut.route(side, el.Key, el.Value, el.TS, el.Pos)
+}
+
+// --- sinks ---
+
+type sinkTask struct {
+	a       *attempt
+	name    string
+	subtask int
+	w       SinkWriter
+	in      *merger
+	records atomic.Int64
+}
+
+func (t *sinkTask) run() error { return t.loop(t.a.ctx) }
+
+func (t *sinkTask) loop(ctx context.Context) error {
+	mergeErr := make(chan error, 1)
+	go func() { mergeErr <- t.in.run(ctx) }()
+	var recs []SinkRecord
+	flush := func() error {
+		if len(recs) == 0 {
+			return nil
+		}
+		err := t.w.Write(ctx, recs)
+		t.records.Add(int64(len(recs)))
+		recs = recs[:0]
+		return err
+	}
+	fail := func(err error) error {
+		for range t.in.out {
+		}
+		<-mergeErr
+		t.w.Close(context.WithoutCancel(ctx))
+		return fmt.Errorf("sink %s[%d]: %w", t.name, t.subtask, err)
+	}
+	for b := range t.in.out {
+		for i := range b {
+			el := &b[i]
+			switch el.Kind {
+			case scheduler.ElementRecord:
+				recs = append(recs, SinkRecord{Key: el.Key, Value: el.Value, TS: el.TS, Pos: el.Pos})
+			case scheduler.ElementBarrier:
+				if err := flush(); err != nil {
+					return fail(err)
+				}
+				h, err := t.w.PreCommit(ctx, el.CheckID)
+				if err != nil {
+					return fail(fmt.Errorf("pre-committing checkpoint %d: %w", el.CheckID, err))
+				}
+				t.a.coord.send(ctx, ack{kind: ackSink, node: t.name, subtask: t.subtask, id: el.CheckID, handle: h})
+			}
+		}
+		if err := flush(); err != nil {
+			return fail(err)
+		}
+	}
+	if err := <-mergeErr; err != nil {
+		t.w.Close(context.WithoutCancel(ctx))
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if err := t.w.Close(ctx); err != nil {
+		return fmt.Errorf("sink %s[%d]: %w", t.name, t.subtask, err)
+	}
+	return nil
+}
+
+// guestLog routes guest log lines to the environment's writer.
+func (e *Env) guestLog(describe func(int64) string) scheduler.LogFunc {
+	if e.GuestLog == nil {
+		return nil
+	}
+	return logTo(e.GuestLog, describe)
+}
