@@ -54,6 +54,7 @@ lint:
 wasm:
 	$(MAKE) -C host/abi/testdata
 	$(MAKE) -C host/scheduler/testdata
+	$(MAKE) -C host/replay/testdata
 	scripts/build-wasm.sh
 
 wasm-check:
@@ -73,6 +74,8 @@ FUZZ_TARGETS := \
 	./host/lookup/internal/h2:FuzzServerFrames \
 	./host/state:FuzzSegmentDecode \
 	./host/state:FuzzManifestDecode \
+	./host/replay:FuzzReadLines \
+	./host/replay:FuzzBytes \
 	./internal/wasmbin:FuzzInstrument \
 	./internal/wasmbin:FuzzInstrumentPrograms \
 	./host/server:FuzzDecodeJSON \

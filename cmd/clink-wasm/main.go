@@ -23,6 +23,8 @@ const usage = `clink-wasm runs user-defined stream operators compiled to WebAsse
 Usage:
   clink-wasm run --module OP.wasm --input FILE [--key FIELD] [flags]
         run a bounded local pipeline over a file of JSON Lines or CSV records
+  clink-wasm replay DIR --module NEW.wasm [--json]
+        run a module against a recording (run --record DIR): no network, no state tier
   clink-wasm inspect OP.wasm
         print a module's ABI version, capabilities, imports, exports and problems
   clink-wasm manifest embed --manifest MANIFEST.json IN.wasm [-o OUT.wasm]
@@ -80,6 +82,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "run":
 		err = cmdRun(ctx, args[1:], stdin, stdout, stderr)
+	case "replay":
+		err = cmdReplay(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		err = cmdInspect(ctx, args[1:], stdout, stderr)
 	case "manifest":
