@@ -54,6 +54,7 @@ lint:
 wasm:
 	$(MAKE) -C host/abi/testdata
 	$(MAKE) -C host/scheduler/testdata
+	$(MAKE) -C host/replay/testdata
 	scripts/build-wasm.sh
 
 wasm-check:
@@ -66,12 +67,15 @@ FUZZ_TARGETS := \
 	./host/pipeline:FuzzSourceCSV \
 	./host/pipeline:FuzzIsJSONNumber \
 	./host/pipeline:FuzzParseSpec \
+	./host/connector/kafka:FuzzTopField \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
 	./host/lookup/internal/h2:FuzzServerFrames \
 	./host/state:FuzzSegmentDecode \
 	./host/state:FuzzManifestDecode \
+	./host/replay:FuzzReadLines \
+	./host/replay:FuzzBytes \
 	./internal/wasmbin:FuzzInstrument \
 	./internal/wasmbin:FuzzInstrumentPrograms \
 	./host/server:FuzzDecodeJSON \
@@ -94,6 +98,7 @@ soak:
 	# Pipelines: 60 crash rounds (>= 60 SIGKILLs) of `run --pipeline`, one and two operators.
 	CLINK_SOAK=1 $(GO) test -count=1 -run 'TestPipelineCrash' -timeout 60m ./cmd/clink-wasm/
 	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestMemSoak' -timeout 30m -v ./host/scheduler/
+	CLINK_KAFKA_SOAK=100 $(GO) test -race -count=1 -run 'TestCrashSoak' -timeout 60m ./host/connector/kafka/
 
 s3-up:
 	@scripts/s3-up.sh

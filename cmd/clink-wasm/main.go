@@ -23,6 +23,8 @@ const usage = `clink-wasm runs user-defined stream operators compiled to WebAsse
 Usage:
   clink-wasm run --module OP.wasm --input FILE [--key FIELD] [flags]
         run a bounded local pipeline over a file of JSON Lines or CSV records
+  clink-wasm replay DIR --module NEW.wasm [--json]
+        run a module against a recording (run --record DIR): no network, no state tier
   clink-wasm inspect OP.wasm
         print a module's ABI version, capabilities, imports, exports and problems
   clink-wasm manifest embed --manifest MANIFEST.json IN.wasm [-o OUT.wasm]
@@ -38,6 +40,8 @@ Usage:
   clink-wasm module push|ls|get|rm   tenant create|ls|quota   pipeline create|ls|get|rm|start|stop|savepoint
         client commands for a server (--server/CLINK_SERVER, --token/CLINK_TOKEN)
   clink-wasm completion bash|zsh|fish|powershell
+  clink-wasm dev kafka [--port N] [--topic NAME:PARTITIONS]...
+        run a Kafka cluster (kfake) on loopback to try Kafka pipelines on one machine
   clink-wasm version
 
 Run "clink-wasm COMMAND --help" for a command's flags.
@@ -78,6 +82,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	switch args[0] {
 	case "run":
 		err = cmdRun(ctx, args[1:], stdin, stdout, stderr)
+	case "replay":
+		err = cmdReplay(ctx, args[1:], stdout, stderr)
 	case "inspect":
 		err = cmdInspect(ctx, args[1:], stdout, stderr)
 	case "manifest":
@@ -90,6 +96,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdTest(ctx, args[1:], stdout, stderr)
 	case "serve", "module", "tenant", "pipeline", "completion", "__complete", "__completeNoDesc":
 		return cobraMain(ctx, args, stdin, stdout, stderr)
+	case "dev":
+		err = cmdDev(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "clink-wasm", version())
 		return 0

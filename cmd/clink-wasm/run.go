@@ -61,7 +61,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	if hasPipelineFlag(args) { // the spec form: pipeline_run.go
 		return cmdRunPipeline(ctx, args, stdout, stderr)
 	}
@@ -89,6 +89,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		stats      = fs.Bool("stats", false, "print the run's scheduler, state and lookup metrics as JSON on stderr at the end")
 		quiet      = fs.Bool("quiet", false, "no progress bar and no summary")
 		noCache    = fs.Bool("no-cache", false, "do not use the on-disk compilation cache")
+		recordDir  = fs.String("record", "", "record what the run sees into this new directory, for clink-wasm replay (docs/recording.md;\nit holds input, state values and lookup bodies: the user's data)")
+		recordMax  = fs.String("record-max-bytes", "1g", "size cap of the --record directory, e.g. 256m; the run fails when it is reached")
 	)
 	var endpointFlags []string
 	fs.Func("endpoint", "a lookup endpoint as NAME=URL (repeatable; loopback URLs are allowed to reach loopback)", func(v string) error {
@@ -161,12 +163,26 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return fmt.Errorf("reading module: %w", err)
 	}
+	rec, err := openRecording(fs, *recordDir, *recordMax)
+	if err != nil {
+		return err
+	}
 	opts := pipeline.Options{
 		Module: bin, KeyField: *key, TimeField: *timeField, WatermarkDelay: *wmDelay,
 		OnMalformed: policy, MaxInFlight: *inFlight, Log: stderr,
 		StateURL: *stateURL, HotBytes: hot, Job: *job, Restore: restoreID, CheckpointEvery: *ckptEvery,
 		Endpoints: eps, Order: ord,
 		Limits: abi.Limits{CallTime: *callTime, MemoryPages: uint32(*memPages)},
+		Record: rec,
+	}
+	if rec != nil {
+		// Closed with the run's outcome on every path below, so that the recording says how
+		// the run ended.
+		defer func() {
+			if cerr := rec.Close(err); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
 	}
 	if !*noCache {
 		if dir, err := os.UserCacheDir(); err == nil {

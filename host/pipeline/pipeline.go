@@ -18,6 +18,7 @@ import (
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
 	"github.com/clink-wasm/clink-wasm/host/lookup"
+	"github.com/clink-wasm/clink-wasm/host/replay"
 	"github.com/clink-wasm/clink-wasm/host/scheduler"
 	"github.com/clink-wasm/clink-wasm/host/state"
 )
@@ -78,6 +79,11 @@ type Options struct {
 	// Order is the output order guarantee (default per key). Input and none are for unkeyed
 	// enrichment: records run concurrently and keyed state is not available.
 	Order scheduler.Order
+
+	// Record, if set, records what the run sees (host/replay, docs/recording.md). The caller
+	// creates it and closes it with the run's error; a recording that fails (its size cap)
+	// fails the run.
+	Record *replay.Recorder
 
 	// Progress, if set, is called about five times a second while the run lasts.
 	Progress func(Progress)
@@ -176,11 +182,34 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	backend, ckpt, nextID := ds.backend, ds.ckpt, ds.next
 	sum.Restored = ds.restored
 	sum.Resumable = ckpt != nil && !strings.HasPrefix(opts.StateURL, "mem:")
-	if err := backend.Open(mod.Manifest.States); err != nil {
+	sched := backend // what the scheduler sees: the backend, or its recording wrapper
+	if rec := opts.Record; rec != nil {
+		origin := "unknown"
+		if opts.Backend == nil {
+			origin = replay.StateOriginEmpty
+			if ds.restored != nil && ds.restored.Checkpoint != 0 {
+				origin = fmt.Sprintf("checkpoint %d", ds.restored.Checkpoint)
+			}
+		}
+		if err := rec.Begin(replay.RunInfo{
+			Operator: mod.Name(), ModuleSHA256: IdentifyModule(opts.Module, mod.Name(), nil).SHA256,
+			States: mod.Manifest.States, Order: opts.Order, KeyField: opts.KeyField, TimeField: opts.TimeField,
+			StateOrigin: origin, Limits: eng.Limits(), Declared: mod.Manifest.Endpoints, Endpoints: opts.Endpoints,
+		}); err != nil {
+			return sum, err
+		}
+		sched = rec.Backend(backend)
+		lookupFn = rec.Lookup(lookupFn, mod.Manifest.Endpoints)
+	}
+	if err := sched.Open(mod.Manifest.States); err != nil {
 		return sum, fmt.Errorf("state: %w", err)
 	}
 	describe := func(pos int64) string { return fmt.Sprintf("input line %d", pos) }
 	sink := newJSONLSink(opts.Output, mod.Name(), describe)
+	var schedSink scheduler.Sink = sink
+	if opts.Record != nil {
+		schedSink = opts.Record.Sink(sink)
+	}
 	lim := eng.Limits()
 	src := newSource(sourceConfig{
 		format: opts.Format, keyField: opts.KeyField, keyByModule: opts.KeyField == "" && mod.HasKey(),
@@ -196,9 +225,12 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		}
 		onBarrier = ckpt.capture
 	}
+	if opts.Record != nil {
+		src.tap = opts.Record.Elements
+	}
 
 	ctrl, err := scheduler.New(scheduler.Config{
-		Module: mod, Backend: backend, Sink: sink, Lookup: lookupFn, Order: opts.Order,
+		Module: mod, Backend: sched, Sink: schedSink, Lookup: lookupFn, Order: opts.Order,
 		Log: logTo(opts.Log, describe), MaxInFlight: opts.MaxInFlight, Describe: describe,
 		OnBarrier: onBarrier,
 	})
@@ -253,7 +285,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	// The final checkpoint: what a bounded run leaves behind, and what --restore latest resumes.
 	var ckptErr error
 	if ckpt != nil {
-		if runErr == nil && sErr == nil && sinkErr == nil && ctx.Err() == nil {
+		if runErr == nil && sErr == nil && sinkErr == nil && ctx.Err() == nil && (opts.Record == nil || opts.Record.Err() == nil) {
 			ctrl.SaveTimers()
 			ckptErr = ckpt.capture(src.nextCheckpoint)
 		}
@@ -287,6 +319,8 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return sum, sErr
 	case ckptErr != nil:
 		return sum, ckptErr
+	case opts.Record != nil && opts.Record.Err() != nil:
+		return sum, opts.Record.Err()
 	}
 	return sum, nil
 }

@@ -82,6 +82,11 @@ type source struct {
 	nextCheckpoint  uint64
 	lastCheckpoint  time.Time
 	arena           []byte
+
+	// tap, if set, sees every batch before it is sent (a recording, host/replay); its error
+	// stops the source, which returns it.
+	tap    func([]scheduler.Element) error
+	tapErr error
 }
 
 type countingReader struct {
@@ -147,6 +152,11 @@ func (s *source) run(out chan<- []scheduler.Element, stop <-chan struct{}) error
 		if len(batch) == 0 {
 			return true
 		}
+		if s.tap != nil && s.tapErr == nil {
+			if s.tapErr = s.tap(batch); s.tapErr != nil {
+				return false
+			}
+		}
 		select {
 		case out <- batch:
 			batch = make([]scheduler.Element, 0, s.cfg.batch)
@@ -193,12 +203,12 @@ func (s *source) run(out chan<- []scheduler.Element, stop <-chan struct{}) error
 		}
 		s.recs.Add(1)
 		if !emit(el) {
-			return nil
+			return s.tapErr
 		}
 		if s.checkpointEvery > 0 && s.recs.Load()%64 == 0 && time.Since(s.lastCheckpoint) >= s.checkpointEvery {
 			if !s.lastCheckpoint.IsZero() {
 				if !emit(scheduler.Element{Kind: scheduler.ElementBarrier, CheckID: s.nextCheckpoint}) {
-					return nil
+					return s.tapErr
 				}
 				s.nextCheckpoint++
 			}
@@ -206,15 +216,15 @@ func (s *source) run(out chan<- []scheduler.Element, stop <-chan struct{}) error
 		}
 		if wm, ok := s.watermark(); ok {
 			if !emit(scheduler.Element{Kind: scheduler.ElementWatermark, TS: wm}) {
-				return nil
+				return s.tapErr
 			}
 		}
 	}
 	if !emit(scheduler.Element{Kind: scheduler.ElementWatermark, TS: math.MaxInt64}) {
-		return nil
+		return s.tapErr
 	}
 	send()
-	return nil
+	return s.tapErr
 }
 
 func (s *source) malformed(me *MalformedError, raw []byte) error {

@@ -1,0 +1,163 @@
+package kafka
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// topField returns the raw JSON value of the top-level field name of obj, which must be valid
+// JSON (the source checks json.Valid first). Like encoding/json decoding into a map, the last
+// of duplicate names wins. It scans bytes instead of decoding: the source runs it on every
+// record.
+func topField(obj []byte, name string) (json.RawMessage, bool, error) {
+	i := skipSpace(obj, 0)
+	if i >= len(obj) || obj[i] != '{' {
+		return nil, false, errors.New("not a JSON object")
+	}
+	i++
+	var (
+		found json.RawMessage
+		ok    bool
+	)
+	for {
+		i = skipSpace(obj, i)
+		if i >= len(obj) {
+			return nil, false, errors.New("truncated JSON object")
+		}
+		if obj[i] == '}' {
+			return found, ok, nil
+		}
+		if obj[i] == ',' {
+			i = skipSpace(obj, i+1)
+		}
+		ks := i
+		i = skipString(obj, i)
+		key := obj[ks:i]
+		i = skipSpace(obj, i)
+		if i >= len(obj) || obj[i] != ':' {
+			return nil, false, errors.New("malformed JSON object")
+		}
+		i = skipSpace(obj, i+1)
+		vs := i
+		i = skipValue(obj, i)
+		if keyIs(key, name) {
+			found, ok = obj[vs:i], true
+		}
+	}
+}
+
+// keyIs reports whether the quoted JSON string key decodes to name.
+func keyIs(key []byte, name string) bool {
+	if len(key) < 2 {
+		return false
+	}
+	if bytes.IndexByte(key, '\\') < 0 && utf8.Valid(key) {
+		return string(key[1:len(key)-1]) == name
+	}
+	var s string
+	return json.Unmarshal(key, &s) == nil && s == name
+}
+
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// skipString returns the index after the string starting at b[i] (a quote).
+func skipString(b []byte, i int) int {
+	for i++; i < len(b); i++ {
+		switch b[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+// skipValue returns the index after the value starting at b[i].
+func skipValue(b []byte, i int) int {
+	if i >= len(b) {
+		return i
+	}
+	switch b[i] {
+	case '"':
+		return skipString(b, i)
+	case '{', '[':
+		depth := 0
+		for i < len(b) {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(b) {
+		switch b[i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// keyBytes turns a JSON field value into key bytes: strings unquoted, numbers and booleans
+// as written.
+func keyBytes(raw json.RawMessage) ([]byte, error) {
+	switch {
+	case len(raw) == 0:
+		return nil, errors.New("empty value")
+	case raw[0] == '"' && bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw):
+		return raw[1 : len(raw)-1], nil
+	case raw[0] == '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, err
+		}
+		return []byte(s), nil
+	case raw[0] == '{' || raw[0] == '[' || raw[0] == 'n':
+		return nil, errors.New("a key must be a string, number or boolean")
+	}
+	return raw, nil
+}
+
+// eventTime reads a time field: epoch milliseconds, or an RFC 3339 string.
+func eventTime(raw json.RawMessage) (int64, error) {
+	if len(raw) > 0 && raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return 0, err
+		}
+		t, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return 0, errors.New("a time must be epoch milliseconds or an RFC 3339 string")
+		}
+		return t.UnixMilli(), nil
+	}
+	if ms, err := strconv.ParseInt(string(raw), 10, 64); err == nil {
+		return ms, nil
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || f != f || f > 9.2e18 || f < -9.2e18 {
+		return 0, errors.New("a time must be epoch milliseconds or an RFC 3339 string")
+	}
+	return int64(f), nil
+}

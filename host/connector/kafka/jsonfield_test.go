@@ -1,0 +1,37 @@
+package kafka
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+)
+
+// FuzzTopField checks topField against encoding/json decoding into a map: for every valid
+// JSON object both find the same fields with the same raw values (the last duplicate wins),
+// and topField refuses valid JSON that is not an object.
+func FuzzTopField(f *testing.F) {
+	for _, s := range []string{`{"k":"a"}`, `{"k":1,"k":2}`, `{"a":{"k":3},"k":[1]}`, ` {"k" : "\u00e9"} `, `[1]`, `{"k":}`, `{}`, `{"k":"a"}x`} {
+		f.Add([]byte(s), "k")
+	}
+	f.Fuzz(func(t *testing.T, obj []byte, name string) {
+		if !json.Valid(obj) {
+			return // topField's precondition; the source checks it first
+		}
+		got, ok, err := topField(obj, name)
+		var m map[string]json.RawMessage
+		stdErr := json.Unmarshal(obj, &m)
+		if stdErr != nil || m == nil {
+			if err == nil {
+				t.Fatalf("%q: std refused (%v) what topField took as an object", obj, stdErr)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("%q: %v, std decoded it", obj, err)
+		}
+		want, wok := m[name]
+		if ok != wok || !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(want)) {
+			t.Fatalf("%q field %q: got %q %v, std %q %v", obj, name, got, ok, want, wok)
+		}
+	})
+}
