@@ -86,9 +86,9 @@ func startServer(t *testing.T, dataDir string) *serverProc {
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait(); pw.Close() }()
 	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
+		// Kill is harmless on a process that has exited; reading cmd.ProcessState here would
+		// race with the Wait above.
+		_ = cmd.Process.Kill()
 	})
 	select {
 	case a := <-addr:
