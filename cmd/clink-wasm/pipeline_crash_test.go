@@ -358,7 +358,7 @@ sinks: [{name: out, type: file, path: %s, inputs: [count]}]
 			t.Fatalf("exit: %v\n%s", err, stderr.String())
 		}
 		s := stderr.String()
-		for _, want := range []string{"term stopped", "committed; it covers the input up to g: gen-0 record ", "resume with --restore latest"} {
+		for _, want := range []string{"term stopped", "committed; it covers the input up to g: gen-0 at record ", "resume with --restore latest"} {
 			if !strings.Contains(s, want) {
 				t.Fatalf("summary lacks %q:\n%s", want, s)
 			}

@@ -178,14 +178,14 @@ func describePositions(pos map[string][]pipeline.Split) string {
 			if json.Unmarshal(s.Position, &fp) == nil && fp.Offset != nil {
 				desc = fmt.Sprintf("byte %d (line %d)", *fp.Offset, fp.Line)
 				if fp.Done {
-					desc = "its end"
+					desc = "the end"
 				}
 			} else if s.Position == nil {
-				desc = "its start"
+				desc = "the start"
 			} else if _, err := strconv.ParseInt(desc, 10, 64); err == nil {
 				desc = "record " + desc
 			}
-			parts = append(parts, fmt.Sprintf("%s: %s %s", n, filepath.Base(s.ID), desc))
+			parts = append(parts, fmt.Sprintf("%s: %s at %s", n, filepath.Base(s.ID), desc))
 		}
 	}
 	if len(parts) == 0 {
