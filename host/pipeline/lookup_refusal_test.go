@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"github.com/clink-wasm/clink-wasm/host/lookup"
+	"github.com/clink-wasm/clink-wasm/host/scheduler"
 )
 
 // TestLookupRefusalNamesRule: a lookup the endpoint's policy refuses reaches the guest as
@@ -41,5 +44,33 @@ func TestLookupRefusalNamesRule(t *testing.T) {
 	}
 	if l := log.String(); !strings.Contains(l, "methods") || !strings.Contains(l, "POST") {
 		t.Errorf("the log does not name the rule (methods) and the method refused:\n%s", l)
+	}
+}
+
+// TestLookupRefusalInFailure: a guest that fails after a refused lookup fails its run with a
+// message naming operator and record, and the rule that refused the lookup (the guest saw
+// only LOOKUP_REFUSED).
+func TestLookupRefusalInFailure(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer up.Close()
+	ep, err := ParseEndpointFlag("svc=" + up.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := os.ReadFile(filepath.Join("..", "scheduler", "testdata", "enrichtrap.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// enrichtrap sends its record's value as the lookup request and returns an error when the
+	// lookup fails: a JSON object is no request line, so the endpoint refuses it.
+	_, _, err = runOpts(t, Options{Module: mod, Endpoints: []lookup.EndpointConfig{ep}, Order: scheduler.OrderInput},
+		`{"u":"a"}`+"\n")
+	if err == nil {
+		t.Fatal("the run succeeded")
+	}
+	for _, want := range []string{`operator "enrichtrap"`, "input line 1", "its last lookup failed", "refused by rule"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error does not say %q: %v", want, err)
+		}
 	}
 }

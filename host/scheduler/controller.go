@@ -181,6 +181,9 @@ type OperatorError struct {
 	Key      []byte
 	TS       int64
 	Err      error
+	// Lookup is the last failed lookup of the failing call, if any: the guest saw only its
+	// code, so the report names the reason (for a refusal, the rule that refused it).
+	Lookup error
 }
 
 func (e *OperatorError) Error() string {
@@ -188,6 +191,9 @@ func (e *OperatorError) Error() string {
 	detail := e.Err.Error()
 	if errors.As(e.Err, &f) {
 		detail = f.Detail()
+	}
+	if e.Lookup != nil {
+		detail += " (its last lookup failed: " + e.Lookup.Error() + ")"
 	}
 	return fmt.Sprintf("operator %q failed at %s (key %q, timestamp %d): %s", e.Operator, e.Where, e.Key, e.TS, detail)
 }
@@ -808,7 +814,7 @@ func (c *Controller) finish(t *task, err error) {
 		if t.kind == kindTimer {
 			where = fmt.Sprintf("timer at %d", t.ts)
 		}
-		c.fail(&OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err})
+		c.fail(&OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err, Lookup: t.lookupErr})
 	}
 	c.keyDone(t)
 	if t.holds != 0 {
@@ -1194,7 +1200,11 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 	c.metrics.Lookups.Add(1)
 	t.async = true
 	if c.cfg.Synchronous {
-		return c.lookupBlocking(endpoint, req)
+		status, body, err := c.lookupBlocking(endpoint, req)
+		if err != nil {
+			t.lookupErr = err
+		}
+		return status, body, err
 	}
 	t.done.Store(0)
 	t.io++
@@ -1217,6 +1227,9 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 	}
 	r := t.lookup
 	t.lookup = lookupResult{}
+	if r.err != nil {
+		t.lookupErr = r.err
+	}
 	return r.status, r.body, r.err
 }
 

@@ -44,13 +44,15 @@ type task struct {
 	// Result of the async operation the task is suspended on. Written by the holder (state
 	// reads are installed on the runner) or, for lookups, by an IO goroutine before the
 	// completion is posted; read by the task's carrier after it resumes.
-	fetched  state.Fetched
-	readKey  state.Key
-	lookup   lookupResult
-	aborted  error
-	order    int64 // resume priority, lower first (ResumePriority)
-	waitFrom time.Time
-	done     atomic.Int32 // lookup completion state, see Lookup
+	fetched state.Fetched
+	readKey state.Key
+	lookup  lookupResult
+	// lookupErr is the last failed lookup of the call (for the report if the call fails).
+	lookupErr error
+	aborted   error
+	order     int64 // resume priority, lower first (ResumePriority)
+	waitFrom  time.Time
+	done      atomic.Int32 // lookup completion state, see Lookup
 
 	io     int  // async operations out that can still deliver to the task (see freeTask)
 	orphan bool // finished (aborted) while io > 0: pooled when the last one delivers
@@ -67,7 +69,7 @@ func (t *task) reset() {
 	}
 	t.async = false
 	t.carrier, t.suspended, t.held = nil, false, nil
-	t.fetched, t.readKey, t.lookup, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, 0, time.Time{}
+	t.fetched, t.readKey, t.lookup, t.lookupErr, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, nil, 0, time.Time{}
 	t.done.Store(0)
 	t.prefetchWait, t.suspendedOnce, t.slotWaited = 0, false, false
 }
