@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -58,16 +59,37 @@ func defaultConfig() config {
 		retainCheckpoints: 3,
 		retention:         time.Hour,
 		gcInterval:        time.Minute,
-		ioConcurrency:     32,
+		ioConcurrency:     unsetByPool,
 		prefetchIndexes:   true,
 		rebalanceInterval: 200 * time.Millisecond,
 		fsync:             true,
 		maxOpenFiles:      256,
-		s3MaxConns:        64,
+		s3MaxConns:        unsetByPool,
 		s3Timeout:         30 * time.Second,
 		s3MaxAttempts:     8,
 		s3MaxBackoff:      5 * time.Second,
 		s3PathStyle:       false,
+	}
+}
+
+// unsetByPool marks a default that depends on the pool's scheme, filled by poolDefaults once the
+// URL and the options are applied. It is not a value anyone can mean, so an explicit 0 or a
+// negative count still fails validate instead of being defaulted silently.
+const unsetByPool = math.MinInt
+
+// poolDefaults fills the defaults that depend on the pool. A remote pool is latency-bound: the
+// cold reads it can serve per second are its concurrency over its latency, so at S3's ~20 ms
+// 32 requests in flight cap the whole tier at ~1,600 GETs/s, which is what a hot tier over S3
+// collapsed to (issue 10). Local pools are bounded by the disk instead.
+func (c *config) poolDefaults(scheme string) {
+	if c.ioConcurrency == unsetByPool {
+		c.ioConcurrency = 32
+		if scheme == "s3" {
+			c.ioConcurrency = 256
+		}
+	}
+	if c.s3MaxConns == unsetByPool {
+		c.s3MaxConns = c.ioConcurrency
 	}
 }
 
@@ -217,8 +239,8 @@ func WithGCInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.gcInterval = d })
 }
 
-// WithIOConcurrency bounds concurrent remote requests of the Store. Default 32.
-// URL: io_concurrency=32.
+// WithIOConcurrency bounds concurrent remote requests of the Store. Default 256 for s3://, 32
+// for file:// and mem://. URL: io_concurrency=32.
 func WithIOConcurrency(n int) Option { return optionFunc(func(c *config) { c.ioConcurrency = n }) }
 
 // WithPrefetchIndexes makes a restore load segment indexes in the background after it returns
@@ -245,7 +267,7 @@ func WithS3PathStyle(on bool) Option { return optionFunc(func(c *config) { c.s3P
 // falling back to us-east-1. URL: region=us-east-1.
 func WithS3Region(r string) Option { return optionFunc(func(c *config) { c.s3Region = r }) }
 
-// WithS3MaxConns bounds the S3 connection pool. Default 64. URL: max_conns=64.
+// WithS3MaxConns bounds the S3 connection pool. Default: the IO concurrency. URL: max_conns=64.
 func WithS3MaxConns(n int) Option { return optionFunc(func(c *config) { c.s3MaxConns = n }) }
 
 // WithS3Timeout bounds one S3 attempt, including reading the body. Default 30s. URL: timeout=30s.

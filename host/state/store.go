@@ -56,6 +56,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
+	cfg.poolDefaults(u.Scheme)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
