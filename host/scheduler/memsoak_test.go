@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -92,19 +93,60 @@ func writeInput(t *testing.T, dir, name string, n int, key func(int) int) string
 }
 
 // runCLI runs the CLI and returns its peak RSS in bytes.
+//
+// It runs it through this test binary as a small helper process (TestMemSoakHelper), which
+// reports the CLI's rusage. Started from here directly, the CLI's ru_maxrss would start at this
+// process's own peak: Go starts children with vfork (CLONE_VM), and exec folds the high-water
+// mark of the memory it leaves, the parent's, into the child's. After the first case has read
+// 1M outputs into a map, that alone read as ~300 MiB.
 func runCLI(t *testing.T, bin string, args ...string) int64 {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
+	argv, err := json.Marshal(append([]string{bin}, args...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMemSoakHelper$")
+	cmd.Env = append(os.Environ(), "CLINK_MEM_SOAK_EXEC="+string(argv))
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	for line := range strings.Lines(stdout.String()) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxrss-bytes "); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("helper reported no rusage:\n%s\n%s", stdout.String(), stderr.String())
+	return 0
+}
+
+// TestMemSoakHelper is runCLI's helper process: it runs the command CLINK_MEM_SOAK_EXEC names
+// (a JSON argv) and prints its peak RSS.
+func TestMemSoakHelper(t *testing.T) {
+	v := os.Getenv("CLINK_MEM_SOAK_EXEC")
+	if v == "" {
+		t.Skip("runCLI's helper process")
+	}
+	var argv []string
+	if err := json.Unmarshal([]byte(v), &argv); err != nil || len(argv) == 0 {
+		t.Fatalf("CLINK_MEM_SOAK_EXEC %q: %v", v, err)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if !ok {
 		t.Fatal("no rusage")
 	}
-	return ru.Maxrss << 10 // KiB on Linux
+	fmt.Printf("maxrss-bytes %d\n", ru.Maxrss<<10) // KiB on Linux
 }
 
 func readCounts(t *testing.T, path string) map[string][]int {
