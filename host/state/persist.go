@@ -260,7 +260,9 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []segEntry,
 			defer b.s.release()
 			if _, err := b.s.os.put(ctx, b.root+o.ref.name, o.data, putCond{}); err != nil {
 				errOnce.Do(func() { first = err })
+				return
 			}
+			b.wrote(o.ref.name, o.data, o.ref.segInfo)
 		}(&outs[i])
 	}
 	wg.Wait()
@@ -287,6 +289,7 @@ func (b *Tiered) putSegment(ctx context.Context, tag string, w *segWriter) (segR
 	if _, err := b.s.os.put(ctx, b.root+info.name, data, putCond{}); err != nil {
 		return segRef{}, err
 	}
+	b.wrote(info.name, data, info)
 	return segRef{segInfo: info, use: b.rng}, nil
 }
 

@@ -600,3 +600,35 @@ func testLookupRoundTrips(t *testing.T) {
 		t.Fatalf("%d blocks read for %d keys over %d segments", m.FetchBlocks, len(ks), m.Segments)
 	}
 }
+
+// TestWrittenSegmentsNeedNoIndexRead: the indexes of the segments a backend wrote itself
+// (spills, checkpoints) are installed from what it wrote, so its cold reads GET blocks only.
+func TestWrittenSegmentsNeedNoIndexRead(t *testing.T) {
+	// No compaction: it reads whole segments in the background.
+	s := openTest(t, "mem://", WithHotBytes(8<<10), WithMaxSegments(1<<20))
+	b := operator(t, s, OperatorOptions{})
+	val := bytes.Repeat([]byte("x"), 100)
+	for i := range 2000 {
+		b.Put(key(0, fmt.Sprint("k", i), ""), val)
+	}
+	checkpoint(t, b, 1)
+	b.Get(key(0, "k0", "")) // observes the commit and evicts
+	var cold []Key
+	for i := range 2000 {
+		k := key(0, fmt.Sprint("k", i), "")
+		if _, _, hot := b.Get(k); !hot {
+			cold = append(cold, k)
+		}
+	}
+	before := b.Metrics()
+	if before.Spills < 10 || len(cold) < 1500 {
+		t.Fatalf("%d spills, %d cold keys: %+v", before.Spills, len(cold), before)
+	}
+	if _, err := fetchSync(t, b, cold); err != nil {
+		t.Fatal(err)
+	}
+	after := b.Metrics()
+	if gets, blocks := after.RemoteGets-before.RemoteGets, after.FetchBlocks-before.FetchBlocks; gets != blocks {
+		t.Fatalf("%d GETs for %d blocks over %d segments: indexes read back", gets, blocks, after.Segments)
+	}
+}
