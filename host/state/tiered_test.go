@@ -560,7 +560,11 @@ func (s slowGets) get(ctx context.Context, name string, off, n int64) ([]byte, e
 func TestLookupRoundTrips(t *testing.T) { synctest.Test(t, testLookupRoundTrips) }
 
 func testLookupRoundTrips(t *testing.T) {
-	s := openTest(t, "mem://", WithHotBytes(8<<10), WithPrefetchIndexes(false), WithIOConcurrency(256))
+	const lat = 20 * time.Millisecond
+	// No compaction (it reads whole segments in the background); the pool is wrapped before
+	// any backend can use it.
+	s := openTest(t, "mem://", WithHotBytes(8<<10), WithPrefetchIndexes(false), WithIOConcurrency(256), WithMaxSegments(1<<20))
+	s.os = slowGets{objectStore: s.os, d: lat}
 	b := operator(t, s, OperatorOptions{})
 	val := bytes.Repeat([]byte("x"), 100)
 	for i := range 2000 {
@@ -572,8 +576,6 @@ func testLookupRoundTrips(t *testing.T) {
 	if m := r.Metrics(); m.Segments < 20 {
 		t.Fatalf("only %d segments: %+v", m.Segments, m)
 	}
-	const lat = 20 * time.Millisecond
-	s.os = slowGets{objectStore: s.os, d: lat}
 	var ks []Key
 	for i := 0; i < 2000; i += 7 {
 		ks = append(ks, key(0, fmt.Sprint("k", i), ""))
