@@ -12,6 +12,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -23,38 +24,45 @@ import (
 
 // BenchmarkDisaggregated is issue 10's benchmark of the real path: the AssemblyScript counter
 // over the tiered state on S3 (versitygw on loopback, started by make bench through
-// scripts/with-s3.sh), behind a loopback proxy that delays every response's first byte by
-// CLINK_BENCH_S3_LATENCY (default 20ms, typical of S3). Checkpoints run every second of the
-// run's wall clock, persisted off the runner as the pipeline does. For each key distribution
-// (Zipf with s = 1, uniform) and key count (100k; 1M with CLINK_BENCH_DISAGG_BIG=1) it runs the
-// same events with the hot tier holding all the state, a third of it and a tenth of it, one
-// after the other in the same process, and reports for the smaller tiers:
+// scripts/with-s3.sh), behind a loopback proxy that delays every response's first byte by each
+// of CLINK_BENCH_S3_LATENCY (a comma-separated list, default "0s,20ms"; 20 ms is typical of
+// S3). Checkpoints run every second of the run's wall clock, persisted off the runner as the
+// pipeline does. For each latency, key distribution (Zipf with s = 1, uniform) and key count
+// (100k; 1M with CLINK_BENCH_DISAGG_BIG=1) it runs the same events with the hot tier holding
+// all the state, a third of it and a tenth of it, one after the other in the same process, and
+// reports for the smaller tiers:
 //
 //   - x-all-hot: throughput ÷ the all-hot run's;
 //   - littles-share: throughput ÷ min(all-hot throughput, the Little's-law bound
 //     MaxInFlight ÷ (remote keys per record × mean GET latency)), from measured figures;
 //   - gets/rec, keys/get (keys fetched per remote GET), hit-ratio, peak-instances;
+//   - cpu-us/rec: this process's CPU per record, and s3-cpu-us/get: the S3 server's CPU per
+//     request (from /proc, when CLINK_TEST_S3_PID names it). Both share the machine's cores;
 //   - peak-rss-MiB: the process's peak so far (it only grows: read it in run order).
 //
+// The ckpt-* case (at the first latency only) compares checkpoints every 100 ms with one final
+// checkpoint, a tenth hot.
 // CLINK_BENCH_DISAGG_EVENTS sets the events per run (default 100k).
 func BenchmarkDisaggregated(b *testing.B) {
 	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
 	if ep == "" {
 		b.Skip("needs the loopback S3 server: scripts/with-s3.sh (make bench does it)")
 	}
-	lat := 20 * time.Millisecond
+	lats := []time.Duration{0, 20 * time.Millisecond}
 	if v := os.Getenv("CLINK_BENCH_S3_LATENCY"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			b.Fatal(err)
+		lats = lats[:0]
+		for _, f := range strings.Split(v, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(f))
+			if err != nil {
+				b.Fatal(err)
+			}
+			lats = append(lats, d)
 		}
-		lat = d
 	}
 	events := 100_000
 	if v, err := strconv.Atoi(os.Getenv("CLINK_BENCH_DISAGG_EVENTS")); err == nil && v > 0 {
 		events = v
 	}
-	proxy := latencyProxy(b, ep, lat)
 	bucket := os.Getenv("CLINK_TEST_S3_BUCKET")
 	if bucket == "" {
 		bucket = "clink-test"
@@ -64,39 +72,67 @@ func BenchmarkDisaggregated(b *testing.B) {
 	if os.Getenv("CLINK_BENCH_DISAGG_BIG") != "" {
 		keyCounts = append(keyCounts, 1_000_000)
 	}
-	for _, keys := range keyCounts {
-		for _, dist := range []string{"zipf", "uniform"} {
-			b.Run(fmt.Sprintf("%s-%dk", dist, keys/1000), func(b *testing.B) {
-				els := disaggEvents(events, keys, dist)
-				for b.Loop() {
-					newURL := func() string {
-						return fmt.Sprintf("s3://%s/bench/%s?endpoint=%s&path_style=true", bucket, randomName(), url.QueryEscape(proxy))
-					}
-					hot := disaggRun(b, m, newURL(), 0, els)
-					b.ReportMetric(hot.rate, "all-hot-rec/s")
-					for _, frac := range []int{3, 10} {
-						r := disaggRun(b, m, newURL(), max(hot.stateBytes/int64(frac), 64<<10), els)
-						unit := fmt.Sprintf("1/%d-", frac)
-						b.ReportMetric(r.rate, unit+"rec/s")
-						b.ReportMetric(r.rate/hot.rate, unit+"x-all-hot")
-						bound := hot.rate
-						if r.keysPerRec > 0 && r.getLatency > 0 {
-							bound = min(bound, float64(r.inFlight)/(r.keysPerRec*r.getLatency.Seconds()))
-						}
-						b.ReportMetric(r.rate/bound, unit+"littles-share")
-						b.ReportMetric(r.getsPerRec, unit+"gets/rec")
-						b.ReportMetric(r.keysPerGet, unit+"keys/get")
-						b.ReportMetric(r.hitRatio, unit+"hit-ratio")
-						b.ReportMetric(float64(r.peakInstances), unit+"peak-instances")
-						b.ReportMetric(float64(r.peakRSS>>20), unit+"peak-rss-MiB")
-						b.Logf("%s 1/%d hot (%d of %d bytes): %.0f rec/s = %.2f x all hot (%.0f); %.4f remote keys/rec, GET %v, bound %.0f (share %.2f); %.3f GETs/rec, %.1f keys/GET, hit %.3f, %d suspensions, %d instance waits, peak %d instances, %d spills, %d checkpoints (mean %v)",
-							dist, frac, r.hotBytes, hot.stateBytes, r.rate, r.rate/hot.rate, hot.rate, r.keysPerRec, r.getLatency, bound, r.rate/bound,
-							r.getsPerRec, r.keysPerGet, r.hitRatio, r.suspensions, r.instanceWaits, r.peakInstances, r.spills, r.checkpoints, r.ckptMean)
-					}
-				}
-			})
+	for _, lat := range lats {
+		proxy := latencyProxy(b, ep, lat)
+		newURL := func() string {
+			return fmt.Sprintf("s3://%s/bench/%s?endpoint=%s&path_style=true", bucket, randomName(), url.QueryEscape(proxy))
 		}
+		for _, keys := range keyCounts {
+			for _, dist := range []string{"zipf", "uniform"} {
+				b.Run(fmt.Sprintf("%s-%dk-lat%v", dist, keys/1000, lat), func(b *testing.B) {
+					els := disaggEvents(events, keys, dist)
+					for b.Loop() {
+						hot := disaggRun(b, m, newURL(), 0, time.Second, els)
+						b.ReportMetric(hot.rate, "all-hot-rec/s")
+						b.ReportMetric(hot.cpuPerRec, "all-hot-cpu-us/rec")
+						for _, frac := range []int{3, 10} {
+							r := disaggRun(b, m, newURL(), max(hot.stateBytes/int64(frac), 64<<10), time.Second, els)
+							reportDisagg(b, fmt.Sprintf("%s 1/%d hot", dist, frac), fmt.Sprintf("1/%d-", frac), r, hot)
+						}
+					}
+				})
+			}
+		}
+		if lat != lats[0] {
+			continue
+		}
+		b.Run(fmt.Sprintf("ckpt-zipf-100k-lat%v", lat), func(b *testing.B) {
+			els := disaggEvents(events, 100_000, "zipf")
+			for b.Loop() {
+				hot := disaggRun(b, m, newURL(), 0, 0, els)
+				final := disaggRun(b, m, newURL(), max(hot.stateBytes/10, 64<<10), 0, els)
+				every := disaggRun(b, m, newURL(), max(hot.stateBytes/10, 64<<10), 100*time.Millisecond, els)
+				b.ReportMetric(final.rate, "final-only-rec/s")
+				b.ReportMetric(every.rate, "every-100ms-rec/s")
+				b.ReportMetric(every.rate/final.rate, "x-final-only")
+				b.ReportMetric(hot.rate, "all-hot-rec/s")
+				b.Logf("checkpoints every 100 ms: %.0f rec/s = %.2f x final only (%.0f); %d checkpoints, mean %v", every.rate, every.rate/final.rate, final.rate, every.checkpoints, every.ckptMean)
+			}
+		})
 	}
+}
+
+func reportDisagg(b *testing.B, name, unit string, r, hot disaggResult) {
+	b.ReportMetric(r.rate, unit+"rec/s")
+	b.ReportMetric(r.rate/hot.rate, unit+"x-all-hot")
+	bound := hot.rate
+	if r.keysPerRec > 0 && r.getLatency > 0 {
+		bound = min(bound, float64(r.inFlight)/(r.keysPerRec*r.getLatency.Seconds()))
+	}
+	b.ReportMetric(r.rate/bound, unit+"littles-share")
+	b.ReportMetric(r.getsPerRec, unit+"gets/rec")
+	b.ReportMetric(r.keysPerGet, unit+"keys/get")
+	b.ReportMetric(r.hitRatio, unit+"hit-ratio")
+	b.ReportMetric(float64(r.peakInstances), unit+"peak-instances")
+	b.ReportMetric(float64(r.peakRSS>>20), unit+"peak-rss-MiB")
+	b.ReportMetric(r.cpuPerRec, unit+"cpu-us/rec")
+	if r.serverCPUPerGet > 0 {
+		b.ReportMetric(r.serverCPUPerGet, unit+"s3-cpu-us/get")
+	}
+	b.Logf("%s (%d of %d bytes): %.0f rec/s = %.2f x all hot (%.0f); %.4f remote keys/rec, GET %v, bound %.0f (share %.2f); %.3f GETs/rec, %.1f keys/GET, hit %.3f; CPU %.1f µs/rec (all hot %.1f), S3 server %.0f µs/request; %d suspensions, %d instance waits, peak %d instances, %d spills, %d checkpoints (mean %v)",
+		name, r.hotBytes, hot.stateBytes, r.rate, r.rate/hot.rate, hot.rate, r.keysPerRec, r.getLatency, bound, r.rate/bound,
+		r.getsPerRec, r.keysPerGet, r.hitRatio, r.cpuPerRec, hot.cpuPerRec, r.serverCPUPerGet,
+		r.suspensions, r.instanceWaits, r.peakInstances, r.spills, r.checkpoints, r.ckptMean)
 }
 
 type disaggResult struct {
@@ -110,11 +146,13 @@ type disaggResult struct {
 	instanceWaits, spills      int64
 	checkpoints                int64
 	peakRSS                    int64
+	cpuPerRec, serverCPUPerGet float64 // µs
 }
 
 // disaggRun runs els through the counter over a fresh S3 prefix with the given hot budget
-// (0: the default, which holds everything here), checkpointing every second.
-func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, els []Element) disaggResult {
+// (0: the default, which holds everything here), checkpointing every ckpt of wall-clock time
+// (0: only at the end).
+func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt time.Duration, els []Element) disaggResult {
 	ctx := context.Background()
 	opts := []state.Option{}
 	if hotBytes > 0 {
@@ -158,15 +196,16 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, els []E
 		b.Fatal(err)
 	}
 	before := st.Metrics()
+	cpu0, srv0 := processCPU(), serverCPU()
 	in := make(chan []Element, 16)
 	go func() {
-		next, id := time.Now().Add(time.Second), uint64(1)
+		next, id := time.Now().Add(ckpt), uint64(1)
 		for i := 0; i < len(els); i += 256 {
 			in <- els[i:min(i+256, len(els))]
-			if time.Now().After(next) {
+			if ckpt > 0 && time.Now().After(next) {
 				in <- []Element{{Kind: ElementBarrier, CheckID: id}}
 				id++
-				next = time.Now().Add(time.Second)
+				next = time.Now().Add(ckpt)
 			}
 		}
 		in <- []Element{{Kind: ElementWatermark, TS: math.MaxInt64}}
@@ -184,6 +223,7 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, els []E
 	close(persist)
 	pw.Wait()
 	d := time.Since(start)
+	cpu, srv := processCPU()-cpu0, serverCPU()-srv0
 	if persistErr != nil {
 		b.Fatal(persistErr)
 	}
@@ -196,6 +236,10 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, els []E
 		getLatency: after.RemoteGetLatency, inFlight: c.MaxInFlight(),
 		peakInstances: sm.PeakInstances, suspensions: sm.Suspensions, instanceWaits: sm.InstanceWaits,
 		spills: bm.Spills, checkpoints: bm.Checkpoints,
+		cpuPerRec: float64(cpu.Microseconds()) / n,
+	}
+	if reqs := after.RemoteGets + after.RemotePuts - before.RemoteGets - before.RemotePuts; srv > 0 && reqs > 0 {
+		r.serverCPUPerGet = float64(srv.Microseconds()) / float64(reqs)
 	}
 	if bm.FetchKeys > 0 && gets > 0 {
 		r.keysPerGet = float64(bm.FetchKeys) / float64(gets)
@@ -255,6 +299,44 @@ func latencyProxy(b *testing.B, endpoint string, lat time.Duration) string {
 	}))
 	b.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// processCPU is this process's user and system CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU is the S3 server's CPU time so far, from /proc/PID/stat (CLINK_TEST_S3_PID, set by
+// scripts/s3-up.sh), or 0.
+func serverCPU() time.Duration {
+	pid := os.Getenv("CLINK_TEST_S3_PID")
+	if pid == "" {
+		return 0
+	}
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which may hold spaces) in parentheses; utime and stime are
+	// the 14th and 15th, in clock ticks (100 per second on Linux).
+	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(u+s) * 10 * time.Millisecond
 }
 
 func randomName() string { return strconv.FormatUint(rand.Uint64(), 36) }

@@ -92,25 +92,28 @@ func writeInput(t *testing.T, dir, name string, n int, key func(int) int) string
 	return p
 }
 
-// runCLI runs the CLI and returns its peak RSS in bytes. It goes through a helper process
-// (this test binary, TestMemSoakHelper), because a child's ru_maxrss includes the high-water
-// mark of the address space it was forked from: Go starts children with vfork, and exec
-// records the old address space's peak, so a CLI started from this test process, which holds
-// the expected outputs of 1M records, would report this process's peak. The helper is small.
+// runCLI runs the CLI and returns its peak RSS in bytes.
+//
+// It runs it through this test binary as a small helper process (TestMemSoakHelper), which
+// reports the CLI's rusage. Started from here directly, the CLI's ru_maxrss would start at this
+// process's own peak: Go starts children with vfork (CLONE_VM), and exec folds the high-water
+// mark of the memory it leaves, the parent's, into the child's. After the first case has read
+// 1M outputs into a map, that alone read as ~300 MiB.
 func runCLI(t *testing.T, bin string, args ...string) int64 {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMemSoakHelper$", "-test.v")
-	spec, err := json.Marshal(append([]string{bin}, args...))
+	argv, err := json.Marshal(append([]string{bin}, args...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Env = append(os.Environ(), "CLINK_MEM_SOAK_HELPER="+string(spec))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMemSoakHelper$")
+	cmd.Env = append(os.Environ(), "CLINK_MEM_SOAK_EXEC="+string(argv))
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
-	for _, line := range strings.Split(string(out), "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxrss-bytes="); ok {
+	for line := range strings.Lines(stdout.String()) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "maxrss-bytes "); ok {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -118,19 +121,20 @@ func runCLI(t *testing.T, bin string, args ...string) int64 {
 			return n
 		}
 	}
-	t.Fatalf("helper printed no peak RSS:\n%s", out)
+	t.Fatalf("helper reported no rusage:\n%s\n%s", stdout.String(), stderr.String())
 	return 0
 }
 
-// TestMemSoakHelper runs one CLI command for runCLI and prints its peak RSS.
+// TestMemSoakHelper is runCLI's helper process: it runs the command CLINK_MEM_SOAK_EXEC names
+// (a JSON argv) and prints its peak RSS.
 func TestMemSoakHelper(t *testing.T) {
-	spec := os.Getenv("CLINK_MEM_SOAK_HELPER")
-	if spec == "" {
-		t.Skip("run by TestMemSoak")
+	v := os.Getenv("CLINK_MEM_SOAK_EXEC")
+	if v == "" {
+		t.Skip("runCLI's helper process")
 	}
 	var argv []string
-	if err := json.Unmarshal([]byte(spec), &argv); err != nil || len(argv) == 0 {
-		t.Fatalf("bad helper spec %q: %v", spec, err)
+	if err := json.Unmarshal([]byte(v), &argv); err != nil || len(argv) == 0 {
+		t.Fatalf("CLINK_MEM_SOAK_EXEC %q: %v", v, err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	var stderr strings.Builder
@@ -142,7 +146,7 @@ func TestMemSoakHelper(t *testing.T) {
 	if !ok {
 		t.Fatal("no rusage")
 	}
-	fmt.Printf("maxrss-bytes=%d\n", ru.Maxrss<<10) // KiB on Linux
+	fmt.Printf("maxrss-bytes %d\n", ru.Maxrss<<10) // KiB on Linux
 }
 
 func readCounts(t *testing.T, path string) map[string][]int {

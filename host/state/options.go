@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -58,12 +59,12 @@ func defaultConfig() config {
 		retainCheckpoints: 3,
 		retention:         time.Hour,
 		gcInterval:        time.Minute,
-		ioConcurrency:     0, // poolDefaults
+		ioConcurrency:     unsetByPool,
 		prefetchIndexes:   true,
 		rebalanceInterval: 200 * time.Millisecond,
 		fsync:             true,
 		maxOpenFiles:      256,
-		s3MaxConns:        0, // poolDefaults
+		s3MaxConns:        unsetByPool,
 		s3Timeout:         30 * time.Second,
 		s3MaxAttempts:     8,
 		s3MaxBackoff:      5 * time.Second,
@@ -71,18 +72,23 @@ func defaultConfig() config {
 	}
 }
 
+// unsetByPool marks a default that depends on the pool's scheme, filled by poolDefaults once the
+// URL and the options are applied. It is not a value anyone can mean, so an explicit 0 or a
+// negative count still fails validate instead of being defaulted silently.
+const unsetByPool = math.MinInt
+
 // poolDefaults fills the defaults that depend on the pool. A remote pool is latency-bound: the
 // cold reads it can serve per second are its concurrency over its latency, so at S3's ~20 ms
 // 32 requests in flight cap the whole tier at ~1,600 GETs/s, which is what a hot tier over S3
 // collapsed to (issue 10). Local pools are bounded by the disk instead.
 func (c *config) poolDefaults(scheme string) {
-	if c.ioConcurrency == 0 {
+	if c.ioConcurrency == unsetByPool {
 		c.ioConcurrency = 32
 		if scheme == "s3" {
 			c.ioConcurrency = 256
 		}
 	}
-	if c.s3MaxConns == 0 {
+	if c.s3MaxConns == unsetByPool {
 		c.s3MaxConns = c.ioConcurrency
 	}
 }

@@ -261,7 +261,9 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []segEntry,
 			defer b.s.release()
 			if _, err := b.s.os.put(ctx, b.root+o.ref.name, o.data, putCond{}); err != nil {
 				errOnce.Do(func() { first = err })
+				return
 			}
+			b.wrote(o.ref.name, o.data, o.ref.segInfo)
 		}(&outs[i])
 	}
 	wg.Wait()
@@ -288,6 +290,7 @@ func (b *Tiered) putSegment(ctx context.Context, tag string, w *segWriter) (segR
 	if _, err := b.s.os.put(ctx, b.root+info.name, data, putCond{}); err != nil {
 		return segRef{}, err
 	}
+	b.wrote(info.name, data, info)
 	return segRef{segInfo: info, use: b.rng}, nil
 }
 
@@ -561,86 +564,181 @@ type fetchReq struct {
 	h   uint64
 }
 
-// lookup resolves reqs against version v, newest segment first. For each segment it asks the
-// bloom filter and the block index, groups the surviving keys by block and reads each block
-// once with a ranged GET, blocks in parallel.
+// lookup resolves reqs against version v: each key is found in the newest segment that holds
+// it. It works in rounds, each one remote round trip whatever the number of segments:
+//   - the indexes and filters of every segment that may hold an open key are loaded (in
+//     parallel, once per segment);
+//   - each open key lists its candidate blocks, newest segment first: those whose segment's
+//     filter and index may hold it, from the segment it has reached on;
+//   - the first candidate of every key is read, all in parallel, each block once with a ranged
+//     GET (in later rounds, every candidate of the keys left);
+//   - each key walks its candidates while they were read this round, and stops at the first
+//     that holds it. One that reaches a candidate not read (its filter lied about every block
+//     before) waits for the next round, which starts there.
+//
+// Segments one after the other, as it was, cost a spilled tier one round trip per segment a
+// batch touched (issue 10); reading every candidate at once would cost one GET per filter
+// false positive.
 func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []Fetched) error {
 	sort.Slice(reqs, func(i, j int) bool { return bytes.Compare(reqs[i].dk, reqs[j].dk) < 0 })
-	open := reqs
-	for _, seg := range v.segs {
-		if len(open) == 0 {
-			break
-		}
-		var cand []*fetchReq
-		for i := range open {
-			r := &open[i]
-			if seg.ref.use.Contains(r.kg) && bytes.Compare(r.dk, seg.ref.minKey) >= 0 && bytes.Compare(r.dk, seg.ref.maxKey) <= 0 {
-				cand = append(cand, r)
-			}
-		}
-		if len(cand) == 0 {
-			continue
-		}
-		m, err := b.loadMeta(ctx, seg)
-		if err != nil {
+	open := make([]*fetchReq, len(reqs))
+	for i := range reqs {
+		open[i] = &reqs[i]
+	}
+	from := make([]int, len(out)) // per request (by idx): the first segment it may still be in
+	in := func(seg *liveSeg, r *fetchReq) bool {
+		return seg.ref.use.Contains(r.kg) && bytes.Compare(r.dk, seg.ref.minKey) >= 0 && bytes.Compare(r.dk, seg.ref.maxKey) <= 0
+	}
+	type blockRef struct{ seg, block int }
+	type walk struct {
+		r     *fetchReq
+		cands []blockRef
+	}
+	for round := 0; len(open) > 0; round++ {
+		if err := b.loadMetas(ctx, v, open, from, in); err != nil {
 			return err
 		}
-		groups := map[int][]*fetchReq{}
-		var order []int
-		for _, r := range cand {
-			if !m.bloom.mayContain(r.h) {
-				continue
+		walks := make([]walk, 0, len(open))
+		read := map[blockRef][]byte{}
+		var order []blockRef
+		for _, r := range open {
+			w := walk{r: r}
+			for i := from[r.idx]; i < len(v.segs); i++ {
+				seg := v.segs[i]
+				if !in(seg, r) {
+					continue
+				}
+				m := seg.meta.Load()
+				if !m.bloom.mayContain(r.h) {
+					continue
+				}
+				if bi := m.find(r.dk); bi >= 0 {
+					w.cands = append(w.cands, blockRef{i, bi})
+				}
 			}
-			bi := m.find(r.dk)
-			if bi < 0 {
-				continue
+			if len(w.cands) == 0 {
+				continue // no segment may hold it: absent, out[idx] stays not found
 			}
-			if groups[bi] == nil {
-				order = append(order, bi)
+			// The first round reads each key's first candidate; a later one, for the few keys a
+			// filter lied to, all their candidates, so that a chain of false positives does not
+			// cost a round trip each.
+			cs := w.cands[:1]
+			if round > 0 {
+				cs = w.cands
 			}
-			groups[bi] = append(groups[bi], r)
+			for _, c := range cs {
+				if _, ok := read[c]; !ok {
+					read[c] = nil
+					order = append(order, c)
+				}
+			}
+			walks = append(walks, w)
 		}
-		resolved := map[int]bool{}
-		var mu sync.Mutex
+		if len(order) == 0 {
+			return nil
+		}
+		datas := make([][]byte, len(order))
+		errs := make([]error, len(order))
 		var wg sync.WaitGroup
-		var first error
-		for _, bi := range order {
+		for i, br := range order {
 			wg.Add(1)
-			go func(bh blockHandle, rs []*fetchReq) {
+			go func() {
 				defer wg.Done()
-				hit, err := b.readBlock(ctx, seg.object, bh, rs, out)
-				mu.Lock()
-				defer mu.Unlock()
-				if err != nil && first == nil {
-					first = err
-				}
-				for _, idx := range hit {
-					resolved[idx] = true
-				}
-			}(m.blocks[bi], groups[bi])
+				seg := v.segs[br.seg]
+				datas[i], errs[i] = b.fetchBlock(ctx, seg.object, seg.meta.Load().blocks[br.block])
+			}()
 		}
 		wg.Wait()
-		if first != nil {
-			return first
+		if err := errors.Join(errs...); err != nil {
+			return err
 		}
 		b.cnt.fetchBlocks.Add(int64(len(order)))
-		if len(resolved) > 0 {
-			kept := open[:0:0]
-			for _, r := range open {
-				if !resolved[r.idx] {
-					kept = append(kept, r)
+		for i, br := range order {
+			read[br] = datas[i]
+		}
+		// Walk in waves: a wave resolves, block by block, the keys standing at that block (in
+		// key order, as blocks are); those it does not hold step to their next candidate.
+		open = open[:0:0]
+		wave := walks
+		for len(wave) > 0 {
+			at := map[blockRef][]*fetchReq{}
+			var blocks []blockRef
+			idx := map[int]int{} // request idx -> index in wave
+			for j, w := range wave {
+				c := w.cands[0]
+				if _, ok := read[c]; !ok {
+					from[w.r.idx] = c.seg
+					open = append(open, w.r)
+					continue
+				}
+				if at[c] == nil {
+					blocks = append(blocks, c)
+				}
+				at[c] = append(at[c], w.r)
+				idx[w.r.idx] = j
+			}
+			var next []walk
+			for _, c := range blocks {
+				seg := v.segs[c.seg]
+				rs := at[c]
+				hit, err := resolveBlock(seg.object, seg.meta.Load().blocks[c.block], read[c], rs, out)
+				if err != nil {
+					b.cnt.corruptions.Add(1)
+					return err
+				}
+				found := map[int]bool{}
+				for _, h := range hit {
+					found[h] = true
+				}
+				for _, r := range rs {
+					if w := wave[idx[r.idx]]; !found[r.idx] && len(w.cands) > 1 {
+						next = append(next, walk{r: r, cands: w.cands[1:]})
+					}
 				}
 			}
-			open = kept
+			sort.Slice(next, func(i, j int) bool { return bytes.Compare(next[i].r.dk, next[j].r.dk) < 0 })
+			wave = next
 		}
+		sort.Slice(open, func(i, j int) bool { return bytes.Compare(open[i].dk, open[j].dk) < 0 })
 	}
 	return nil
 }
 
-// readBlock reads one block and resolves the sorted requests found in it. A block that fails
-// its checksum is read once more (corruption in transit), then reported.
-func (b *Tiered) readBlock(ctx context.Context, object string, bh blockHandle, rs []*fetchReq, out []Fetched) ([]int, error) {
-	var it *blockIter
+// loadMetas loads, in parallel, the index and filter of every segment of v that one of the open
+// requests may be in (at or after the segment it has reached) and that is not loaded yet.
+func (b *Tiered) loadMetas(ctx context.Context, v *version, open []*fetchReq, from []int, in func(*liveSeg, *fetchReq) bool) error {
+	var missing []*liveSeg
+	for i, seg := range v.segs {
+		if seg.meta.Load() != nil {
+			continue
+		}
+		for _, r := range open {
+			if from[r.idx] <= i && in(seg, r) {
+				missing = append(missing, seg)
+				break
+			}
+		}
+	}
+	if len(missing) == 1 {
+		_, err := b.loadMeta(ctx, missing[0])
+		return err
+	}
+	errs := make([]error, len(missing))
+	var wg sync.WaitGroup
+	for i, seg := range missing {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = b.loadMeta(ctx, seg)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// fetchBlock reads one block and verifies it. A block that fails its checksum is read once more
+// (corruption in transit), then reported.
+func (b *Tiered) fetchBlock(ctx context.Context, object string, bh blockHandle) ([]byte, error) {
 	for attempt := 0; ; attempt++ {
 		if err := b.s.acquire(ctx); err != nil {
 			return nil, err
@@ -653,15 +751,23 @@ func (b *Tiered) readBlock(ctx context.Context, object string, bh blockHandle, r
 		if int64(len(data)) != bh.n {
 			err = corruptf(object, bh.off, "short block: %d of %d bytes", len(data), bh.n)
 		} else {
-			it, err = openBlock(object, bh.off, data)
+			_, err = openBlock(object, bh.off, data)
 		}
 		if err == nil {
-			break
+			return data, nil
 		}
 		if attempt == 1 {
 			b.cnt.corruptions.Add(1)
 			return nil, err
 		}
+	}
+}
+
+// resolveBlock resolves the sorted requests found in a verified block, returning their idx.
+func resolveBlock(object string, bh blockHandle, data []byte, rs []*fetchReq, out []Fetched) ([]int, error) {
+	it, err := openBlock(object, bh.off, data)
+	if err != nil {
+		return nil, err
 	}
 	var hit []int
 	i := 0
@@ -683,7 +789,6 @@ func (b *Tiered) readBlock(ctx context.Context, object string, bh blockHandle, r
 		}
 	}
 	if it.err != nil {
-		b.cnt.corruptions.Add(1)
 		return nil, it.err
 	}
 	return hit, nil

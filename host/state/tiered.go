@@ -107,6 +107,10 @@ type Tiered struct {
 		// checkpoint, newest first. Cold reads see them (the version puts them above base);
 		// the next checkpoint's manifest lists them, then they are cleared.
 		spills []segRef
+		// written are the metas of segments this backend wrote, decoded from the bytes it
+		// put, for buildVersionLocked to install so that no cold read GETs them back.
+		// Bounded: cleared past maxWrittenMetas (a read then loads one, as after a restore).
+		written map[string]*segMeta
 	}
 }
 
@@ -204,6 +208,8 @@ func (b *Tiered) buildVersionLocked(m *manifest) *version {
 			n := &liveSeg{ref: r, object: b.root + r.name}
 			if ls != nil {
 				n.meta.Store(ls.meta.Load())
+			} else if m := b.mu.written[r.name]; m != nil {
+				n.meta.Store(m)
 			}
 			ls = n
 		}
@@ -213,8 +219,32 @@ func (b *Tiered) buildVersionLocked(m *manifest) *version {
 			v.covered[kg] = true
 		}
 	}
+	for name := range b.mu.written {
+		if live[name] != nil {
+			delete(b.mu.written, name)
+		}
+	}
 	b.mu.live = live
 	return v
+}
+
+const maxWrittenMetas = 256
+
+// wrote records the meta of a segment just written (see mu.written).
+func (b *Tiered) wrote(name string, data []byte, info segInfo) {
+	// A copy: the meta's keys and filter alias what it is decoded from, which is the whole
+	// segment here.
+	raw := bytes.Clone(data[info.metaOff : info.metaOff+info.metaLen])
+	m, err := decodeSegMeta(b.root+name, raw, info.metaOff)
+	if err != nil {
+		return // a read will load and verify it from the pool
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.mu.written == nil || len(b.mu.written) >= maxWrittenMetas {
+		b.mu.written = map[string]*segMeta{}
+	}
+	b.mu.written[name] = m
 }
 
 // Open implements Backend.
