@@ -199,7 +199,7 @@ func TestServeEndToEnd(t *testing.T) {
 	if code != exitInvalid || strings.Count(stderr, "  - [abi]") != 3 {
 		t.Fatalf("invalid push: %d %s", code, stderr)
 	}
-	spec := []byte(`{"name":"p1","spec":{"operators":[{"name":"count","module":"counter@1","parallelism":2}],"sources":[{"name":"in","type":"generator"}]}}`)
+	spec := []byte(`{"name":"p1","spec":{"operators":[{"name":"count","module":"counter@1","parallelism":2,"key":"user","inputs":["in"]}],"sources":[{"name":"in","type":"generator"}],"sinks":[{"name":"out","type":"preview","inputs":["count"]}]}}`)
 	code, b := srv.call(t, "POST", "/api/v1/pipelines", tokens["alpha"], "application/json", spec)
 	if code != 201 {
 		t.Fatalf("pipeline: %d %s", code, b)
@@ -222,7 +222,7 @@ func TestServeEndToEnd(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"ref": "counter@1"`) || !strings.Contains(out, pl.ID) {
 		t.Fatalf("after restart, module ls: %d %s %s", code, out, stderr)
 	}
-	if code, b := srv2.call(t, "GET", "/api/v1/pipelines/"+pl.ID, tokens["alpha"], "", nil); code != 200 || !bytes.Contains(b, []byte(`"subtasks":3`)) {
+	if code, b := srv2.call(t, "GET", "/api/v1/pipelines/"+pl.ID, tokens["alpha"], "", nil); code != 200 || !bytes.Contains(b, []byte(`"subtasks":4`)) {
 		t.Fatalf("after restart, pipeline: %d %s", code, b)
 	}
 	code, out, _ = cli(t, []string{"CLINK_SERVER=" + srv2.base, "CLINK_TOKEN=" + e2eAdmin}, "tenant", "ls")
@@ -231,7 +231,7 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	// The pipeline commands: create from a file, list, and a start that says plainly it cannot.
 	specFile := filepath.Join(t.TempDir(), "spec.json")
-	os.WriteFile(specFile, []byte(`{"operators":[{"module":"counter"}]}`), 0o600)
+	os.WriteFile(specFile, []byte(`{"sources":[{"name":"in","type":"http"}],"operators":[{"name":"c","module":"counter","inputs":["in"]}],"sinks":[{"name":"out","type":"preview","inputs":["c"]}]}`), 0o600)
 	if code, out, stderr := cli(t, alpha, "pipeline", "create", "p2", "-f", specFile); code != 0 || !strings.Contains(out, "created pipeline p2") {
 		t.Fatalf("pipeline create: %d %s %s", code, out, stderr)
 	}

@@ -293,6 +293,9 @@ func (s *Server) createPipeline(c echo.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := validateRuntimeSpec(req.Name, tenant, req.Spec); err != nil {
+			return err
+		}
 		now := s.ctl.Now()
 		p := &control.Pipeline{ID: newPipelineID(), Tenant: tenant, Name: req.Name, Spec: compact(req.Spec), Modules: ids, Subtasks: subtasks,
 			State: control.PipelineCreated, Revision: 1, CreatedAt: now, UpdatedAt: now}
@@ -409,6 +412,9 @@ func (s *Server) patchPipeline(c echo.Context) error {
 				if err := checkStateCompatible(cat, tenant, p.Spec, merged); err != nil {
 					return err
 				}
+			}
+			if err := validateRuntimeSpec(p.Name, tenant, merged); err != nil {
+				return err
 			}
 			p.Spec, p.Modules, p.Subtasks = compact(merged), ids, subtasks
 			p.Revision++
