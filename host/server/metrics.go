@@ -11,11 +11,13 @@ import (
 // raw path), tenant comes only from a valid token (tenants are created by the admin), reason is
 // one of a fixed few.
 type metrics struct {
-	requests     *prometheus.CounterVec
-	latency      *prometheus.HistogramVec
-	authFailures *prometheus.CounterVec
-	rateLimited  *prometheus.CounterVec
-	uploads      *prometheus.CounterVec
+	requests      *prometheus.CounterVec
+	latency       *prometheus.HistogramVec
+	authFailures  *prometheus.CounterVec
+	rateLimited   *prometheus.CounterVec
+	uploads       *prometheus.CounterVec
+	ingested      *prometheus.CounterVec
+	ingestRefused *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry, ctl *control.Control) *metrics {
@@ -36,8 +38,14 @@ func newMetrics(reg *prometheus.Registry, ctl *control.Control) *metrics {
 		uploads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clink_module_uploads_total", Help: "Module uploads by result (registered, existing, invalid, too_large).",
 		}, []string{"result"}),
+		ingested: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clink_ingest_records_total", Help: "Records made durable by POST /api/v1/pipelines/{id}/records, per tenant.",
+		}, []string{"tenant"}),
+		ingestRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clink_ingest_refused_total", Help: "Ingest requests refused, per tenant and reason (backpressure).",
+		}, []string{"tenant", "reason"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.authFailures, m.rateLimited, m.uploads,
+	reg.MustRegister(m.requests, m.latency, m.authFailures, m.rateLimited, m.uploads, m.ingested, m.ingestRefused,
 		catalogCollector{ctl},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "clink"}))
 	return m

@@ -50,6 +50,8 @@ func (s *Server) OpenAPI() map[string]any {
 		switch r.body {
 		case "application/json":
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{"schema": ref(r.bodyRef)}}}
+		case "application/x-ndjson":
+			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/x-ndjson": map[string]any{"schema": map[string]any{"type": "string", "description": "JSON Lines: one JSON object a line"}}}}
 		case "application/wasm":
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/wasm": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}}
 		}

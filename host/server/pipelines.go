@@ -29,13 +29,18 @@ type PipelineView struct {
 	Modules    []string                   `json:"modules"`
 	Subtasks   int                        `json:"subtasks"`
 	Checkpoint *control.CheckpointPointer `json:"checkpoint,omitempty"`
-	CreatedAt  time.Time                  `json:"created_at"`
-	UpdatedAt  time.Time                  `json:"updated_at"`
+	// Running says the pipeline should run (a restarted server resumes it); Error is why it
+	// last failed; Run is the runtime's view of its current or last run.
+	Running   bool       `json:"running"`
+	Error     string     `json:"error,omitempty"`
+	Run       *RunStatus `json:"run,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
 }
 
 func viewPipeline(p *control.Pipeline) PipelineView {
 	return PipelineView{ID: p.ID, Tenant: p.Tenant, Name: p.Name, State: p.State, Revision: p.Revision, Spec: p.Spec,
-		Modules: p.Modules, Subtasks: p.Subtasks, Checkpoint: p.Checkpoint, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+		Modules: p.Modules, Subtasks: p.Subtasks, Checkpoint: p.Checkpoint, Running: p.Running, Error: p.Error, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
 }
 
 // specRefs is the part of a pipeline spec (docs/pipeline-spec.md) the control plane checks:
@@ -348,7 +353,7 @@ func (s *Server) listPipelines(c echo.Context) error {
 	}
 	items := []PipelineView{}
 	for _, p := range s.ctl.Snapshot().TenantPipelines(tenant) {
-		items = append(items, viewPipeline(p))
+		items = append(items, s.viewPipelineLive(p))
 	}
 	slices.SortFunc(items, func(a, b PipelineView) int { return strings.Compare(a.ID, b.ID) })
 	return page(c, items, func(v PipelineView) string { return v.ID })
@@ -359,7 +364,7 @@ func (s *Server) getPipeline(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewPipeline(p))
+	return c.JSON(http.StatusOK, s.viewPipelineLive(p))
 }
 
 type pipelinePatch struct {
@@ -488,6 +493,9 @@ func (s *Server) pipelineCheckpoints(c echo.Context) error {
 	_, p, err := s.requestPipeline(c)
 	if err != nil {
 		return err
+	}
+	if s.rt != nil {
+		return s.pipelineCheckpointsRun(c, p)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"pipeline": p.ID, "latest": p.Checkpoint})
 }

@@ -35,7 +35,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +73,18 @@ type Config struct {
 	// ValidationConcurrency bounds concurrent module uploads: each holds its body in memory and
 	// compiles it (CPU-heavy). Default 2.
 	ValidationConcurrency int
+	// DataURL is the server's data URL (--data): each pipeline's state pool is under it
+	// (control.StateURL). Empty: the pipeline runtime is off and the run-time routes answer
+	// 501 runtime_unavailable.
+	DataURL string
+	// RunDir is the local directory of the pipelines' ingest logs and preview outputs.
+	// Default: run/ under a local DataURL, else .clink/run.
+	RunDir string
+	// MaxIngestLagBytes is how far ingest may run ahead of a pipeline before POST …/records
+	// answers 429 (default 64 MiB).
+	MaxIngestLagBytes int64
+	// MaxIngestBytes caps one POST …/records body (default 8 MiB; more is 413).
+	MaxIngestBytes int64
 }
 
 // Server is the API over one control plane.
@@ -84,6 +98,8 @@ type Server struct {
 	reg      *prometheus.Registry
 	echo     *echo.Echo
 	validate chan struct{}
+
+	rt *runtime // nil when the runtime is off (no DataURL)
 
 	uploadsMu sync.Mutex
 	uploads   map[string]chan struct{} // per-tenant upload slot, see uploadSlot
@@ -125,6 +141,16 @@ func New(ctx context.Context, ctl *control.Control, cfg Config) (*Server, string
 	}
 	s.metrics = newMetrics(s.reg, ctl)
 	s.echo = s.buildEcho()
+	if cfg.DataURL != "" {
+		if s.cfg.RunDir == "" {
+			s.cfg.RunDir = defaultRunDir(cfg.DataURL)
+		}
+		if s.cfg.MaxIngestBytes <= 0 {
+			s.cfg.MaxIngestBytes = defaultMaxIngestBytes
+		}
+		s.rt = newRuntime(s)
+		s.rt.resume(ctx)
+	}
 	return s, created, nil
 }
 
@@ -159,8 +185,25 @@ func ensureAdminToken(ctx context.Context, ctl *control.Control, given string) (
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Close releases the validator.
-func (s *Server) Close(ctx context.Context) error { return s.engine.Close(ctx) }
+// Close stops the running pipelines, each with a savepoint (they resume when a server starts
+// on the same data again), and releases the validator.
+func (s *Server) Close(ctx context.Context) error {
+	if s.rt != nil {
+		s.rt.close()
+	}
+	return s.engine.Close(ctx)
+}
+
+// defaultRunDir is run/ under a local data URL, else .clink/run.
+func defaultRunDir(dataURL string) string {
+	if !strings.Contains(dataURL, "://") {
+		return filepath.Join(dataURL, "run")
+	}
+	if strings.HasPrefix(dataURL, "file://") {
+		return filepath.Join(filepath.FromSlash(strings.TrimPrefix(dataURL, "file://")), "run")
+	}
+	return filepath.Join(".clink", "run")
+}
 
 // Serve answers on ln until ctx is done, then shuts down gracefully (bounded).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {

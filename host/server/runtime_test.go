@@ -1,0 +1,226 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runtimeSpecFor is a hosted pipeline: the http source, the counter module keyed by user, and
+// the preview sink, checkpointing often.
+func runtimeSpecFor(module string) map[string]any {
+	return map[string]any{
+		"checkpoints": map[string]any{"interval": "50ms"},
+		"sources":     []any{map[string]any{"name": "in", "type": "http"}},
+		"operators":   []any{map[string]any{"name": "count", "module": module, "inputs": []any{"in"}, "key": "user", "parallelism": 2}},
+		"sinks":       []any{map[string]any{"name": "out", "type": "preview", "inputs": []any{"count"}}},
+	}
+}
+
+// records is n records for each of keys users, as JSON Lines, from seq first on.
+func records(keys, n, first int) []byte {
+	var b bytes.Buffer
+	for i := 0; i < n; i++ {
+		for k := 0; k < keys; k++ {
+			fmt.Fprintf(&b, "{\"user\":\"u%d\",\"seq\":%d}\n", k, first+i)
+		}
+	}
+	return b.Bytes()
+}
+
+// waitFor polls cond until it holds; a bounded loop, failing after many tries (never an
+// assertion on time: the bound only ends a hung test).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 3000; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("gave up waiting for %s", what)
+}
+
+func outputLines(e *env, tok, id string) []string {
+	r := e.do("GET", "/api/v1/pipelines/"+id+"/output?limit=1000", tok, "", nil)
+	if r.code != 200 {
+		e.t.Fatalf("output: %d %s", r.code, r.body)
+	}
+	s := strings.TrimSpace(string(r.body))
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// wantCounts checks exactly-once output of the counter: each of keys users' counts 1..n, each
+// once.
+func wantCounts(t *testing.T, lines []string, keys, n int) {
+	t.Helper()
+	var want []string
+	for c := 1; c <= n; c++ {
+		for k := 0; k < keys; k++ {
+			want = append(want, fmt.Sprintf(`{"count":%d}`, c))
+		}
+	}
+	got := slices.Clone(lines)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("output is not each record's once:\n got %d lines %v\nwant %d lines %v", len(got), got, len(want), want)
+	}
+}
+
+func TestPipelineRuntime(t *testing.T) {
+	e := newEnv(t)
+	tok := e.tenant("acme", map[string]any{"api_requests_per_second": 1000000})
+	other := e.tenant("other", map[string]any{"api_requests_per_second": 1000000})
+	if r := e.upload(tok, "?name=counter", fixture(t, "counter.wasm")); r.code != 201 {
+		t.Fatalf("upload: %d %s", r.code, r.body)
+	}
+	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "clicks", "spec": runtimeSpecFor("counter")})
+	if r.code != 201 {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	var p PipelineView
+	r.decode(t, &p)
+	base := "/api/v1/pipelines/" + p.ID
+	if r := e.do("POST", base+"/start", tok, "", nil); r.code != 202 {
+		t.Fatalf("start: %d %s", r.code, r.body)
+	}
+	if r := e.do("POST", base+"/start", tok, "", nil); r.code != 409 {
+		t.Fatalf("second start: %d %s", r.code, r.body)
+	}
+	r = e.do("GET", base, tok, "", nil)
+	r.decode(t, &p)
+	if p.State != "running" || !p.Running || p.Run == nil || (p.Run.State != "running" && p.Run.State != "starting") {
+		t.Fatalf("after start: %s", r.body)
+	}
+	// Ingest: a retry with the same key is not ingested twice; a bad line ingests nothing.
+	post := func(key string, body []byte) resp {
+		req := httptest.NewRequest("POST", base+"/records", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Content-Type", "application/x-ndjson")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		return e.serve(req)
+	}
+	if r := post("batch-1", records(5, 2, 0)); r.code != 200 {
+		t.Fatalf("ingest: %d %s", r.code, r.body)
+	}
+	if r := post("batch-1", records(5, 2, 0)); r.code != 200 || r.hdr.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d %v %s", r.code, r.hdr, r.body)
+	}
+	if r := post("batch-x", []byte("{\"user\":\"u0\"}\nnot json\n")); r.code != 400 || r.problem(t).Field != "body" || !strings.Contains(r.problem(t).Detail, "line 2") {
+		t.Fatalf("bad line: %d %s", r.code, r.body)
+	}
+	if r := post("bad key", records(1, 1, 0)); r.code != 400 || r.problem(t).Field != "Idempotency-Key" {
+		t.Fatalf("bad key: %d %s", r.code, r.body)
+	}
+	waitFor(t, "10 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 10 })
+	wantCounts(t, outputLines(e, tok, p.ID), 5, 2)
+
+	// Another tenant sees none of it.
+	for _, sub := range []string{"output", "metrics", "errors", "checkpoints"} {
+		if r := e.do("GET", base+"/"+sub, other, "", nil); r.code != 404 {
+			t.Errorf("other tenant GET %s: %d %s", sub, r.code, r.body)
+		}
+	}
+	if r := e.do("POST", base+"/records", other, "application/x-ndjson", records(1, 1, 0)); r.code != 404 {
+		t.Errorf("other tenant ingest: %d", r.code)
+	}
+
+	// A savepoint is recorded as the pipeline's restore point.
+	r = e.do("POST", base+"/savepoints", tok, "", nil)
+	var sp struct{ Savepoint uint64 }
+	r.decode(t, &sp)
+	if r.code != 201 || sp.Savepoint == 0 {
+		t.Fatalf("savepoint: %d %s", r.code, r.body)
+	}
+	r = e.do("GET", base, tok, "", nil)
+	r.decode(t, &p)
+	if p.Checkpoint == nil || p.Checkpoint.ID < sp.Savepoint || !strings.Contains(p.Checkpoint.URL, "/state/acme/"+p.ID) {
+		t.Fatalf("checkpoint pointer: %s", r.body)
+	}
+	r = e.do("GET", base+"/metrics", tok, "", nil)
+	if r.code != 200 || !bytes.Contains(r.body, []byte(`"Operators"`)) || !bytes.Contains(r.body, []byte(`"ingest_lag_bytes"`)) {
+		t.Fatalf("metrics: %d %s", r.code, r.body)
+	}
+	r = e.do("GET", base+"/checkpoints", tok, "", nil)
+	if r.code != 200 || !bytes.Contains(r.body, []byte(fmt.Sprintf(`"id":%d,"savepoint":true`, sp.Savepoint))) {
+		t.Fatalf("checkpoints: %d %s", r.code, r.body)
+	}
+
+	// follow=1 streams outputs as they are committed.
+	hs := httptest.NewServer(e.http)
+	defer hs.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", hs.URL+base+"/output?follow=1&limit=1", nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	if !sc.Scan() { // the latest one
+		t.Fatalf("follow: %v", sc.Err())
+	}
+	if r := post("batch-2", records(5, 1, 2)); r.code != 200 {
+		t.Fatalf("ingest 2: %d %s", r.code, r.body)
+	}
+	var streamed []string
+	for len(streamed) < 5 && sc.Scan() {
+		streamed = append(streamed, sc.Text())
+	}
+	if got := strings.Join(streamed, ","); strings.Count(got, `{"count":3}`) != 5 {
+		t.Fatalf("followed %v", streamed)
+	}
+	cancel()
+
+	// A restarted server resumes the running pipeline from its last checkpoint.
+	e.srv.Close(context.Background())
+	e2 := openEnv(t, e.dir)
+	r = e2.do("GET", base, tok, "", nil)
+	r.decode(t, &p)
+	if p.State != "running" || !p.Running || p.Run == nil || p.Run.Restored == 0 {
+		t.Fatalf("after restart: %s", r.body)
+	}
+	if r := e2.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 3)); r.code != 200 {
+		t.Fatalf("ingest after restart: %d %s", r.code, r.body)
+	}
+	waitFor(t, "20 outputs", func() bool { return len(outputLines(e2, tok, p.ID)) >= 20 })
+	wantCounts(t, outputLines(e2, tok, p.ID), 5, 4)
+
+	// stop with a savepoint: not resumed by the next server.
+	r = e2.json("POST", base+"/stop", tok, map[string]any{"savepoint": true})
+	if r.code != 200 || !bytes.Contains(r.body, []byte(`"state":"stopped"`)) {
+		t.Fatalf("stop: %d %s", r.code, r.body)
+	}
+	r = e2.do("GET", base, tok, "", nil)
+	r.decode(t, &p)
+	if p.State != "stopped" || p.Running {
+		t.Fatalf("after stop: %s", r.body)
+	}
+	if r := e2.do("POST", base+"/records", tok, "application/x-ndjson", records(1, 1, 0)); r.code != 503 || r.hdr.Get("Retry-After") == "" {
+		t.Fatalf("ingest while stopped: %d %s", r.code, r.body)
+	}
+	e2.srv.Close(context.Background())
+	e3 := openEnv(t, e.dir)
+	r = e3.do("GET", base, tok, "", nil)
+	p = PipelineView{}
+	r.decode(t, &p)
+	if p.State != "stopped" || p.Running || p.Run != nil {
+		t.Fatalf("a stopped pipeline was resumed: %s", r.body)
+	}
+	wantCounts(t, outputLines(e3, tok, p.ID), 5, 4)
+}
