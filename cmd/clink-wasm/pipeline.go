@@ -136,20 +136,29 @@ func newPipelineCmd() *cobra.Command {
 		{"stop", "stop", "stop a pipeline"},
 		{"savepoint", "savepoints", "take a savepoint"},
 	} {
-		cmd.AddCommand(&cobra.Command{
+		var savepoint bool
+		sub := &cobra.Command{
 			Use: a.use + " ID", Short: a.short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				c, err := f.client()
 				if err != nil {
 					return err
 				}
+				body := []byte("{}")
+				if savepoint {
+					body = []byte(`{"savepoint":true}`)
+				}
 				var out map[string]any
-				if err := c.call(cmd.Context(), "POST", "/api/v1/pipelines/"+url.PathEscape(args[0])+"/"+a.route, nil, "application/json", []byte("{}"), &out); err != nil {
+				if err := c.call(cmd.Context(), "POST", "/api/v1/pipelines/"+url.PathEscape(args[0])+"/"+a.route, nil, "application/json", body, &out); err != nil {
 					return err
 				}
 				return printJSON(cmd.OutOrStdout(), out)
 			},
-		})
+		}
+		if a.use == "stop" {
+			sub.Flags().BoolVar(&savepoint, "savepoint", false, "take a final savepoint before stopping")
+		}
+		cmd.AddCommand(sub)
 	}
 	return cmd
 }
