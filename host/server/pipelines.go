@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/clink-wasm/clink-wasm/host/control"
+	"github.com/clink-wasm/clink-wasm/host/pipeline"
 )
 
 // PipelineView is a pipeline record as the API shows it.
@@ -391,6 +392,19 @@ func (s *Server) patchPipeline(c echo.Context) error {
 		}
 	}
 	var view PipelineView
+	var upgrade *run
+	if s.rt != nil && len(req.Spec) > 0 {
+		if r := s.rt.active(id); r != nil {
+			// An upgrade of a running pipeline: the new spec is checked against the state of a
+			// savepoint taken now, and the pipeline restarts from that savepoint.
+			spID, err := r.job.Savepoint(c.Request().Context())
+			if err != nil {
+				return problem(http.StatusServiceUnavailable, CodeUnavailable, "", "taking the savepoint for the upgrade: %v", err)
+			}
+			s.rt.noteCheckpoint(r, &pipeline.CheckpointInfo{ID: spID, Savepoint: true})
+			upgrade = r
+		}
+	}
 	err = s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
 		p, ok := cat.Pipelines[id]
 		if !ok || p.Tenant != tenant {
@@ -430,6 +444,12 @@ func (s *Server) patchPipeline(c echo.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if upgrade != nil {
+		if err := s.rt.restart(c.Request().Context(), upgrade, id); err != nil {
+			return err
+		}
+		return s.pipelineStatus(c, id, http.StatusOK)
 	}
 	return c.JSON(http.StatusOK, view)
 }
@@ -474,6 +494,14 @@ func (s *Server) deletePipeline(c echo.Context) error {
 	if _, err := s.pipelineOf(tenant, id); err != nil {
 		return err
 	}
+	if s.rt != nil {
+		// A running pipeline is cancelled first (its output ends at its last checkpoint).
+		if r := s.rt.active(id); r != nil {
+			if _, err := s.rt.stop(c.Request().Context(), r, false); err != nil {
+				return problem(http.StatusInternalServerError, CodeInternal, "", "stopping the pipeline before deleting it: %v", err)
+			}
+		}
+	}
 	err = s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
 		p, ok := cat.Pipelines[id]
 		if !ok || p.Tenant != tenant {
@@ -484,6 +512,9 @@ func (s *Server) deletePipeline(c echo.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if s.rt != nil {
+		s.rt.forget(tenant, id)
 	}
 	s.log.InfoContext(c.Request().Context(), "pipeline deleted", "tenant", tenant, "pipeline", id)
 	return c.NoContent(http.StatusNoContent)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -411,6 +412,44 @@ func (rt *runtime) stop(ctx context.Context, r *run, savepoint bool) (uint64, er
 		rt.noteCheckpoint(r, &pipeline.CheckpointInfo{ID: id, Savepoint: true})
 	}
 	return id, nil
+}
+
+// restart stops r with a savepoint, keeping the pipeline's Running flag, and starts pipeline id
+// again from its record (the new spec) and that savepoint: an upgrade.
+func (rt *runtime) restart(ctx context.Context, r *run, id string) error {
+	rt.mu.Lock()
+	r.shutdown = true
+	rt.mu.Unlock()
+	if _, err := rt.stop(ctx, r, true); err != nil {
+		return problem(http.StatusInternalServerError, CodeInternal, "", "stopping for the upgrade: %v", err)
+	}
+	p, ok := rt.s.ctl.Snapshot().Pipelines[id]
+	if !ok {
+		return notFound("pipeline", id)
+	}
+	if _, err := rt.start(ctx, p); err != nil {
+		f := false
+		_ = rt.s.ctl.SetPipelineState(ctx, id, control.PipelineFailed, "restarting after the upgrade: "+err.Error(), &f)
+		var pr *Problem
+		if errors.As(err, &pr) {
+			return err
+		}
+		return problem(http.StatusUnprocessableEntity, CodeIncompatibleState, "spec", "the new spec could not start from the savepoint: %v", err)
+	}
+	return nil
+}
+
+// forget drops a deleted pipeline's last run and its local files (ingest log, preview output).
+// Its state pool stays under the data URL.
+func (rt *runtime) forget(tenant, id string) {
+	rt.mu.Lock()
+	delete(rt.runs, id)
+	rt.mu.Unlock()
+	if dir, err := rt.runDir(tenant, id); err == nil {
+		if err := os.RemoveAll(dir); err != nil {
+			rt.s.log.Warn("removing a deleted pipeline's files failed", "pipeline", id, "err", err)
+		}
+	}
 }
 
 // resume starts every pipeline whose record says it should run (after a restart).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -223,4 +224,58 @@ func TestPipelineRuntime(t *testing.T) {
 		t.Fatalf("a stopped pipeline was resumed: %s", r.body)
 	}
 	wantCounts(t, outputLines(e3, tok, p.ID), 5, 4)
+}
+
+func TestRunningPipelineUpgradeAndDelete(t *testing.T) {
+	e := newEnv(t)
+	tok := e.tenant("acme", map[string]any{"api_requests_per_second": 1000000})
+	e.upload(tok, "?name=counter", fixture(t, "counter.wasm"))
+	e.upload(tok, "?name=fast", fixture(t, "fast.wasm")) // other state names
+	if r := e.upload(tok, "?name=counter&version=2", append(fixture(t, "counter.wasm"), 0, 5, 3, 'p', 'a', 'd', 0)); r.code != 201 {
+		t.Fatalf("counter v2: %d %s", r.code, r.body)
+	}
+	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p", "spec": runtimeSpecFor("counter@1")})
+	var p PipelineView
+	r.decode(t, &p)
+	base := "/api/v1/pipelines/" + p.ID
+	if r := e.do("POST", base+"/start", tok, "", nil); r.code != 202 {
+		t.Fatalf("start: %d %s", r.code, r.body)
+	}
+	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 2, 0)); r.code != 200 {
+		t.Fatalf("ingest: %d %s", r.code, r.body)
+	}
+	waitFor(t, "10 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 10 })
+	// An upgrade to a module with other state names is refused while it runs.
+	ops := func(module string) map[string]any {
+		return map[string]any{"spec": map[string]any{"operators": []any{map[string]any{"name": "count", "module": module, "inputs": []any{"in"}, "key": "user", "parallelism": 2}}}}
+	}
+	if r := e.json("PATCH", base, tok, ops("fast")); r.code != 409 || r.problem(t).Code != CodeIncompatibleState {
+		t.Fatalf("incompatible upgrade: %d %s", r.code, r.body)
+	}
+	// A compatible one restarts the pipeline from a savepoint: the counts go on.
+	r = e.json("PATCH", base, tok, ops("counter@2"))
+	if r.code != 200 {
+		t.Fatalf("upgrade: %d %s", r.code, r.body)
+	}
+	p = PipelineView{}
+	r.decode(t, &p)
+	if p.Revision != 2 || !p.Running || p.Run == nil || p.Run.Restored == 0 || p.Checkpoint == nil || p.Run.Restored != p.Checkpoint.ID {
+		t.Fatalf("after the upgrade: %s", r.body)
+	}
+	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 2)); r.code != 200 {
+		t.Fatalf("ingest: %d %s", r.code, r.body)
+	}
+	waitFor(t, "15 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 15 })
+	wantCounts(t, outputLines(e, tok, p.ID), 5, 3)
+	// Deleting a running pipeline stops it and removes its local files.
+	dir, _ := e.srv.rt.runDir("acme", p.ID)
+	if r := e.do("DELETE", base, tok, "", nil); r.code != 204 {
+		t.Fatalf("delete: %d %s", r.code, r.body)
+	}
+	if r := e.do("GET", base+"/output", tok, "", nil); r.code != 404 {
+		t.Fatalf("output after delete: %d", r.code)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("run dir after delete: %v", err)
+	}
 }
