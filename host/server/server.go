@@ -20,10 +20,12 @@
 //
 // # Pipelines
 //
-// Pipeline records are stored and validated (modules resolved, quotas checked), but the
-// run-time routes (start, stop, savepoints, rescale, records, output, metrics, errors,
-// checkpoints) answer 501 runtime_unavailable until the pipeline runtime of host/pipeline is
-// wired in: this package drives no scheduler or state tier itself.
+// Pipeline records are stored and validated (modules resolved, quotas checked, the spec parsed
+// by pipeline.ParseSpec). With Config.DataURL set, the server runs them in process through
+// pipeline.Start (runtime.go): start, stop, savepoints, durable HTTP ingest, the preview
+// output, metrics, errors and checkpoints; a new Server resumes every pipeline whose record
+// says it was running. Without a DataURL the run-time routes answer 501 runtime_unavailable;
+// rescale always does so far.
 package server
 
 import (
