@@ -155,6 +155,9 @@ func TestPipelineRuntime(t *testing.T) {
 	if r.code != 200 || !bytes.Contains(r.body, []byte(`"Operators"`)) || !bytes.Contains(r.body, []byte(`"ingest_lag_bytes"`)) {
 		t.Fatalf("metrics: %d %s", r.code, r.body)
 	}
+	if m := readMetrics(t, e); !strings.Contains(m, `clink_pipeline_records_in_total{kind="operator",node="count",pipeline="`+p.ID+`",tenant="acme"} 10`) {
+		t.Errorf("prometheus: no operator records for the pipeline:\n%s", m)
+	}
 	r = e.do("GET", base+"/checkpoints", tok, "", nil)
 	if r.code != 200 || !bytes.Contains(r.body, []byte(fmt.Sprintf(`"id":%d,"savepoint":true`, sp.Savepoint))) {
 		t.Fatalf("checkpoints: %d %s", r.code, r.body)

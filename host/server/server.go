@@ -141,7 +141,7 @@ func New(ctx context.Context, ctl *control.Control, cfg Config) (*Server, string
 		validate: make(chan struct{}, cfg.ValidationConcurrency),
 		uploads:  map[string]chan struct{}{},
 	}
-	s.metrics = newMetrics(s.reg, ctl)
+	s.metrics = newMetrics(s.reg, ctl, func() *runtime { return s.rt })
 	s.echo = s.buildEcho()
 	if cfg.DataURL != "" {
 		if s.cfg.RunDir == "" {
