@@ -104,7 +104,7 @@ func TestServePipelineExactlyOnce(t *testing.T) {
 		ID      string
 		State   string
 		Running bool
-		Run     *struct{ Restored uint64 }
+		Run     *struct{ Restored, Attempts uint64 }
 	}
 	json.Unmarshal(b, &pl)
 	base := "/api/v1/pipelines/" + pl.ID
@@ -135,8 +135,15 @@ func TestServePipelineExactlyOnce(t *testing.T) {
 	srv.kill(t)
 
 	srv2 := startServer(t, data)
-	code, b = srv2.call(t, "GET", base, alpha, "", nil)
-	json.Unmarshal(b, &pl)
+	for range 3000 { // until the resumed run's first attempt has begun (bounded)
+		code, b = srv2.call(t, "GET", base, alpha, "", nil)
+		pl.Run = nil
+		json.Unmarshal(b, &pl)
+		if pl.Run != nil && pl.Run.Attempts > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if code != 200 || pl.State != "running" || !pl.Running || pl.Run == nil || pl.Run.Restored == 0 {
 		t.Fatalf("after the restart the pipeline is not resumed from a checkpoint: %d %s\n%s", code, b, srv2.logs())
 	}

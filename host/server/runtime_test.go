@@ -194,9 +194,13 @@ func TestPipelineRuntime(t *testing.T) {
 	// A restarted server resumes the running pipeline from its last checkpoint.
 	e.srv.Close(context.Background())
 	e2 := openEnv(t, e.dir)
-	r = e2.do("GET", base, tok, "", nil)
-	r.decode(t, &p)
-	if p.State != "running" || !p.Running || p.Run == nil || p.Run.Restored == 0 {
+	waitFor(t, "the resumed run's attempt", func() bool {
+		r = e2.do("GET", base, tok, "", nil)
+		p = PipelineView{}
+		r.decode(t, &p)
+		return p.Run != nil && p.Run.Attempts > 0
+	})
+	if p.State != "running" || !p.Running || p.Run.Restored == 0 {
 		t.Fatalf("after restart: %s", r.body)
 	}
 	if r := e2.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 3)); r.code != 200 {
@@ -260,9 +264,14 @@ func TestRunningPipelineUpgradeAndDelete(t *testing.T) {
 	if r.code != 200 {
 		t.Fatalf("upgrade: %d %s", r.code, r.body)
 	}
-	p = PipelineView{}
-	r.decode(t, &p)
-	if p.Revision != 2 || !p.Running || p.Run == nil || p.Run.Restored == 0 || p.Checkpoint == nil || p.Run.Restored != p.Checkpoint.ID {
+	// The new run's first attempt records what it restored once it begins.
+	waitFor(t, "the upgraded run's attempt", func() bool {
+		r = e.do("GET", base, tok, "", nil)
+		p = PipelineView{}
+		r.decode(t, &p)
+		return p.Run != nil && p.Run.Attempts > 0
+	})
+	if p.Revision != 2 || !p.Running || p.Run.Restored == 0 || p.Checkpoint == nil || p.Run.Restored != p.Checkpoint.ID {
 		t.Fatalf("after the upgrade: %s", r.body)
 	}
 	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 2)); r.code != 200 {
