@@ -258,6 +258,8 @@ func (s *Server) pipelineOutput(c echo.Context, p *control.Pipeline) error {
 			return nil
 		case <-s.rt.ctx.Done():
 			return nil
+		case <-s.quit:
+			return nil
 		case <-t.C:
 		}
 		lines, next, _, err := ingest.ReadFrom(path, off, maxOutputBytes)

@@ -102,6 +102,10 @@ type Server struct {
 	validate chan struct{}
 
 	rt *runtime // nil when the runtime is off (no DataURL)
+	// quit is closed when Serve begins shutting down: streaming answers (output?follow=1) end
+	// then, so they do not hold the graceful shutdown up.
+	quit     chan struct{}
+	quitOnce sync.Once
 
 	uploadsMu sync.Mutex
 	uploads   map[string]chan struct{} // per-tenant upload slot, see uploadSlot
@@ -140,6 +144,7 @@ func New(ctx context.Context, ctl *control.Control, cfg Config) (*Server, string
 		reg:      prometheus.NewRegistry(),
 		validate: make(chan struct{}, cfg.ValidationConcurrency),
 		uploads:  map[string]chan struct{}{},
+		quit:     make(chan struct{}),
 	}
 	s.metrics = newMetrics(s.reg, ctl, func() *runtime { return s.rt })
 	s.echo = s.buildEcho()
@@ -229,6 +234,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
+	s.quitOnce.Do(func() { close(s.quit) })
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := hs.Shutdown(sctx)
