@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/connector/ingest"
 )
 
 // runtimeSpecFor is a hosted pipeline: the http source, the counter module keyed by user, and
@@ -290,4 +292,56 @@ func TestRunningPipelineUpgradeAndDelete(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		t.Fatalf("run dir after delete: %v", err)
 	}
+}
+
+// TestIngestBackpressure: an append that would put the ingest log more than
+// MaxIngestLagBytes ahead of the pipeline's reader is refused with 429 and Retry-After, and
+// nothing of it is ingested; once the reader catches up, ingest is accepted again.
+func TestIngestBackpressure(t *testing.T) {
+	e := newEnv(t)
+	e.srv.cfg.MaxIngestLagBytes = 200 // read when a run opens its log; one batch below is 121 bytes
+	tok := e.tenant("acme", map[string]any{"api_requests_per_second": 1000000})
+	e.upload(tok, "?name=counter", fixture(t, "counter.wasm"))
+	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p", "spec": runtimeSpecFor("counter")})
+	var p PipelineView
+	r.decode(t, &p)
+	base := "/api/v1/pipelines/" + p.ID
+	if r := e.do("POST", base+"/start", tok, "", nil); r.code != 202 {
+		t.Fatalf("start: %d %s", r.code, r.body)
+	}
+	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 0)); r.code != 200 {
+		t.Fatalf("ingest: %d %s", r.code, r.body)
+	}
+	waitFor(t, "5 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 5 })
+	// Hold the reader's position back at the start of the log, as a pipeline that has read
+	// nothing would: the log is now one batch (121 bytes) ahead of it, and a second would make 242.
+	run := e.srv.rt.active(p.ID)
+	lagger, err := run.log.NewReader(0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lagger.Close()
+	before := run.log.Durable()
+	r = e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 1))
+	if r.code != 429 || r.hdr.Get("Retry-After") == "" || r.problem(t).Code != CodeRateLimited {
+		t.Fatalf("want 429 with Retry-After, got %d %v %s", r.code, r.hdr, r.body)
+	}
+	if run.log.Durable() != before {
+		t.Fatal("a refused batch was appended")
+	}
+	if m := readMetrics(t, e); !strings.Contains(m, `clink_ingest_refused_total{reason="backpressure",tenant="acme"} 1`) {
+		t.Errorf("refusal not counted:\n%s", m)
+	}
+	// The reader catches up: accepted again.
+	buf := make([]ingest.Record, 64)
+	for off, _ := lagger.Pos(); off < before; off, _ = lagger.Pos() {
+		if _, err := lagger.Next(context.Background(), buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 1)); r.code != 200 {
+		t.Fatalf("after catching up: %d %s", r.code, r.body)
+	}
+	waitFor(t, "10 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 10 })
+	wantCounts(t, outputLines(e, tok, p.ID), 5, 2)
 }
