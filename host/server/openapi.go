@@ -182,6 +182,7 @@ func schemas() map[string]any {
 				"sinks": arr(obj(map[string]any{"name": str, "type": str, "parallelism": integ, "url": str})),
 			},
 		}}, "name", "spec"),
+		"Rescale":       obj(map[string]any{"parallelism": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "integer", "minimum": 1}, "description": "operator name → new parallelism"}}),
 		"PipelinePatch": obj(map[string]any{"name": str, "spec": map[string]any{"type": "object", "description": "a JSON merge patch (RFC 7396) of the spec"}}),
 		"Checkpoints":   obj(map[string]any{"pipeline": str, "latest": checkpoint}),
 	}

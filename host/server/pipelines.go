@@ -391,9 +391,28 @@ func (s *Server) patchPipeline(c echo.Context) error {
 			return err
 		}
 	}
+	var specFn func(json.RawMessage) (json.RawMessage, error)
+	if len(req.Spec) > 0 {
+		specFn = func(old json.RawMessage) (json.RawMessage, error) {
+			merged, err := mergePatch(old, req.Spec)
+			if err != nil {
+				return nil, badField("spec", "%v", err)
+			}
+			return merged, nil
+		}
+	}
+	return s.changePipeline(c, tenant, id, req.Name, specFn)
+}
+
+// changePipeline renames pipeline id and/or changes its spec (specFn turns the stored spec into
+// the new one). The new spec is checked like a new one, and for state compatibility once there
+// is a checkpoint. A running pipeline takes a savepoint first (the compatibility check sees it)
+// and restarts on the new spec from a savepoint.
+func (s *Server) changePipeline(c echo.Context, tenant, id string, name *string, specFn func(json.RawMessage) (json.RawMessage, error)) error {
+	req := struct{ Name *string }{Name: name}
 	var view PipelineView
 	var upgrade *run
-	if s.rt != nil && len(req.Spec) > 0 {
+	if s.rt != nil && specFn != nil {
 		if r := s.rt.active(id); r != nil {
 			// An upgrade of a running pipeline: the new spec is checked against the state of a
 			// savepoint taken now, and the pipeline restarts from that savepoint.
@@ -405,7 +424,7 @@ func (s *Server) patchPipeline(c echo.Context) error {
 			upgrade = r
 		}
 	}
-	err = s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
+	err := s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
 		p, ok := cat.Pipelines[id]
 		if !ok || p.Tenant != tenant {
 			return notFound("pipeline", id)
@@ -418,10 +437,10 @@ func (s *Server) patchPipeline(c echo.Context) error {
 			}
 			p.Name = *req.Name
 		}
-		if len(req.Spec) > 0 {
-			merged, err := mergePatch(p.Spec, req.Spec)
+		if specFn != nil {
+			merged, err := specFn(p.Spec)
 			if err != nil {
-				return badField("spec", "%v", err)
+				return err
 			}
 			ids, subtasks, err := checkSpec(cat, tenant, id, merged)
 			if err != nil {
@@ -588,4 +607,48 @@ func opLabel(i int, name string) string {
 		return fmt.Sprintf("%q", name)
 	}
 	return fmt.Sprintf("#%d", i)
+}
+
+type rescaleRequest struct {
+	// Parallelism maps operator names to their new parallelism.
+	Parallelism map[string]int `json:"parallelism"`
+}
+
+// rescalePipeline changes operators' parallelism: for a running pipeline, a savepoint and a
+// restart from it at the new parallelism (state is remapped by key group, lazily).
+func (s *Server) rescalePipeline(c echo.Context, p *control.Pipeline) error {
+	var req rescaleRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if len(req.Parallelism) == 0 {
+		return badField("parallelism", "name at least one operator and its new parallelism: {\"parallelism\": {\"count\": 4}}")
+	}
+	for name, n := range req.Parallelism {
+		if n < 1 {
+			return badField("parallelism."+name, "parallelism must be at least 1, got %d", n)
+		}
+	}
+	return s.changePipeline(c, p.Tenant, p.ID, nil, func(old json.RawMessage) (json.RawMessage, error) {
+		var m map[string]any
+		if err := json.Unmarshal(old, &m); err != nil {
+			return nil, badField("spec", "%v", err)
+		}
+		ops, _ := m["operators"].([]any)
+		seen := map[string]bool{}
+		for _, o := range ops {
+			op, _ := o.(map[string]any)
+			name, _ := op["name"].(string)
+			if n, ok := req.Parallelism[name]; ok && op != nil {
+				op["parallelism"] = n
+				seen[name] = true
+			}
+		}
+		for name := range req.Parallelism {
+			if !seen[name] {
+				return nil, badField("parallelism."+name, "the pipeline has no operator %q", name)
+			}
+		}
+		return json.Marshal(m)
+	})
 }

@@ -40,18 +40,16 @@ var listParams = []param{
 
 func (s *Server) routes() []route {
 	tenantParam := param{name: "tenant", desc: "the tenant to act for (admin token only; a tenant token acts for its own)", typ: "string"}
-	runtime := func(method, sub, summary string) route {
-		return route{method: method, path: "/api/v1/pipelines/:id/" + sub, tenantScoped: true, tag: "pipelines",
-			summary: summary + " (needs the pipeline runtime)", handler: s.runtimeUnavailable,
-			query: []param{tenantParam}, success: http.StatusOK, errors: []int{404, 501}}
-	}
 	rtRoute := func(method, sub, summary string, h func(echo.Context, *control.Pipeline) error, success int, q []param, body string, errs ...int) route {
-		produces := ""
+		produces, bodyRef := "", ""
 		if sub == "output" {
 			produces = "application/x-ndjson"
 		}
+		if sub == "rescale" {
+			bodyRef = "Rescale"
+		}
 		return route{method: method, path: "/api/v1/pipelines/:id/" + sub, tenantScoped: true, tag: "pipelines", summary: summary,
-			handler: s.runtimeRoute(h), query: append([]param{tenantParam}, q...), body: body, produces: produces, success: success,
+			handler: s.runtimeRoute(h), query: append([]param{tenantParam}, q...), body: body, bodyRef: bodyRef, produces: produces, success: success,
 			errors: append([]int{404, 501}, errs...)}
 	}
 	return []route{
@@ -90,7 +88,8 @@ func (s *Server) routes() []route {
 		rtRoute(http.MethodPost, "stop", "Stop the pipeline; with savepoint (query or JSON body) it takes a final savepoint first", s.stopPipeline,
 			200, []param{{name: "savepoint", desc: "take a final savepoint (true/false)", typ: "boolean"}}, "", 400, 409),
 		rtRoute(http.MethodPost, "savepoints", "Take a savepoint now (answers once it is committed)", s.savepointPipeline, 201, nil, "", 409, 503),
-		runtime(http.MethodPost, "rescale", "Change the parallelism"),
+		rtRoute(http.MethodPost, "rescale", "Change operators' parallelism ({\"parallelism\": {\"OPERATOR\": N}}); a running pipeline restarts from a savepoint at the new parallelism",
+			s.rescalePipeline, 200, nil, "application/json", 400, 409, 422, 503),
 		rtRoute(http.MethodPost, "records", "Ingest JSON Lines into the pipeline's http source: 2xx once durable; Idempotency-Key dedupes retries; 429/503 with Retry-After when behind",
 			s.ingestRecords, 200, nil, "application/x-ndjson", 400, 409, 413, 415, 503),
 		rtRoute(http.MethodGet, "output", "The preview sink's latest committed outputs (JSON Lines); ?follow=1 streams them", s.pipelineOutput, 200,
@@ -98,11 +97,4 @@ func (s *Server) routes() []route {
 		rtRoute(http.MethodGet, "metrics", "Live per-subtask figures of the current or last run", s.pipelineMetrics, 200, nil, ""),
 		rtRoute(http.MethodGet, "errors", "Recent errors of the run, with operator, key and record", s.pipelineErrors, 200, nil, ""),
 	}
-}
-
-func (s *Server) runtimeUnavailable(c echo.Context) error {
-	if _, _, err := s.requestPipeline(c); err != nil {
-		return err
-	}
-	return problem(http.StatusNotImplemented, CodeRuntimeUnavailable, "", "pipeline runtime not available in this build: pipelines are stored records that cannot run yet")
 }

@@ -281,6 +281,23 @@ func TestRunningPipelineUpgradeAndDelete(t *testing.T) {
 	}
 	waitFor(t, "15 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 15 })
 	wantCounts(t, outputLines(e, tok, p.ID), 5, 3)
+	// Rescale while running: a savepoint, then 3 subtasks from it; the counts go on.
+	if r := e.json("POST", base+"/rescale", tok, map[string]any{"parallelism": map[string]any{"nosuch": 2}}); r.code != 400 || r.problem(t).Field != "parallelism.nosuch" {
+		t.Fatalf("rescale of no operator: %d %s", r.code, r.body)
+	}
+	r = e.json("POST", base+"/rescale", tok, map[string]any{"parallelism": map[string]any{"count": 3}})
+	if r.code != 200 {
+		t.Fatalf("rescale: %d %s", r.code, r.body)
+	}
+	waitFor(t, "the rescaled run's operators", func() bool {
+		r = e.do("GET", base+"/metrics", tok, "", nil)
+		return strings.Count(string(r.body), `"Node":"count"`) == 3
+	})
+	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 3)); r.code != 200 {
+		t.Fatalf("ingest: %d %s", r.code, r.body)
+	}
+	waitFor(t, "20 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 20 })
+	wantCounts(t, outputLines(e, tok, p.ID), 5, 4)
 	// Deleting a running pipeline stops it and removes its local files.
 	dir, _ := e.srv.rt.runDir("acme", p.ID)
 	if r := e.do("DELETE", base, tok, "", nil); r.code != 204 {

@@ -24,8 +24,7 @@
 // by pipeline.ParseSpec). With Config.DataURL set, the server runs them in process through
 // pipeline.Start (runtime.go): start, stop, savepoints, durable HTTP ingest, the preview
 // output, metrics, errors and checkpoints; a new Server resumes every pipeline whose record
-// says it was running. Without a DataURL the run-time routes answer 501 runtime_unavailable;
-// rescale always does so far.
+// says it was running. Without a DataURL the run-time routes answer 501 runtime_unavailable.
 package server
 
 import (

@@ -830,8 +830,8 @@ func TestPipelineRecords(t *testing.T) {
 	if r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"name": "p2"}); r.code != 409 {
 		t.Fatalf("rename onto another: %d", r.code)
 	}
-	// Run-time routes on a pipeline that is not running say so; rescale is not built yet.
-	for sub, want := range map[string]int{"stop": 409, "savepoints": 409, "records": 503, "rescale": 501} {
+	// Run-time routes on a pipeline that is not running say so; rescale needs a body.
+	for sub, want := range map[string]int{"stop": 409, "savepoints": 409, "records": 503, "rescale": 400} {
 		r := e.json("POST", "/api/v1/pipelines/"+p.ID+"/"+sub, tok, nil)
 		if pr := r.problem(t); r.code != want || (want == 503 && r.hdr.Get("Retry-After") == "") {
 			t.Errorf("%s: %d %s %+v", sub, r.code, r.body, pr)
