@@ -197,6 +197,20 @@ func TestServePipelineExactlyOnce(t *testing.T) {
 	if code != 200 || !bytes.Contains(b, []byte(`"latest":{"id":`)) {
 		t.Fatalf("checkpoints: %d %s", code, b)
 	}
+	// The CLI's run-time commands.
+	env := []string{"CLINK_SERVER=" + srv2.base, "CLINK_TOKEN=" + alpha}
+	if code, out, stderr := cli(t, env, "pipeline", "output", pl.ID, "--limit", "5"); code != 0 || strings.Count(out, `{"count":`) != 5 {
+		t.Fatalf("pipeline output: %d %q %s", code, out, stderr)
+	}
+	if code, out, stderr := cli(t, env, "pipeline", "logs", pl.ID); code != 0 || !strings.Contains(out, "no errors") {
+		t.Fatalf("pipeline logs: %d %q %s", code, out, stderr)
+	}
+	if code, out, stderr := cli(t, env, "pipeline", "rescale", pl.ID, "count=3"); code != 0 || !strings.Contains(out, `"parallelism": 3`) {
+		t.Fatalf("pipeline rescale: %d %q %s", code, out, stderr)
+	}
+	if code, _, stderr := cli(t, env, "pipeline", "rescale", pl.ID, "count"); code != exitUsage {
+		t.Fatalf("pipeline rescale without =N: %d %s", code, stderr)
+	}
 	if code, b := srv2.call(t, "POST", base+"/stop", alpha, "application/json", []byte(`{"savepoint":true}`)); code != 200 {
 		t.Fatalf("stop: %d %s", code, b)
 	}
