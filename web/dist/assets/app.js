@@ -307,7 +307,7 @@ async function pollDetail() {
     detail.last = { out: rout, t: now };
     $("#detail-in").textContent = rin;
     $("#detail-out").textContent = rout;
-    $("#detail-rate").textContent = detail.rates.length ? Math.round(detail.rates[detail.rates.length - 1]) : 0;
+    $("#detail-rate").textContent = running && detail.rates.length ? Math.round(detail.rates[detail.rates.length - 1]) : 0;
     $("#detail-inflight").textContent = sum(job.Operators, "InFlight");
     $("#detail-lag").textContent = fmtBytes(m.ingest_lag_bytes || 0);
     drawChart();
