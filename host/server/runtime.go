@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -49,6 +50,7 @@ type run struct {
 	done       chan struct{} // closed once the watcher has recorded the end
 	shutdown   bool          // set (under runtime.mu) when the server stops it: Running stays set
 	ingests    bool          // the spec has an http source
+	ingestSrc  string        // its name
 
 	mu     sync.Mutex
 	errs   []CapturedError
@@ -261,7 +263,9 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	}
 	applyQuotas(spec, t.Quotas)
 	for _, src := range spec.Sources {
-		r.ingests = r.ingests || src.Type == ingest.SourceType
+		if src.Type == ingest.SourceType && !r.ingests {
+			r.ingests, r.ingestSrc = true, src.Name
+		}
 	}
 	if r.stateURL, err = control.StateURL(s.cfg.DataURL, p.Tenant, p.ID); err != nil {
 		return nil, err
@@ -394,6 +398,18 @@ func (rt *runtime) noteCheckpoint(r *run, ci *pipeline.CheckpointInfo) {
 	defer cancel()
 	if err := rt.s.ctl.SetCheckpoint(ctx, r.id, control.CheckpointPointer{ID: ci.ID, URL: r.stateURL, Savepoint: ci.Savepoint, At: now}); err != nil && !errors.Is(err, control.ErrNotFound) {
 		rt.s.log.Warn("recording a checkpoint failed", "pipeline", r.id, "checkpoint", ci.ID, "err", err)
+	}
+	// The ingest log before the committed position is never read again (a restore takes the
+	// newest committed checkpoint): free it.
+	if ps := ci.Positions[r.ingestSrc]; r.ingests && len(ps) == 1 && len(ps[0].Position) > 0 {
+		var pos struct {
+			Offset int64 `json:"offset"`
+		}
+		if json.Unmarshal(ps[0].Position, &pos) == nil {
+			if err := r.log.Release(pos.Offset); err != nil && !errors.Is(err, ingest.ErrClosed) {
+				rt.s.log.Warn("releasing the ingest log behind a checkpoint failed", "pipeline", r.id, "err", err)
+			}
+		}
 	}
 }
 

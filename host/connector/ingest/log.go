@@ -19,6 +19,11 @@
 // headers on open): a retried batch with a known key is answered as the first was, without
 // appending.
 //
+// Release: once a checkpoint covering a position is committed, Release frees the disk blocks of
+// the whole batches before it (a hole punched in place, so offsets do not change) and records
+// the new start of the log durably in PATH.start; recovery and readers begin there. Keys of
+// released batches are kept in memory but not across a restart.
+//
 // Backpressure: the log refuses an append (ErrBackpressure) when the bytes not yet read by the
 // pipeline (the durable length minus the reader's position) would exceed MaxLagBytes, so the
 // log never grows without bound ahead of a slow or stopped pipeline.
@@ -34,6 +39,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,7 +83,9 @@ type Log struct {
 	mu      sync.Mutex
 	f       *os.File
 	durable int64
-	read    int64 // the newest reader position reported (Consumed)
+	start   int64   // the first batch kept (everything before it is released)
+	batches []int64 // offsets of the batch headers at or after start
+	read    int64   // the newest reader position reported (Consumed)
 	keys    map[string]Result
 	order   []string
 	notify  chan struct{} // closed and replaced on every append
@@ -136,15 +144,23 @@ func parseHeader(line []byte) (header, bool) {
 	return header{key: k, body: n, records: r}, true
 }
 
-// recover scans the batches, rebuilds the key index and truncates an incomplete last batch.
+// recover scans the batches from the recorded start, rebuilds the key index and truncates an
+// incomplete last batch.
 func (l *Log) recover() error {
 	st, err := l.f.Stat()
 	if err != nil {
 		return fmt.Errorf("ingest: %w", err)
 	}
 	size := st.Size()
-	r := bufio.NewReaderSize(io.NewSectionReader(l.f, 0, size), 64<<10)
-	var off int64
+	if b, err := os.ReadFile(l.path + ".start"); err == nil {
+		if l.start, err = strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err != nil || l.start < 0 || l.start > size {
+			return fmt.Errorf("ingest: %s.start is corrupt (%q)", l.path, b)
+		}
+	} else if !os.IsNotExist(err) {
+		return fmt.Errorf("ingest: %w", err)
+	}
+	r := bufio.NewReaderSize(io.NewSectionReader(l.f, l.start, size-l.start), 64<<10)
+	off := l.start
 	for off < size {
 		line, err := r.ReadSlice('\n')
 		if err != nil {
@@ -162,6 +178,7 @@ func (l *Log) recover() error {
 			break
 		}
 		l.remember(h.key, Result{Records: h.records, Offset: off, End: end, Duplicate: true})
+		l.batches = append(l.batches, off)
 		off = end
 	}
 	if off < size {
@@ -173,7 +190,69 @@ func (l *Log) recover() error {
 		}
 	}
 	l.durable = off
+	l.read = l.start
 	return nil
+}
+
+// Release frees the batches wholly before pos (a position a committed checkpoint covers): the
+// batch pos falls in, and every later one, are kept.
+func (l *Log) Release(pos int64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return ErrClosed
+	}
+	// The last batch header at or before pos.
+	i := sort.Search(len(l.batches), func(i int) bool { return l.batches[i] > pos }) - 1
+	if i <= 0 || l.batches[i] <= l.start {
+		return nil
+	}
+	newStart := l.batches[i]
+	tmp := l.path + ".start.tmp"
+	if err := writeSynced(tmp, []byte(strconv.FormatInt(newStart, 10)+"\n")); err != nil {
+		return fmt.Errorf("ingest: recording the log's start: %w", err)
+	}
+	if err := os.Rename(tmp, l.path+".start"); err != nil {
+		return fmt.Errorf("ingest: recording the log's start: %w", err)
+	}
+	if d, err := os.Open(filepath.Dir(l.path)); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	// Blocks wholly before the new start are freed; the file keeps its size and offsets.
+	const block = 4096
+	from, to := l.start/block*block, newStart/block*block
+	l.start = newStart
+	l.batches = append(l.batches[:0], l.batches[i:]...)
+	if to > from {
+		if err := punchHole(l.f, from, to-from); err != nil {
+			return fmt.Errorf("ingest: freeing released records: %w", err)
+		}
+	}
+	return nil
+}
+
+// Start is the offset of the first batch kept.
+func (l *Log) Start() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.start
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func (l *Log) remember(key string, r Result) {
@@ -270,6 +349,7 @@ func (l *Log) Append(key string, body []byte) (Result, error) {
 		return Result{}, fmt.Errorf("ingest: fsync: %w", err)
 	}
 	res := Result{Records: n, Offset: l.durable, End: l.durable + int64(len(buf))}
+	l.batches = append(l.batches, l.durable)
 	l.durable = res.End
 	l.remember(key, res)
 	close(l.notify)
@@ -333,6 +413,11 @@ type Reader struct {
 func (l *Log) NewReader(pos int64, left int) (*Reader, error) {
 	if pos < 0 || left < 0 || pos > l.Durable() {
 		return nil, fmt.Errorf("ingest: position %d is beyond the log (%d bytes)", pos, l.Durable())
+	}
+	if pos == 0 && left == 0 {
+		pos = l.Start() // the beginning of what is kept
+	} else if pos < l.Start() {
+		return nil, fmt.Errorf("ingest: position %d was released (the log starts at %d)", pos, l.Start())
 	}
 	f, err := os.Open(l.path)
 	if err != nil {
