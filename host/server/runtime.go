@@ -261,6 +261,17 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	if err != nil {
 		return nil, err
 	}
+	// The quota may have been lowered since the spec was accepted: the running pipelines'
+	// subtasks and this one's must fit in it now.
+	used := 0
+	for _, o := range cat.TenantPipelines(p.Tenant) {
+		if o.ID != p.ID && rt.active(o.ID) != nil {
+			used += o.Subtasks
+		}
+	}
+	if used+p.Subtasks > t.Quotas.MaxSubtasks {
+		return nil, quotaProblem("quotas.max_subtasks", "starting %s needs %d subtasks; tenant %q runs %d of its %d", p.ID, p.Subtasks, p.Tenant, used, t.Quotas.MaxSubtasks)
+	}
 	applyQuotas(spec, t.Quotas)
 	for _, src := range spec.Sources {
 		if src.Type == ingest.SourceType && !r.ingests {

@@ -95,6 +95,14 @@ func TestPipelineRuntime(t *testing.T) {
 	var p PipelineView
 	r.decode(t, &p)
 	base := "/api/v1/pipelines/" + p.ID
+	// A quota lowered below what the pipeline needs refuses the start.
+	if r := e.json("PATCH", "/api/v1/tenants/acme", testAdmin, map[string]any{"quotas": map[string]any{"max_subtasks": 3}}); r.code != 200 {
+		t.Fatalf("lower quota: %d %s", r.code, r.body)
+	}
+	if r := e.do("POST", base+"/start", tok, "", nil); r.code != 422 || r.problem(t).Field != "quotas.max_subtasks" {
+		t.Fatalf("start over the quota: %d %s", r.code, r.body)
+	}
+	e.json("PATCH", "/api/v1/tenants/acme", testAdmin, map[string]any{"quotas": map[string]any{"max_subtasks": 16}})
 	if r := e.do("POST", base+"/start", tok, "", nil); r.code != 202 {
 		t.Fatalf("start: %d %s", r.code, r.body)
 	}
