@@ -370,3 +370,50 @@ func TestIngestBackpressure(t *testing.T) {
 	waitFor(t, "10 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 10 })
 	wantCounts(t, outputLines(e, tok, p.ID), 5, 2)
 }
+
+// TestGuestFaultFailsOnlyItsPipeline: a module that traps fails its pipeline, whose errors
+// name the operator, the key and the record; the server and another tenant's pipeline go on.
+func TestGuestFaultFailsOnlyItsPipeline(t *testing.T) {
+	e := newEnv(t)
+	bad := e.tenant("bad", map[string]any{"api_requests_per_second": 1000000})
+	good := e.tenant("good", map[string]any{"api_requests_per_second": 1000000})
+	if r := e.upload(bad, "?name=trap", fixture(t, "trap.wasm")); r.code != 201 {
+		t.Fatalf("upload trap: %d %s", r.code, r.body)
+	}
+	e.upload(good, "?name=counter", fixture(t, "counter.wasm"))
+	mk := func(tok, module string) string {
+		r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p", "spec": runtimeSpecFor(module)})
+		var p PipelineView
+		r.decode(t, &p)
+		if r := e.do("POST", "/api/v1/pipelines/"+p.ID+"/start", tok, "", nil); r.code != 202 {
+			t.Fatalf("start: %d %s", r.code, r.body)
+		}
+		return p.ID
+	}
+	badID, goodID := mk(bad, "trap"), mk(good, "counter")
+	if r := e.do("POST", "/api/v1/pipelines/"+badID+"/records", bad, "application/x-ndjson", records(1, 1, 0)); r.code != 200 {
+		t.Fatalf("ingest: %d %s", r.code, r.body)
+	}
+	var p PipelineView
+	waitFor(t, "the faulty pipeline to fail", func() bool {
+		p = PipelineView{}
+		e.do("GET", "/api/v1/pipelines/"+badID, bad, "", nil).decode(t, &p)
+		return p.State == "failed"
+	})
+	if p.Running || !strings.Contains(p.Error, `negative amount`) || !strings.Contains(p.Error, `(key "u0"`) {
+		t.Fatalf("failed pipeline: running %v, error %q", p.Running, p.Error)
+	}
+	r := e.do("GET", "/api/v1/pipelines/"+badID+"/errors", bad, "", nil)
+	var errs struct {
+		Items []CapturedError `json:"items"`
+	}
+	r.decode(t, &errs)
+	if last := len(errs.Items) - 1; last < 0 || errs.Items[last].Operator == "" || errs.Items[last].Key != "u0" || errs.Items[last].Record == "" {
+		t.Fatalf("errors: %s", r.body)
+	}
+	// The other tenant's pipeline still runs.
+	if r := e.do("POST", "/api/v1/pipelines/"+goodID+"/records", good, "application/x-ndjson", records(3, 1, 0)); r.code != 200 {
+		t.Fatalf("ingest good: %d %s", r.code, r.body)
+	}
+	waitFor(t, "the good pipeline's outputs", func() bool { return len(outputLines(e, good, goodID)) >= 3 })
+}
