@@ -140,6 +140,12 @@ func exitForStatus(status int) int {
 // call sends a request and decodes a 2xx JSON answer into out (when not nil). A problem answer
 // becomes an *exitError whose message is the problem's, with every module problem listed.
 func (c *apiClient) call(ctx context.Context, method, path string, query url.Values, ctype string, body []byte, out any) error {
+	return c.callStream(ctx, method, path, query, ctype, body, out, nil)
+}
+
+// callStream is call, but a successful answer's body is copied to w as it arrives (when w is
+// not nil) instead of being decoded: for JSON Lines and ?follow=1 streams.
+func (c *apiClient) callStream(ctx context.Context, method, path string, query url.Values, ctype string, body []byte, out any, w io.Writer) error {
 	if c.tenant != "" {
 		if query == nil {
 			query = url.Values{}
@@ -168,6 +174,12 @@ func (c *apiClient) call(ctx context.Context, method, path string, query url.Val
 		return &exitError{exitUnreachable, fmt.Errorf("cannot reach %s: %w (is `clink-wasm serve` running there?)", c.cfg.Server, err)}
 	}
 	defer resp.Body.Close()
+	if w != nil && resp.StatusCode < 300 {
+		if _, err := io.Copy(w, resp.Body); err != nil && ctx.Err() == nil {
+			return &exitError{exitFailure, fmt.Errorf("reading the answer: %w", err)}
+		}
+		return nil
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
 		return &exitError{exitFailure, fmt.Errorf("reading the answer: %w", err)}

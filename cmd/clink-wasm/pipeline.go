@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -136,20 +139,112 @@ func newPipelineCmd() *cobra.Command {
 		{"stop", "stop", "stop a pipeline"},
 		{"savepoint", "savepoints", "take a savepoint"},
 	} {
-		cmd.AddCommand(&cobra.Command{
+		var savepoint bool
+		sub := &cobra.Command{
 			Use: a.use + " ID", Short: a.short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				c, err := f.client()
 				if err != nil {
 					return err
 				}
+				body := []byte("{}")
+				if savepoint {
+					body = []byte(`{"savepoint":true}`)
+				}
 				var out map[string]any
-				if err := c.call(cmd.Context(), "POST", "/api/v1/pipelines/"+url.PathEscape(args[0])+"/"+a.route, nil, "application/json", []byte("{}"), &out); err != nil {
+				if err := c.call(cmd.Context(), "POST", "/api/v1/pipelines/"+url.PathEscape(args[0])+"/"+a.route, nil, "application/json", body, &out); err != nil {
 					return err
 				}
 				return printJSON(cmd.OutOrStdout(), out)
 			},
-		})
+		}
+		if a.use == "stop" {
+			sub.Flags().BoolVar(&savepoint, "savepoint", false, "take a final savepoint before stopping")
+		}
+		cmd.AddCommand(sub)
 	}
+	var (
+		follow bool
+		limit  int
+	)
+	output := &cobra.Command{
+		Use: "output ID", Short: "print the preview sink's latest committed outputs (JSON Lines); --follow streams them", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			q := url.Values{"limit": {strconv.Itoa(limit)}}
+			if follow {
+				q.Set("follow", "1")
+				c.hc.Timeout = 0
+			}
+			return c.callStream(cmd.Context(), "GET", "/api/v1/pipelines/"+url.PathEscape(args[0])+"/output", q, "", nil, nil, cmd.OutOrStdout())
+		},
+	}
+	output.Flags().BoolVar(&follow, "follow", false, "keep streaming outputs as checkpoints commit them (until interrupted)")
+	output.Flags().IntVar(&limit, "limit", 100, "how many of the latest outputs (1-1000)")
+	logs := &cobra.Command{
+		Use: "logs ID", Short: "print the pipeline's recent errors (operator, key, record)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			var out struct {
+				Error string `json:"error"`
+				Items []struct {
+					At       time.Time `json:"at"`
+					Message  string    `json:"message"`
+					Error    string    `json:"error"`
+					Operator string    `json:"operator"`
+					Key      string    `json:"key"`
+					Record   string    `json:"record"`
+				} `json:"items"`
+			}
+			if err := c.call(cmd.Context(), "GET", "/api/v1/pipelines/"+url.PathEscape(args[0])+"/errors", nil, "", nil, &out); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(cmd.OutOrStdout(), out)
+			}
+			if len(out.Items) == 0 {
+				fmt.Fprintln(cmd.OutOrStdout(), "no errors")
+			}
+			for _, e := range out.Items {
+				where := ""
+				if e.Operator != "" {
+					where = fmt.Sprintf(" operator %s key %q at %s:", e.Operator, e.Key, e.Record)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s %s:%s %s\n", e.At.Format(time.RFC3339), e.Message, where, e.Error)
+			}
+			return nil
+		},
+	}
+	rescale := &cobra.Command{
+		Use: "rescale ID OPERATOR=N...", Short: "change operators' parallelism (a running pipeline restarts from a savepoint)", Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			par := map[string]int{}
+			for _, a := range args[1:] {
+				name, n, ok := strings.Cut(a, "=")
+				v, err := strconv.Atoi(n)
+				if !ok || err != nil || name == "" {
+					return &exitError{exitUsage, fmt.Errorf("rescale: want OPERATOR=N, not %q", a)}
+				}
+				par[name] = v
+			}
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			body, _ := json.Marshal(map[string]any{"parallelism": par})
+			var out map[string]any
+			if err := c.call(cmd.Context(), "POST", "/api/v1/pipelines/"+url.PathEscape(args[0])+"/rescale", nil, "application/json", body, &out); err != nil {
+				return err
+			}
+			return printJSON(cmd.OutOrStdout(), out)
+		},
+	}
+	cmd.AddCommand(output, logs, rescale)
 	return cmd
 }

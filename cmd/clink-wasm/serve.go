@@ -17,7 +17,8 @@ import (
 func newServeCmd() *cobra.Command {
 	var (
 		listen, data, logFormat, logLevel string
-		maxModule                         int64
+		maxModule, maxLag                 int64
+		runDir                            string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -25,6 +26,10 @@ func newServeCmd() *cobra.Command {
 		Long: `Run the hosted platform: the REST API under /api/v1, /metrics, /openapi.json and the web
 console at /. With no flags it keeps its records under .clink/server (file://) and listens on
 127.0.0.1:8080.
+
+It runs the tenants' pipelines in process: each one's state under --data (state/<tenant>/<id>),
+its ingest log and preview output under --run-dir. A pipeline that was running when the server
+stopped (or was killed) resumes from its last checkpoint when the server starts again.
 
 On first start it creates the admin token and prints it once on stderr; only its hash is
 stored. CLINK_ADMIN_TOKEN sets the admin token instead (for scripts and tests).`,
@@ -57,6 +62,7 @@ stored. CLINK_ADMIN_TOKEN sets the admin token instead (for scripts and tests).`
 			}
 			srv, created, err := server.New(ctx, ctl, server.Config{
 				MaxModuleBytes: maxModule, AdminToken: os.Getenv("CLINK_ADMIN_TOKEN"), Logger: log, Console: web.Dist(),
+				DataURL: data, RunDir: runDir, MaxIngestLagBytes: maxLag,
 			})
 			if err != nil {
 				return &exitError{exitFailure, err}
@@ -79,6 +85,8 @@ stored. CLINK_ADMIN_TOKEN sets the admin token instead (for scripts and tests).`
 	f.StringVar(&listen, "listen", server.DefaultListen, "address to listen on (host:port; port 0 picks a free one)")
 	f.StringVar(&data, "data", server.DefaultDataDir, "where the control plane keeps its records: a directory, file:///dir or s3://bucket/prefix?endpoint=...")
 	f.Int64Var(&maxModule, "max-module-bytes", server.DefaultMaxModuleSize, "largest module upload accepted (a tenant's quota may be lower)")
+	f.StringVar(&runDir, "run-dir", "", "local directory of the pipelines' ingest logs and preview outputs (default: run/ under a local --data, else .clink/run)")
+	f.Int64Var(&maxLag, "max-ingest-lag-bytes", 64<<20, "how far ingest may run ahead of a pipeline before POST …/records answers 429")
 	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd

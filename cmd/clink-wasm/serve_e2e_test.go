@@ -125,9 +125,17 @@ func (p *serverProc) kill(t *testing.T) {
 
 func (p *serverProc) call(t *testing.T, method, path, token, ctype string, body []byte) (int, []byte) {
 	t.Helper()
+	return p.callH(t, method, path, token, ctype, body, nil)
+}
+
+func (p *serverProc) callH(t *testing.T, method, path, token, ctype string, body []byte, hdr map[string]string) (int, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, p.base+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -199,15 +207,15 @@ func TestServeEndToEnd(t *testing.T) {
 	if code != exitInvalid || strings.Count(stderr, "  - [abi]") != 3 {
 		t.Fatalf("invalid push: %d %s", code, stderr)
 	}
-	spec := []byte(`{"name":"p1","spec":{"operators":[{"name":"count","module":"counter@1","parallelism":2}],"sources":[{"name":"in","type":"generator"}]}}`)
+	spec := []byte(`{"name":"p1","spec":{"operators":[{"name":"count","module":"counter@1","parallelism":2,"key":"user","inputs":["in"]}],"sources":[{"name":"in","type":"generator","count":50}],"sinks":[{"name":"out","type":"preview","inputs":["count"]}]}}`)
 	code, b := srv.call(t, "POST", "/api/v1/pipelines", tokens["alpha"], "application/json", spec)
 	if code != 201 {
 		t.Fatalf("pipeline: %d %s", code, b)
 	}
 	var pl struct{ ID string }
 	json.Unmarshal(b, &pl)
-	// The run-time routes say plainly that this build cannot run pipelines.
-	if code, b := srv.call(t, "POST", "/api/v1/pipelines/"+pl.ID+"/start", tokens["alpha"], "", nil); code != 501 || !strings.Contains(string(b), "runtime_unavailable") {
+	// The server runs it (a bounded generator: it finishes).
+	if code, b := srv.call(t, "POST", "/api/v1/pipelines/"+pl.ID+"/start", tokens["alpha"], "", nil); code != 202 {
 		t.Fatalf("start: %d %s", code, b)
 	}
 	// beta sees none of it.
@@ -222,24 +230,39 @@ func TestServeEndToEnd(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"ref": "counter@1"`) || !strings.Contains(out, pl.ID) {
 		t.Fatalf("after restart, module ls: %d %s %s", code, out, stderr)
 	}
-	if code, b := srv2.call(t, "GET", "/api/v1/pipelines/"+pl.ID, tokens["alpha"], "", nil); code != 200 || !bytes.Contains(b, []byte(`"subtasks":3`)) {
+	if code, b := srv2.call(t, "GET", "/api/v1/pipelines/"+pl.ID, tokens["alpha"], "", nil); code != 200 || !bytes.Contains(b, []byte(`"subtasks":4`)) {
 		t.Fatalf("after restart, pipeline: %d %s", code, b)
 	}
 	code, out, _ = cli(t, []string{"CLINK_SERVER=" + srv2.base, "CLINK_TOKEN=" + e2eAdmin}, "tenant", "ls")
 	if code != 0 || !strings.Contains(out, "alpha") || !strings.Contains(out, "beta") {
 		t.Fatalf("after restart, tenant ls: %d %s", code, out)
 	}
-	// The pipeline commands: create from a file, list, and a start that says plainly it cannot.
+	// The pipeline commands: create from a file, list, start and stop.
 	specFile := filepath.Join(t.TempDir(), "spec.json")
-	os.WriteFile(specFile, []byte(`{"operators":[{"module":"counter"}]}`), 0o600)
+	os.WriteFile(specFile, []byte(`{"sources":[{"name":"in","type":"http"}],"operators":[{"name":"c","module":"counter","inputs":["in"]}],"sinks":[{"name":"out","type":"preview","inputs":["c"]}]}`), 0o600)
 	if code, out, stderr := cli(t, alpha, "pipeline", "create", "p2", "-f", specFile); code != 0 || !strings.Contains(out, "created pipeline p2") {
 		t.Fatalf("pipeline create: %d %s %s", code, out, stderr)
 	}
 	if code, out, _ := cli(t, alpha, "pipeline", "ls"); code != 0 || !strings.Contains(out, "p1") || !strings.Contains(out, "p2") {
 		t.Fatalf("pipeline ls: %d %s", code, out)
 	}
-	if code, _, stderr := cli(t, alpha, "pipeline", "start", pl.ID); code != exitUnavailable || !strings.Contains(stderr, "pipeline runtime not available") {
-		t.Fatalf("pipeline start: %d %s", code, stderr)
+	var p2 struct{ ID string }
+	if code, out, stderr := cli(t, alpha, "pipeline", "ls", "--json"); code == 0 {
+		var list []struct{ ID, Name string }
+		json.Unmarshal([]byte(out), &list)
+		for _, it := range list {
+			if it.Name == "p2" {
+				p2.ID = it.ID
+			}
+		}
+	} else {
+		t.Fatalf("pipeline ls --json: %d %s", code, stderr)
+	}
+	if code, out, stderr := cli(t, alpha, "pipeline", "start", p2.ID); code != 0 || !strings.Contains(out, `"running"`) {
+		t.Fatalf("pipeline start: %d %s %s", code, out, stderr)
+	}
+	if code, out, stderr := cli(t, alpha, "pipeline", "stop", "--savepoint", p2.ID); code != 0 || !strings.Contains(out, `"stopped"`) {
+		t.Fatalf("pipeline stop: %d %s %s", code, out, stderr)
 	}
 	// The module in use cannot be removed (exit 6); the admin token was never printed.
 	if code, _, stderr := cli(t, alpha, "module", "rm", "counter@1"); code != exitConflict {

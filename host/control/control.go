@@ -72,16 +72,21 @@ type Module struct {
 
 // Pipeline is a stored pipeline record: its spec and what the control plane knows of it.
 type Pipeline struct {
-	ID        string          `json:"id"`
-	Tenant    string          `json:"tenant"`
-	Name      string          `json:"name"`
-	Spec      json.RawMessage `json:"spec"`
-	Modules   []string        `json:"modules"`  // module ids the spec uses, resolved at write
-	Subtasks  int             `json:"subtasks"` // total parallelism the spec asks for
-	State     string          `json:"state"`    // "created" until a runtime runs it
-	Revision  int             `json:"revision"` // incremented by every spec change
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	ID       string          `json:"id"`
+	Tenant   string          `json:"tenant"`
+	Name     string          `json:"name"`
+	Spec     json.RawMessage `json:"spec"`
+	Modules  []string        `json:"modules"`  // module ids the spec uses, resolved at write
+	Subtasks int             `json:"subtasks"` // total parallelism the spec asks for
+	State    string          `json:"state"`    // "created" until a runtime runs it; see the Pipeline* states
+	// Running says the pipeline should run: set by start, cleared by stop and by a failure. A
+	// restarted server resumes every pipeline with Running set, from its last checkpoint.
+	Running bool `json:"running,omitempty"`
+	// Error is why the pipeline last failed (cleared by a start).
+	Error     string    `json:"error,omitempty"`
+	Revision  int       `json:"revision"` // incremented by every spec change
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 	// Checkpoint is the last completed checkpoint or savepoint, the restore point.
 	Checkpoint *CheckpointPointer `json:"checkpoint,omitempty"`
 }
@@ -102,7 +107,11 @@ func BlobName(id string) string { return "modules/sha256/" + id + ".wasm" }
 
 // PipelineState values.
 const (
-	PipelineCreated = "created"
+	PipelineCreated  = "created"
+	PipelineRunning  = "running"
+	PipelineStopped  = "stopped"
+	PipelineFailed   = "failed"
+	PipelineFinished = "finished"
 )
 
 func emptyCatalog() *Catalog {
@@ -308,6 +317,23 @@ func (c *Control) SetCheckpoint(ctx context.Context, id string, p CheckpointPoin
 			p.At = c.Now()
 		}
 		pl.Checkpoint = &p
+		return nil
+	})
+}
+
+// SetPipelineState records what the runtime says of pipeline id: its state, the error it
+// failed with ("" for none) and, when running is not nil, whether it should run.
+func (c *Control) SetPipelineState(ctx context.Context, id, state, errMsg string, running *bool) error {
+	return c.Update(ctx, func(cat *Catalog) error {
+		pl, ok := cat.Pipelines[id]
+		if !ok {
+			return fmt.Errorf("pipeline %q: %w", id, ErrNotFound)
+		}
+		pl.State, pl.Error = state, errMsg
+		if running != nil {
+			pl.Running = *running
+		}
+		pl.UpdatedAt = c.Now()
 		return nil
 	})
 }

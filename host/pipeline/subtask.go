@@ -288,8 +288,13 @@ func (t *operatorTask) run() error {
 	}
 	t.ctrl.Store(ctrl)
 	mergeErr := make(chan error, 1)
-	go func() { mergeErr <- t.in.run(ctx) }()
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	go func() { mergeErr <- t.in.run(mctx) }()
 	runErr := ctrl.Run(ctx, t.in.out)
+	if runErr != nil {
+		mcancel() // an endless input would never let the merger finish on its own
+	}
 	for range t.in.out { // let the merger finish if the controller stopped early
 	}
 	mErr := <-mergeErr

@@ -50,6 +50,8 @@ func (s *Server) OpenAPI() map[string]any {
 		switch r.body {
 		case "application/json":
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/json": map[string]any{"schema": ref(r.bodyRef)}}}
+		case "application/x-ndjson":
+			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/x-ndjson": map[string]any{"schema": map[string]any{"type": "string", "description": "JSON Lines: one JSON object a line"}}}}
 		case "application/wasm":
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{"application/wasm": map[string]any{"schema": map[string]any{"type": "string", "format": "binary"}}}}
 		}
@@ -180,6 +182,7 @@ func schemas() map[string]any {
 				"sinks": arr(obj(map[string]any{"name": str, "type": str, "parallelism": integ, "url": str})),
 			},
 		}}, "name", "spec"),
+		"Rescale":       obj(map[string]any{"parallelism": map[string]any{"type": "object", "additionalProperties": map[string]any{"type": "integer", "minimum": 1}, "description": "operator name → new parallelism"}}),
 		"PipelinePatch": obj(map[string]any{"name": str, "spec": map[string]any{"type": "object", "description": "a JSON merge patch (RFC 7396) of the spec"}}),
 		"Checkpoints":   obj(map[string]any{"pipeline": str, "latest": checkpoint}),
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/clink-wasm/clink-wasm/host/control"
+	"github.com/clink-wasm/clink-wasm/host/pipeline"
 )
 
 // PipelineView is a pipeline record as the API shows it.
@@ -29,13 +30,18 @@ type PipelineView struct {
 	Modules    []string                   `json:"modules"`
 	Subtasks   int                        `json:"subtasks"`
 	Checkpoint *control.CheckpointPointer `json:"checkpoint,omitempty"`
-	CreatedAt  time.Time                  `json:"created_at"`
-	UpdatedAt  time.Time                  `json:"updated_at"`
+	// Running says the pipeline should run (a restarted server resumes it); Error is why it
+	// last failed; Run is the runtime's view of its current or last run.
+	Running   bool       `json:"running"`
+	Error     string     `json:"error,omitempty"`
+	Run       *RunStatus `json:"run,omitempty"`
+	CreatedAt time.Time  `json:"created_at"`
+	UpdatedAt time.Time  `json:"updated_at"`
 }
 
 func viewPipeline(p *control.Pipeline) PipelineView {
 	return PipelineView{ID: p.ID, Tenant: p.Tenant, Name: p.Name, State: p.State, Revision: p.Revision, Spec: p.Spec,
-		Modules: p.Modules, Subtasks: p.Subtasks, Checkpoint: p.Checkpoint, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+		Modules: p.Modules, Subtasks: p.Subtasks, Checkpoint: p.Checkpoint, Running: p.Running, Error: p.Error, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
 }
 
 // specRefs is the part of a pipeline spec (docs/pipeline-spec.md) the control plane checks:
@@ -293,6 +299,9 @@ func (s *Server) createPipeline(c echo.Context) error {
 		if err != nil {
 			return err
 		}
+		if err := validateRuntimeSpec(req.Name, tenant, req.Spec); err != nil {
+			return err
+		}
 		now := s.ctl.Now()
 		p := &control.Pipeline{ID: newPipelineID(), Tenant: tenant, Name: req.Name, Spec: compact(req.Spec), Modules: ids, Subtasks: subtasks,
 			State: control.PipelineCreated, Revision: 1, CreatedAt: now, UpdatedAt: now}
@@ -345,7 +354,7 @@ func (s *Server) listPipelines(c echo.Context) error {
 	}
 	items := []PipelineView{}
 	for _, p := range s.ctl.Snapshot().TenantPipelines(tenant) {
-		items = append(items, viewPipeline(p))
+		items = append(items, s.viewPipelineLive(p))
 	}
 	slices.SortFunc(items, func(a, b PipelineView) int { return strings.Compare(a.ID, b.ID) })
 	return page(c, items, func(v PipelineView) string { return v.ID })
@@ -356,7 +365,7 @@ func (s *Server) getPipeline(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, viewPipeline(p))
+	return c.JSON(http.StatusOK, s.viewPipelineLive(p))
 }
 
 type pipelinePatch struct {
@@ -382,8 +391,40 @@ func (s *Server) patchPipeline(c echo.Context) error {
 			return err
 		}
 	}
+	var specFn func(json.RawMessage) (json.RawMessage, error)
+	if len(req.Spec) > 0 {
+		specFn = func(old json.RawMessage) (json.RawMessage, error) {
+			merged, err := mergePatch(old, req.Spec)
+			if err != nil {
+				return nil, badField("spec", "%v", err)
+			}
+			return merged, nil
+		}
+	}
+	return s.changePipeline(c, tenant, id, req.Name, specFn)
+}
+
+// changePipeline renames pipeline id and/or changes its spec (specFn turns the stored spec into
+// the new one). The new spec is checked like a new one, and for state compatibility once there
+// is a checkpoint. A running pipeline takes a savepoint first (the compatibility check sees it)
+// and restarts on the new spec from a savepoint.
+func (s *Server) changePipeline(c echo.Context, tenant, id string, name *string, specFn func(json.RawMessage) (json.RawMessage, error)) error {
+	req := struct{ Name *string }{Name: name}
 	var view PipelineView
-	err = s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
+	var upgrade *run
+	if s.rt != nil && specFn != nil {
+		if r := s.rt.active(id); r != nil {
+			// An upgrade of a running pipeline: the new spec is checked against the state of a
+			// savepoint taken now, and the pipeline restarts from that savepoint.
+			spID, err := r.job.Savepoint(c.Request().Context())
+			if err != nil {
+				return problem(http.StatusServiceUnavailable, CodeUnavailable, "", "taking the savepoint for the upgrade: %v", err)
+			}
+			s.rt.noteCheckpoint(r, &pipeline.CheckpointInfo{ID: spID, Savepoint: true})
+			upgrade = r
+		}
+	}
+	err := s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
 		p, ok := cat.Pipelines[id]
 		if !ok || p.Tenant != tenant {
 			return notFound("pipeline", id)
@@ -396,10 +437,10 @@ func (s *Server) patchPipeline(c echo.Context) error {
 			}
 			p.Name = *req.Name
 		}
-		if len(req.Spec) > 0 {
-			merged, err := mergePatch(p.Spec, req.Spec)
+		if specFn != nil {
+			merged, err := specFn(p.Spec)
 			if err != nil {
-				return badField("spec", "%v", err)
+				return err
 			}
 			ids, subtasks, err := checkSpec(cat, tenant, id, merged)
 			if err != nil {
@@ -410,6 +451,9 @@ func (s *Server) patchPipeline(c echo.Context) error {
 					return err
 				}
 			}
+			if err := validateRuntimeSpec(p.Name, tenant, merged); err != nil {
+				return err
+			}
 			p.Spec, p.Modules, p.Subtasks = compact(merged), ids, subtasks
 			p.Revision++
 		}
@@ -419,6 +463,12 @@ func (s *Server) patchPipeline(c echo.Context) error {
 	})
 	if err != nil {
 		return err
+	}
+	if upgrade != nil {
+		if err := s.rt.restart(c.Request().Context(), upgrade, id); err != nil {
+			return err
+		}
+		return s.pipelineStatus(c, id, http.StatusOK)
 	}
 	return c.JSON(http.StatusOK, view)
 }
@@ -463,6 +513,14 @@ func (s *Server) deletePipeline(c echo.Context) error {
 	if _, err := s.pipelineOf(tenant, id); err != nil {
 		return err
 	}
+	if s.rt != nil {
+		// A running pipeline is cancelled first (its output ends at its last checkpoint).
+		if r := s.rt.active(id); r != nil {
+			if _, err := s.rt.stop(c.Request().Context(), r, false); err != nil {
+				return problem(http.StatusInternalServerError, CodeInternal, "", "stopping the pipeline before deleting it: %v", err)
+			}
+		}
+	}
 	err = s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
 		p, ok := cat.Pipelines[id]
 		if !ok || p.Tenant != tenant {
@@ -474,6 +532,9 @@ func (s *Server) deletePipeline(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.rt != nil {
+		s.rt.forget(tenant, id)
+	}
 	s.log.InfoContext(c.Request().Context(), "pipeline deleted", "tenant", tenant, "pipeline", id)
 	return c.NoContent(http.StatusNoContent)
 }
@@ -482,6 +543,9 @@ func (s *Server) pipelineCheckpoints(c echo.Context) error {
 	_, p, err := s.requestPipeline(c)
 	if err != nil {
 		return err
+	}
+	if s.rt != nil {
+		return s.pipelineCheckpointsRun(c, p)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"pipeline": p.ID, "latest": p.Checkpoint})
 }
@@ -543,4 +607,48 @@ func opLabel(i int, name string) string {
 		return fmt.Sprintf("%q", name)
 	}
 	return fmt.Sprintf("#%d", i)
+}
+
+type rescaleRequest struct {
+	// Parallelism maps operator names to their new parallelism.
+	Parallelism map[string]int `json:"parallelism"`
+}
+
+// rescalePipeline changes operators' parallelism: for a running pipeline, a savepoint and a
+// restart from it at the new parallelism (state is remapped by key group, lazily).
+func (s *Server) rescalePipeline(c echo.Context, p *control.Pipeline) error {
+	var req rescaleRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if len(req.Parallelism) == 0 {
+		return badField("parallelism", "name at least one operator and its new parallelism: {\"parallelism\": {\"count\": 4}}")
+	}
+	for name, n := range req.Parallelism {
+		if n < 1 {
+			return badField("parallelism."+name, "parallelism must be at least 1, got %d", n)
+		}
+	}
+	return s.changePipeline(c, p.Tenant, p.ID, nil, func(old json.RawMessage) (json.RawMessage, error) {
+		var m map[string]any
+		if err := json.Unmarshal(old, &m); err != nil {
+			return nil, badField("spec", "%v", err)
+		}
+		ops, _ := m["operators"].([]any)
+		seen := map[string]bool{}
+		for _, o := range ops {
+			op, _ := o.(map[string]any)
+			name, _ := op["name"].(string)
+			if n, ok := req.Parallelism[name]; ok && op != nil {
+				op["parallelism"] = n
+				seen[name] = true
+			}
+		}
+		for name := range req.Parallelism {
+			if !seen[name] {
+				return nil, badField("parallelism."+name, "the pipeline has no operator %q", name)
+			}
+		}
+		return json.Marshal(m)
+	})
 }

@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/clink-wasm/clink-wasm/host/control"
 )
 
 // route is one entry of the API surface. The same table registers the handler, writes the
@@ -38,10 +40,17 @@ var listParams = []param{
 
 func (s *Server) routes() []route {
 	tenantParam := param{name: "tenant", desc: "the tenant to act for (admin token only; a tenant token acts for its own)", typ: "string"}
-	runtime := func(method, sub, summary string) route {
-		return route{method: method, path: "/api/v1/pipelines/:id/" + sub, tenantScoped: true, tag: "pipelines",
-			summary: summary + " (needs the pipeline runtime)", handler: s.runtimeUnavailable,
-			query: []param{tenantParam}, success: http.StatusOK, errors: []int{404, 501}}
+	rtRoute := func(method, sub, summary string, h func(echo.Context, *control.Pipeline) error, success int, q []param, body string, errs ...int) route {
+		produces, bodyRef := "", ""
+		if sub == "output" {
+			produces = "application/x-ndjson"
+		}
+		if sub == "rescale" {
+			bodyRef = "Rescale"
+		}
+		return route{method: method, path: "/api/v1/pipelines/:id/" + sub, tenantScoped: true, tag: "pipelines", summary: summary,
+			handler: s.runtimeRoute(h), query: append([]param{tenantParam}, q...), body: body, bodyRef: bodyRef, produces: produces, success: success,
+			errors: append([]int{404, 501}, errs...)}
 	}
 	return []route{
 		{method: http.MethodGet, path: "/healthz", public: true, tag: "ops", summary: "Liveness: the process answers", handler: s.healthz, success: 200, respRef: "Health"},
@@ -74,21 +83,18 @@ func (s *Server) routes() []route {
 		{method: http.MethodPatch, path: "/api/v1/pipelines/:id", tenantScoped: true, tag: "pipelines", summary: "Change a pipeline's name or spec (spec: a JSON merge patch, RFC 7396)",
 			handler: s.patchPipeline, body: "application/json", bodyRef: "PipelinePatch", query: []param{tenantParam}, success: 200, respRef: "Pipeline", errors: []int{400, 404, 422}},
 		{method: http.MethodDelete, path: "/api/v1/pipelines/:id", tenantScoped: true, tag: "pipelines", summary: "Delete a pipeline record", handler: s.deletePipeline, query: []param{tenantParam}, success: 204, errors: []int{404}},
-		{method: http.MethodGet, path: "/api/v1/pipelines/:id/checkpoints", tenantScoped: true, tag: "pipelines", summary: "The pipeline's recorded restore point", handler: s.pipelineCheckpoints, query: []param{tenantParam}, success: 200, respRef: "Checkpoints", errors: []int{404}},
-		runtime(http.MethodPost, "start", "Start the pipeline"),
-		runtime(http.MethodPost, "stop", "Stop the pipeline"),
-		runtime(http.MethodPost, "savepoints", "Take a savepoint"),
-		runtime(http.MethodPost, "rescale", "Change the parallelism"),
-		runtime(http.MethodPost, "records", "Ingest JSON Lines into an HTTP-source pipeline"),
-		runtime(http.MethodGet, "output", "The preview sink's latest outputs (JSON Lines; ?follow=1 streams)"),
-		runtime(http.MethodGet, "metrics", "Live per-operator figures"),
-		runtime(http.MethodGet, "errors", "Recent errors with their records"),
+		{method: http.MethodGet, path: "/api/v1/pipelines/:id/checkpoints", tenantScoped: true, tag: "pipelines", summary: "The pipeline's recorded restore point and the checkpoints of its current or last run", handler: s.pipelineCheckpoints, query: []param{tenantParam}, success: 200, respRef: "Checkpoints", errors: []int{404}},
+		rtRoute(http.MethodPost, "start", "Start the pipeline, from its last checkpoint if it has one; it then resumes with the server", s.startPipeline, 202, nil, "", 409, 422),
+		rtRoute(http.MethodPost, "stop", "Stop the pipeline; with savepoint (query or JSON body) it takes a final savepoint first", s.stopPipeline,
+			200, []param{{name: "savepoint", desc: "take a final savepoint (true/false)", typ: "boolean"}}, "", 400, 409),
+		rtRoute(http.MethodPost, "savepoints", "Take a savepoint now (answers once it is committed)", s.savepointPipeline, 201, nil, "", 409, 503),
+		rtRoute(http.MethodPost, "rescale", "Change operators' parallelism ({\"parallelism\": {\"OPERATOR\": N}}); a running pipeline restarts from a savepoint at the new parallelism",
+			s.rescalePipeline, 200, nil, "application/json", 400, 409, 422, 503),
+		rtRoute(http.MethodPost, "records", "Ingest JSON Lines into the pipeline's http source: 2xx once durable; Idempotency-Key dedupes retries; 429/503 with Retry-After when behind",
+			s.ingestRecords, 200, nil, "application/x-ndjson", 400, 409, 413, 415, 503),
+		rtRoute(http.MethodGet, "output", "The preview sink's latest committed outputs (JSON Lines); ?follow=1 streams them", s.pipelineOutput, 200,
+			[]param{{name: "limit", desc: "lines (1-1000, default 100)", typ: "integer"}, {name: "follow", desc: "keep streaming new outputs", typ: "boolean"}, {name: "sink", desc: "the preview sink (default: the first)", typ: "string"}}, "", 400, 409),
+		rtRoute(http.MethodGet, "metrics", "Live per-subtask figures of the current or last run", s.pipelineMetrics, 200, nil, ""),
+		rtRoute(http.MethodGet, "errors", "Recent errors of the run, with operator, key and record", s.pipelineErrors, 200, nil, ""),
 	}
-}
-
-func (s *Server) runtimeUnavailable(c echo.Context) error {
-	if _, _, err := s.requestPipeline(c); err != nil {
-		return err
-	}
-	return problem(http.StatusNotImplemented, CodeRuntimeUnavailable, "", "pipeline runtime not available in this build: pipelines are stored records that cannot run yet")
 }

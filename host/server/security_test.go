@@ -32,7 +32,7 @@ func newSecFixture(t *testing.T) *secFixture {
 	var m ModuleView
 	r.decode(t, &m)
 	f.moduleA = m.ID
-	r = e.json("POST", "/api/v1/pipelines", f.tokA, map[string]any{"name": "pa", "spec": map[string]any{"operators": []any{map[string]any{"module": m.ID}}}})
+	r = e.json("POST", "/api/v1/pipelines", f.tokA, map[string]any{"name": "pa", "spec": hosted(map[string]any{"operators": []any{map[string]any{"module": m.ID}}})})
 	var p PipelineView
 	r.decode(t, &p)
 	if r.code != 201 {
@@ -71,7 +71,7 @@ func (f *secFixture) request(t *testing.T, method, path string) (string, string,
 	case method == "PATCH" && path == "/api/v1/tenants/:tenant":
 		return p, "application/json", []byte(`{"quotas":{"max_pipelines":999}}`)
 	case method == "POST" && path == "/api/v1/pipelines":
-		return p, "application/json", []byte(`{"name":"hijack","spec":{"operators":[{"module":"` + f.moduleA + `"}]}}`)
+		return p, "application/json", []byte(`{"name":"hijack","spec":{"sources":[{"name":"in","type":"http"}],"operators":[{"name":"o","inputs":["in"],"module":"` + f.moduleA + `"}],"sinks":[{"name":"out","type":"preview","inputs":["o"]}]}}`)
 	case method == "PATCH" && path == "/api/v1/pipelines/:id":
 		return p, "application/json", []byte(`{"name":"hijacked"}`)
 	case method == "POST":

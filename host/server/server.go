@@ -20,10 +20,11 @@
 //
 // # Pipelines
 //
-// Pipeline records are stored and validated (modules resolved, quotas checked), but the
-// run-time routes (start, stop, savepoints, rescale, records, output, metrics, errors,
-// checkpoints) answer 501 runtime_unavailable until the pipeline runtime of host/pipeline is
-// wired in: this package drives no scheduler or state tier itself.
+// Pipeline records are stored and validated (modules resolved, quotas checked, the spec parsed
+// by pipeline.ParseSpec). With Config.DataURL set, the server runs them in process through
+// pipeline.Start (runtime.go): start, stop, savepoints, durable HTTP ingest, the preview
+// output, metrics, errors and checkpoints; a new Server resumes every pipeline whose record
+// says it was running. Without a DataURL the run-time routes answer 501 runtime_unavailable.
 package server
 
 import (
@@ -35,7 +36,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +74,18 @@ type Config struct {
 	// ValidationConcurrency bounds concurrent module uploads: each holds its body in memory and
 	// compiles it (CPU-heavy). Default 2.
 	ValidationConcurrency int
+	// DataURL is the server's data URL (--data): each pipeline's state pool is under it
+	// (control.StateURL). Empty: the pipeline runtime is off and the run-time routes answer
+	// 501 runtime_unavailable.
+	DataURL string
+	// RunDir is the local directory of the pipelines' ingest logs and preview outputs.
+	// Default: run/ under a local DataURL, else .clink/run.
+	RunDir string
+	// MaxIngestLagBytes is how far ingest may run ahead of a pipeline before POST …/records
+	// answers 429 (default 64 MiB).
+	MaxIngestLagBytes int64
+	// MaxIngestBytes caps one POST …/records body (default 8 MiB; more is 413).
+	MaxIngestBytes int64
 }
 
 // Server is the API over one control plane.
@@ -84,6 +99,12 @@ type Server struct {
 	reg      *prometheus.Registry
 	echo     *echo.Echo
 	validate chan struct{}
+
+	rt *runtime // nil when the runtime is off (no DataURL)
+	// quit is closed when Serve begins shutting down: streaming answers (output?follow=1) end
+	// then, so they do not hold the graceful shutdown up.
+	quit     chan struct{}
+	quitOnce sync.Once
 
 	uploadsMu sync.Mutex
 	uploads   map[string]chan struct{} // per-tenant upload slot, see uploadSlot
@@ -122,9 +143,20 @@ func New(ctx context.Context, ctl *control.Control, cfg Config) (*Server, string
 		reg:      prometheus.NewRegistry(),
 		validate: make(chan struct{}, cfg.ValidationConcurrency),
 		uploads:  map[string]chan struct{}{},
+		quit:     make(chan struct{}),
 	}
-	s.metrics = newMetrics(s.reg, ctl)
+	s.metrics = newMetrics(s.reg, ctl, func() *runtime { return s.rt })
 	s.echo = s.buildEcho()
+	if cfg.DataURL != "" {
+		if s.cfg.RunDir == "" {
+			s.cfg.RunDir = defaultRunDir(cfg.DataURL)
+		}
+		if s.cfg.MaxIngestBytes <= 0 {
+			s.cfg.MaxIngestBytes = defaultMaxIngestBytes
+		}
+		s.rt = newRuntime(s)
+		s.rt.resume(ctx)
+	}
 	return s, created, nil
 }
 
@@ -159,8 +191,25 @@ func ensureAdminToken(ctx context.Context, ctl *control.Control, given string) (
 // Handler is the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Close releases the validator.
-func (s *Server) Close(ctx context.Context) error { return s.engine.Close(ctx) }
+// Close stops the running pipelines, each with a savepoint (they resume when a server starts
+// on the same data again), and releases the validator.
+func (s *Server) Close(ctx context.Context) error {
+	if s.rt != nil {
+		s.rt.close()
+	}
+	return s.engine.Close(ctx)
+}
+
+// defaultRunDir is run/ under a local data URL, else .clink/run.
+func defaultRunDir(dataURL string) string {
+	if !strings.Contains(dataURL, "://") {
+		return filepath.Join(dataURL, "run")
+	}
+	if strings.HasPrefix(dataURL, "file://") {
+		return filepath.Join(filepath.FromSlash(strings.TrimPrefix(dataURL, "file://")), "run")
+	}
+	return filepath.Join(".clink", "run")
+}
 
 // Serve answers on ln until ctx is done, then shuts down gracefully (bounded).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
@@ -184,6 +233,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
+	s.quitOnce.Do(func() { close(s.quit) })
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := hs.Shutdown(sctx)

@@ -66,7 +66,7 @@ func openEnv(t *testing.T, dir string) *env {
 		t.Fatal(err)
 	}
 	logs := &bytes.Buffer{}
-	srv, created, err := New(ctx, ctl, Config{AdminToken: testAdmin, Now: clock.Now, Logger: slog.New(slog.NewJSONHandler(&syncWriter{w: logs}, nil)), MaxModuleBytes: 1 << 20})
+	srv, created, err := New(ctx, ctl, Config{AdminToken: testAdmin, DataURL: dir, Now: clock.Now, Logger: slog.New(slog.NewJSONHandler(&syncWriter{w: logs}, nil)), MaxModuleBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -679,7 +679,7 @@ func TestRestartKeepsRecords(t *testing.T) {
 	r := e.upload(tok, "?name=counter", fixture(t, "counter.wasm"))
 	var m ModuleView
 	r.decode(t, &m)
-	r = e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p1", "spec": map[string]any{"operators": []any{map[string]any{"module": "counter"}}}})
+	r = e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p1", "spec": hosted(map[string]any{"operators": []any{map[string]any{"module": "counter"}}})})
 	if r.code != 201 {
 		t.Fatalf("pipeline: %d %s", r.code, r.body)
 	}
@@ -727,17 +727,17 @@ func TestConsoleFiles(t *testing.T) {
 
 func TestPipelineRecords(t *testing.T) {
 	e := newEnv(t)
-	tok := e.tenant("acme", map[string]any{"max_pipelines": 2, "max_subtasks": 7, "allowed_lookup_hosts": []string{"svc.internal", "hooks.internal"},
+	tok := e.tenant("acme", map[string]any{"max_pipelines": 2, "max_subtasks": 9, "allowed_lookup_hosts": []string{"svc.internal", "hooks.internal"},
 		"guest_memory_bytes": 1 << 20, "max_in_flight_records": 100, "cpu_time_per_record_ms": 50})
 	e.upload(tok, "?name=counter", fixture(t, "counter.wasm"))
 	if r := e.upload(tok, "?name=enrich", fixture(t, "enrich.wasm")); r.code != 201 {
 		t.Fatalf("enrich: %d %s", r.code, r.body)
 	}
 	spec := func(ops ...map[string]any) map[string]any {
-		return map[string]any{"operators": ops, "sources": []any{map[string]any{"name": "in", "type": "generator"}}, "future_field": 1}
+		return hosted(map[string]any{"operators": ops, "sources": []any{map[string]any{"name": "in", "type": "generator"}}})
 	}
 	op := func(module string, par int) map[string]any {
-		return map[string]any{"name": "op", "module": module, "parallelism": par}
+		return map[string]any{"name": "op", "module": module, "parallelism": par, "key": "user"}
 	}
 	with := func(m map[string]any, k string, v any) map[string]any {
 		out := map[string]any{}
@@ -755,8 +755,8 @@ func TestPipelineRecords(t *testing.T) {
 	}
 	var p PipelineView
 	r.decode(t, &p)
-	// Subtasks count the source's one and the operator's three.
-	if p.State != "created" || p.Subtasks != 4 || p.Revision != 1 || len(p.Modules) != 1 || !bytes.Contains(p.Spec, []byte(`"future_field":1`)) {
+	// Subtasks count the source's one, the operator's three and the sink's one.
+	if p.State != "created" || p.Subtasks != 5 || p.Revision != 1 || len(p.Modules) != 1 || !bytes.Contains(p.Spec, []byte(`"type":"generator"`)) {
 		t.Fatalf("record: %+v %s", p, p.Spec)
 	}
 	// The module is in use now.
@@ -793,6 +793,11 @@ func TestPipelineRecords(t *testing.T) {
 		{spec(with(op("counter", 1), "limits", map[string]any{"call_timeout": "51ms"})), "spec.operators[0].limits.call_timeout"},
 		{spec(with(op("counter", 1), "limits", map[string]any{"call_timeout": "soon"})), "spec.operators[0].limits.call_timeout"},
 		{with(spec(op("counter", 1)), "parallelism", 0), "spec.parallelism"},
+		// The runtime's own validation (pipeline.ParseSpec), with its field paths.
+		{spec(with(op("counter", 1), "paralelism", 2)), "spec.operators[0].paralelism"},
+		{with(spec(op("counter", 1)), "sinks", []any{map[string]any{"name": "out", "type": "preview", "inputs": []any{"nosuch"}}}), "spec.sinks[0].inputs[0]"},
+		{with(spec(op("counter", 1)), "sources", []any{map[string]any{"name": "in", "type": "http", "parallelism": 2}}), "spec.sources[0].parallelism"},
+		{with(spec(op("counter", 1)), "sources", []any{map[string]any{"name": "in", "type": "generator", "kind": "nosuch"}}), "spec.sources[0].kind"},
 	} {
 		r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "px", "spec": c.spec})
 		if pr := r.problem(t); pr.Field != c.field || (r.code != 400 && r.code != 422) {
@@ -800,8 +805,8 @@ func TestPipelineRecords(t *testing.T) {
 		}
 	}
 	ok := map[string]any{"operators": []any{with(with(op("enrich", 1), "endpoints", svc), "limits", map[string]any{"memory_pages": 16, "max_in_flight": 100, "call_timeout": "50ms"})},
-		"sinks": []any{map[string]any{"name": "out", "type": "webhook", "url": "https://hooks.internal/in"}}}
-	r = e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p2", "spec": ok})
+		"sinks": []any{map[string]any{"name": "out", "type": "webhook", "url": "https://hooks.internal/in", "inputs": []any{"op"}}}}
+	r = e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p2", "spec": hosted(ok)})
 	if r.code != 201 {
 		t.Fatalf("enrich pipeline: %d %s", r.code, r.body)
 	}
@@ -810,26 +815,26 @@ func TestPipelineRecords(t *testing.T) {
 		t.Fatalf("max_pipelines: %d %s", r.code, r.body)
 	}
 	// PATCH: a merge patch of the spec; the record's own subtasks do not count twice
-	// (1 source + 4 here, 2 in p2: 7 of 7).
-	r = e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"future_field": nil, "operators": []any{op("counter", 4)}}})
+	// (1 source + 4 + 1 sink here, 3 in p2: 9 of 9).
+	r = e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": fillOps([]any{op("counter", 4)})}})
 	if r.code != 200 {
 		t.Fatalf("patch: %d %s", r.code, r.body)
 	}
 	r.decode(t, &p)
-	if p.Subtasks != 5 || p.Revision != 2 || bytes.Contains(p.Spec, []byte("future_field")) || !bytes.Contains(p.Spec, []byte(`"sources"`)) {
+	if p.Subtasks != 6 || p.Revision != 2 || !bytes.Contains(p.Spec, []byte(`"sources"`)) {
 		t.Fatalf("patched: %+v %s", p, p.Spec)
 	}
-	if r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": []any{op("counter", 5)}}}); r.code != 422 {
+	if r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": fillOps([]any{op("counter", 5)})}}); r.code != 422 {
 		t.Fatalf("patch over quota: %d", r.code)
 	}
 	if r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"name": "p2"}); r.code != 409 {
 		t.Fatalf("rename onto another: %d", r.code)
 	}
-	// Run-time routes answer 501 with the reason.
-	for _, sub := range []string{"start", "stop", "savepoints", "rescale", "records"} {
+	// Run-time routes on a pipeline that is not running say so; rescale needs a body.
+	for sub, want := range map[string]int{"stop": 409, "savepoints": 409, "records": 503, "rescale": 400} {
 		r := e.json("POST", "/api/v1/pipelines/"+p.ID+"/"+sub, tok, nil)
-		if pr := r.problem(t); r.code != 501 || pr.Code != CodeRuntimeUnavailable || !strings.Contains(pr.Detail, "pipeline runtime not available in this build") {
-			t.Errorf("%s: %d %s", sub, r.code, r.body)
+		if pr := r.problem(t); r.code != want || (want == 503 && r.hdr.Get("Retry-After") == "") {
+			t.Errorf("%s: %d %s %+v", sub, r.code, r.body, pr)
 		}
 	}
 	// Delete: the module is free again.
@@ -856,7 +861,7 @@ func TestConcurrentUploadsAndPipelines(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p" + strconv.Itoa(i), "spec": map[string]any{"operators": []any{map[string]any{"module": "counter"}}}})
+			r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p" + strconv.Itoa(i), "spec": hosted(map[string]any{"operators": []any{map[string]any{"module": "counter"}}})})
 			codes <- r.code
 		}()
 	}
@@ -932,14 +937,14 @@ func TestUpgradeKeepsState(t *testing.T) {
 	e.upload(tok, "?name=counter", fixture(t, "counter.wasm")) // states: count
 	e.upload(tok, "?name=fast", fixture(t, "fast.wasm"))       // states: n, m
 	e.upload(tok, "?name=plain", fixture(t, "garbage.wasm"))   // no state
-	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p", "spec": map[string]any{"operators": []any{map[string]any{"name": "agg", "module": "counter"}}}})
+	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p", "spec": hosted(map[string]any{"operators": []any{map[string]any{"name": "agg", "module": "counter"}}})})
 	var p PipelineView
 	r.decode(t, &p)
 	// Without a checkpoint there is no state to keep: any module will do.
-	if r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": []any{map[string]any{"name": "agg", "module": "fast"}}}}); r.code != 200 {
+	if r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": fillOps([]any{map[string]any{"name": "agg", "module": "fast"}})}}); r.code != 200 {
 		t.Fatalf("before a checkpoint: %d %s", r.code, r.body)
 	}
-	e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": []any{map[string]any{"name": "agg", "module": "counter"}}}})
+	e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": fillOps([]any{map[string]any{"name": "agg", "module": "counter"}})}})
 	if err := e.ctl.SetCheckpoint(context.Background(), p.ID, control.CheckpointPointer{ID: 1, URL: "file:///s"}); err != nil {
 		t.Fatal(err)
 	}
@@ -952,7 +957,7 @@ func TestUpgradeKeepsState(t *testing.T) {
 		{[]any{map[string]any{"name": "agg", "module": "plain"}}, "spec.operators[0].module", "does not declare state count"},
 		{[]any{map[string]any{"name": "other", "module": "counter"}}, "spec.operators[0]", "removes it"},
 	} {
-		r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": c.ops}})
+		r := e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": fillOps(c.ops)}})
 		pr := r.problem(t)
 		if r.code != 409 || pr.Code != CodeIncompatibleState || pr.Field != c.field || !strings.Contains(pr.Detail, c.why) {
 			t.Errorf("%v: %d %+v", c.ops, r.code, pr)
@@ -962,8 +967,9 @@ func TestUpgradeKeepsState(t *testing.T) {
 	if r := e.upload(tok, "?name=counter&version=2", append(fixture(t, "counter.wasm"), 0, 5, 3, 'p', 'a', 'd', 0)); r.code != 201 {
 		t.Fatalf("counter v2: %d %s", r.code, r.body)
 	} // a trailing custom section "pad"
-	r = e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": []any{
-		map[string]any{"name": "agg", "module": "counter@2"}, map[string]any{"name": "more", "module": "fast"}}}})
+	r = e.json("PATCH", "/api/v1/pipelines/"+p.ID, tok, map[string]any{"spec": map[string]any{"operators": fillOps([]any{
+		map[string]any{"name": "agg", "module": "counter@2"}, map[string]any{"name": "more", "module": "fast"}}),
+		"sinks": []any{map[string]any{"name": "out", "type": "preview", "inputs": []any{"agg", "more"}}}}})
 	if r.code != 200 {
 		t.Fatalf("compatible upgrade: %d %s", r.code, r.body)
 	}
@@ -983,4 +989,48 @@ func TestHandlerPanicIsA500(t *testing.T) {
 	if r := e.do("GET", "/healthz", "", "", nil); r.code != 200 {
 		t.Fatalf("after the panic: %d", r.code)
 	}
+}
+
+// hosted completes a test spec into one the runtime accepts: an http source "in" when there
+// is no source, each operator named (op<i>) and reading "in" when it says nothing, and a
+// preview sink "out" of the last operator when there is no sink.
+func hosted(spec map[string]any) map[string]any {
+	out := map[string]any{}
+	for k, v := range spec {
+		out[k] = v
+	}
+	if _, ok := out["sources"]; !ok {
+		out["sources"] = []any{map[string]any{"name": "in", "type": "http"}}
+	}
+	ops, _ := out["operators"].([]any)
+	if ms, ok := out["operators"].([]map[string]any); ok {
+		for _, m := range ms {
+			ops = append(ops, m)
+		}
+	}
+	out["operators"] = fillOps(ops)
+	if _, ok := out["sinks"]; !ok && len(ops) > 0 {
+		last := out["operators"].([]any)[len(ops)-1].(map[string]any)
+		out["sinks"] = []any{map[string]any{"name": "out", "type": "preview", "inputs": []any{last["name"]}}}
+	}
+	return out
+}
+
+// fillOps names each operator (op<i>) and gives it the input "in" where it has none.
+func fillOps(ops []any) []any {
+	res := make([]any, len(ops))
+	for i, o := range ops {
+		m := map[string]any{}
+		for k, v := range o.(map[string]any) {
+			m[k] = v
+		}
+		if _, ok := m["name"]; !ok {
+			m["name"] = "op" + strconv.Itoa(i)
+		}
+		if _, ok := m["inputs"]; !ok {
+			m["inputs"] = []any{"in"}
+		}
+		res[i] = m
+	}
+	return res
 }

@@ -132,11 +132,44 @@ try {
   await page.click("#pipeline-button");
   await page.waitForSelector("#pipeline-problem");
   assert.match(await page.textContent("#pipeline-problem"), /spec\.operators\[0\]\.module/);
-  await page.fill("#pipeline-spec", JSON.stringify({ operators: [{ module: "counter@1", parallelism: 2 }] }));
+  await page.fill("#pipeline-spec", JSON.stringify({
+    checkpoints: { interval: "200ms" },
+    sources: [{ name: "in", type: "http" }],
+    operators: [{ name: "count", module: "counter@1", inputs: ["in"], key: "user", parallelism: 2 }],
+    sinks: [{ name: "out", type: "preview", inputs: ["count"] }],
+  }));
   await page.click("#pipeline-button");
   await page.waitForSelector("#pipeline-ok");
   await page.waitForFunction(() => /counts.*created/s.test(document.querySelector("#pipelines-table tbody")?.textContent || ""));
   await step(page, "6-pipeline-created");
+
+  // 7b. Its detail: start it, ingest records, see throughput move and outputs arrive, stop it.
+  await page.click("#pipelines-table tbody tr button.open-pipeline");
+  await page.waitForSelector("#pipeline-detail:not([hidden])");
+  await page.click("#detail-start");
+  await page.waitForFunction(() => /running|starting/.test(document.querySelector("#detail-state")?.textContent || ""));
+  const pid = (await call("GET", "/api/v1/pipelines?tenant=acme")).items[0].id;
+  let seq = 0;
+  const ingest = async () => {
+    let body = "";
+    for (let i = 0; i < 200; i++, seq++) body += JSON.stringify({ user: "u" + (seq % 7), seq }) + "\n";
+    const r = await fetch(base + "/api/v1/pipelines/" + pid + "/records", { method: "POST", headers: { Authorization: "Bearer " + tenant.token, "Content-Type": "application/x-ndjson", "Idempotency-Key": "b-" + seq }, body });
+    assert.equal(r.status, 200, "ingest: " + r.status + " " + (await r.text()));
+  };
+  const feeder = setInterval(() => ingest().catch((e) => failures.push("ingest: " + e.message)), 250);
+  try {
+    await page.waitForFunction(() => Number(document.querySelector("#detail-rate")?.textContent || 0) > 0, null, { timeout: 30000 });
+    await page.waitForFunction(() => (document.querySelector("#detail-output")?.textContent || "").includes('{"count":'), null, { timeout: 30000 });
+    await page.waitForSelector("#detail-checkpoints li");
+    await step(page, "6b-pipeline-running");
+  } finally {
+    clearInterval(feeder);
+  }
+  await page.click("#detail-stop");
+  await page.waitForFunction(() => /Stopped at savepoint #\d+/.test(document.querySelector("#detail-message")?.textContent || ""), null, { timeout: 30000 });
+  await page.waitForFunction(() => document.querySelector("#detail-state")?.textContent === "stopped");
+  await page.waitForSelector("#detail-checkpoints li.savepoint");
+  await step(page, "6c-pipeline-stopped");
   // The module is in use now: deleting it shows why not.
   await page.click('.tabs button[data-tab="modules"]');
   page.once("dialog", (d) => d.accept());

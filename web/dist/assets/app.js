@@ -94,6 +94,7 @@ function showApp() {
 }
 
 function signOut() {
+  closePipeline();
   sessionStorage.removeItem("clink.token");
   clearInterval(state.timer);
   Object.assign(state, { token: "", admin: false, tenant: "", tenants: [], timer: 0 });
@@ -229,7 +230,101 @@ async function loadPipelines() {
     el("td", {}, list((p.modules || []).map((id) => id.slice(0, 12)))),
     el("td", {}, p.checkpoint ? "#" + p.checkpoint.id + " at " + fmtTime(p.checkpoint.at) : "–"),
     el("td", {}, fmtTime(p.updated_at)),
+    el("td", {}, el("button", { class: "ghost open-pipeline", "data-id": p.id, onclick: () => openPipeline(p.id) }, "Open")),
   )));
+}
+
+// ---- pipeline detail: status, throughput, operators, outputs, checkpoints, errors ----
+
+const detail = { id: "", timer: 0, last: null, rates: [] };
+
+function openPipeline(id) {
+  detail.id = id;
+  detail.last = null;
+  detail.rates = [];
+  $("#pipeline-detail").hidden = false;
+  $("#detail-message").textContent = "";
+  clearInterval(detail.timer);
+  detail.timer = setInterval(pollDetail, 1000);
+  pollDetail();
+}
+
+function closePipeline() {
+  clearInterval(detail.timer);
+  detail.id = "";
+  $("#pipeline-detail").hidden = true;
+}
+
+async function pipelineAction(what, body) {
+  const msg = $("#detail-message");
+  msg.textContent = what + "…";
+  try {
+    const r = await api("POST", "/api/v1/pipelines/" + detail.id + "/" + what, body ? { body: JSON.stringify(body), type: "application/json" } : {});
+    msg.textContent = what === "savepoints" ? "Savepoint #" + r.savepoint + " committed" : what === "stop" ? "Stopped" + (r.savepoint ? " at savepoint #" + r.savepoint : "") : "Started";
+  } catch (err) {
+    msg.textContent = problemText(err);
+  }
+  await pollDetail();
+  loadPipelines().catch(console.error);
+}
+
+function drawChart() {
+  const c = $("#throughput-chart");
+  const g = c.getContext("2d");
+  const w = c.width, h = c.height, pts = detail.rates.slice(-60);
+  g.clearRect(0, 0, w, h);
+  const top = Math.max(1, ...pts);
+  g.strokeStyle = "#5aa9ff";
+  g.lineWidth = 2;
+  g.beginPath();
+  pts.forEach((v, i) => {
+    const x = (i / 59) * (w - 4) + 2, y = h - 4 - (v / top) * (h - 12);
+    i ? g.lineTo(x, y) : g.moveTo(x, y);
+  });
+  g.stroke();
+  g.fillStyle = "#8aa4c8";
+  g.font = "11px sans-serif";
+  g.fillText(Math.round(top) + "/s", 6, 12);
+}
+
+async function pollDetail() {
+  const id = detail.id;
+  if (!id) return;
+  const base = "/api/v1/pipelines/" + id;
+  try {
+    const [p, m, cps, errs] = await Promise.all([api("GET", base), api("GET", base + "/metrics"), api("GET", base + "/checkpoints"), api("GET", base + "/errors")]);
+    if (detail.id !== id) return;
+    $("#detail-name").textContent = p.name;
+    const running = p.run && (p.run.state === "running" || p.run.state === "starting" || p.run.state === "restarting");
+    $("#detail-state").textContent = running ? p.run.state : p.state;
+    $("#detail-start").disabled = !!running;
+    $("#detail-stop").disabled = $("#detail-savepoint").disabled = !running;
+    const job = m.job || { Sources: [], Operators: [], Sinks: [] };
+    const sum = (l, f) => (l || []).reduce((a, s) => a + (s[f] || 0), 0);
+    const rin = sum(job.Sources, "RecordsIn"), rout = sum(job.Sinks, "RecordsIn");
+    const now = Date.now();
+    if (detail.last && running) detail.rates.push(Math.max(0, (rout - detail.last.out) * 1000 / (now - detail.last.t)));
+    detail.last = { out: rout, t: now };
+    $("#detail-in").textContent = rin;
+    $("#detail-out").textContent = rout;
+    $("#detail-rate").textContent = running && detail.rates.length ? Math.round(detail.rates[detail.rates.length - 1]) : 0;
+    $("#detail-inflight").textContent = sum(job.Operators, "InFlight");
+    $("#detail-lag").textContent = fmtBytes(m.ingest_lag_bytes || 0);
+    drawChart();
+    const nodes = [...(job.Sources || []), ...(job.Operators || []), ...(job.Sinks || [])];
+    $("#detail-nodes tbody").replaceChildren(...nodes.map((n) => el("tr", {},
+      el("td", {}, n.Node), el("td", {}, n.Subtask), el("td", {}, n.RecordsIn), el("td", {}, n.RecordsOut),
+      el("td", {}, n.InFlight || 0), el("td", {}, n.Suspended || 0), el("td", {}, n.InputDepth || 0))));
+    $("#detail-checkpoints").replaceChildren(...(cps.items || []).slice(-30).map((c) =>
+      el("li", { class: c.savepoint ? "savepoint" : "", title: fmtTime(c.at) + ", " + c.duration_ms + " ms, " + fmtBytes(c.state_bytes) }, (c.savepoint ? "savepoint #" : "#") + c.id)));
+    const items = errs.items || [];
+    $("#detail-errors").replaceChildren(...(items.length ? items.slice(-10).reverse().map((e) =>
+      el("li", {}, fmtTime(e.at) + " " + (e.operator ? "operator " + e.operator + (e.key ? " key " + e.key : "") + (e.record ? " at " + e.record : "") + ": " : "") + e.error)) : [el("li", { class: "muted" }, errs.error || "none")]));
+    const out = await fetch(base + "/output?limit=20" + (state.admin && state.tenant ? "&tenant=" + encodeURIComponent(state.tenant) : ""), { headers: { Authorization: "Bearer " + state.token } });
+    if (out.ok && detail.id === id) $("#detail-output").textContent = (await out.text()) || "(no output yet)";
+  } catch (err) {
+    if (detail.id === id) $("#detail-message").textContent = problemText(err);
+  }
 }
 
 async function createPipeline(ev) {
@@ -316,6 +411,10 @@ document.addEventListener("DOMContentLoaded", () => {
   drop.addEventListener("drop", () => drop.classList.remove("over"));
   $("#modules-refresh").addEventListener("click", loadModules);
   $("#pipelines-refresh").addEventListener("click", loadPipelines);
+  $("#detail-start").addEventListener("click", () => pipelineAction("start"));
+  $("#detail-stop").addEventListener("click", () => pipelineAction("stop", { savepoint: true }));
+  $("#detail-savepoint").addEventListener("click", () => pipelineAction("savepoints"));
+  $("#detail-close").addEventListener("click", closePipeline);
   const saved = sessionStorage.getItem("clink.token");
   if (saved) signIn(saved).catch(signOut);
 });
