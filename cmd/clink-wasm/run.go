@@ -76,7 +76,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		wmDelay    = fs.Duration("watermark-delay", 0, "bounded out-of-orderness: watermark = max event time seen - delay")
 		onBad      = fs.String("on-malformed", "fail", "malformed input line: fail (stop with its line number) or skip")
 		deadLetter = fs.String("dead-letter", "", "with --on-malformed=skip, write skipped lines here as JSON Lines")
-		inFlight   = fs.Int("max-in-flight", 0, "records in flight, > 0 (default: derived from the module's memory)")
+		inFlight   = fs.Int("max-in-flight", 0, "records in flight, > 0 (default 6000; instances have their own memory budget)")
 		callTime   = fs.Duration("call-timeout", abi.DefaultCallTime, "time limit per guest call (suspension excluded), > 0")
 		memPages   = fs.Uint("max-memory-pages", abi.DefaultMemoryPages, "linear memory limit per instance, in 64 KiB pages (1 to 65536)")
 		stateURL   = fs.String("state", "", "durable state pool: file:///dir, s3://bucket/prefix?endpoint=..., mem:// (default: file:// in "+pipeline.DefaultStateDir+")")
@@ -264,7 +264,7 @@ func checkRunFlags(fs *flag.FlagSet) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if n := get("max-in-flight").Get().(int); n < 0 || (set["max-in-flight"] && n == 0) {
-		return usagef("run: --max-in-flight must be > 0, not %d (leave it out to derive it from the module's memory)", n)
+		return usagef("run: --max-in-flight must be > 0, not %d (leave it out for the default, 6000)", n)
 	}
 	if d := get("call-timeout").Get().(time.Duration); d <= 0 {
 		return usagef("run: --call-timeout must be > 0, not %v", d)
