@@ -274,9 +274,9 @@ func TestLatencyReordersKeys(t *testing.T) {
 	   ],
 	   "expect": {"outputs_by_key": {
 	     "a": [{"status": 200, "body": "s"}, {"count": 1}],
-	     "b": [{"status": 200, "body": "f"}, {"count": 1}],
-	     "": [{"closed": true}, {"closed": true}]
-	   }}},
+	     "b": [{"status": 200, "body": "f"}, {"count": 1}]
+	   },
+	   "outside_outputs": [{"closed": true}, {"closed": true}]}},
 	  {"name": "slow a, in input order",
 	   "lookups": [
 	     {"request": "GET /slow", "status": 200, "body": "s", "latency_ms": 3600000},

@@ -25,6 +25,8 @@ import (
 // Table is a test table (tests.json).
 type Table struct {
 	Cases []Case `json:"cases"`
+	// Lookups are scripted responses every case may use, after its own.
+	Lookups []Lookup `json:"lookups,omitempty"`
 }
 
 // A Case runs its input, from a fresh instance and the given initial state, and compares what
@@ -36,8 +38,9 @@ type Case struct {
 	// State is the initial keyed state: record key -> state name -> entry -> value.
 	State StateMap `json:"state,omitempty"`
 	// Lookups script the responses of lookup calls, matched by the request line
-	// ("GET /geo?ip=1.2.3.4") and the endpoint name (any endpoint when empty). A lookup with
-	// no matching entry fails the case.
+	// ("GET /geo?ip=1.2.3.4"), or by the whole request when Request has more than one line
+	// (headers, a body), and by the endpoint name (any endpoint when empty). The table's
+	// Lookups are tried after the case's. A lookup with no matching entry fails the case.
 	Lookups []Lookup `json:"lookups,omitempty"`
 	Expect  Expect   `json:"expect"`
 }
@@ -82,8 +85,11 @@ type Lookup struct {
 type Expect struct {
 	Outputs      []json.RawMessage            `json:"outputs"`
 	OutputsByKey map[string][]json.RawMessage `json:"outputs_by_key,omitempty"`
-	State        StateMap                     `json:"state,omitempty"`
-	Error        string                       `json:"error,omitempty"`
+	// OutsideOutputs, with OutputsByKey, are the outputs of clink_open and clink_close (one
+	// per instance the host ran), in order; unchecked when absent.
+	OutsideOutputs *[]json.RawMessage `json:"outside_outputs,omitempty"`
+	State          StateMap           `json:"state,omitempty"`
+	Error          string             `json:"error,omitempty"`
 }
 
 // StateMap is record key -> state name -> entry -> value.
@@ -200,6 +206,12 @@ var ErrFailed = errors.New("test cases failed")
 // writes one line per case to w, with a diff for each failure. It returns ErrFailed when a
 // case failed.
 func Test(ctx context.Context, dir string, w io.Writer) ([]CaseResult, error) {
+	return TestTable(ctx, dir, "", w)
+}
+
+// TestTable is Test with another table than the project's tests.json ("" for tests.json), such
+// as one written by `clink-wasm replay --cases` (FromRecording).
+func TestTable(ctx context.Context, dir, tablePath string, w io.Writer) ([]CaseResult, error) {
 	p, err := LoadProject(dir)
 	if err != nil {
 		return nil, err
@@ -211,11 +223,31 @@ func Test(ctx context.Context, dir string, w io.Writer) ([]CaseResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	table, err := LoadTable(filepath.Join(dir, "tests.json"))
+	if tablePath == "" {
+		tablePath = filepath.Join(dir, "tests.json")
+	}
+	table, err := LoadTable(tablePath)
 	if err != nil {
 		return nil, err
 	}
 	return RunTable(ctx, bin, p.Key, table, w)
+}
+
+// TestFiles runs the test table at tablePath against the module at modulePath, outside a
+// project; keyField keys records that give no key (default "user").
+func TestFiles(ctx context.Context, modulePath, tablePath, keyField string, w io.Writer) ([]CaseResult, error) {
+	bin, err := os.ReadFile(modulePath)
+	if err != nil {
+		return nil, fmt.Errorf("reading module: %w", err)
+	}
+	table, err := LoadTable(tablePath)
+	if err != nil {
+		return nil, err
+	}
+	if keyField == "" {
+		keyField = "user"
+	}
+	return RunTable(ctx, bin, keyField, table, w)
 }
 
 // RunTable runs every case of table against the module bin; keyField keys records that give no
@@ -238,7 +270,7 @@ func RunTable(ctx context.Context, bin []byte, keyField string, table *Table, w 
 		if name == "" {
 			name = "case " + strconv.Itoa(i+1)
 		}
-		res, err := runCase(ctx, m, keyField, c)
+		res, err := runCase(ctx, m, keyField, c, table.Lookups)
 		if err != nil {
 			return results, fmt.Errorf("%s: %w", name, err)
 		}
@@ -324,15 +356,19 @@ func elements(c *Case, keyField string) ([]scheduler.Element, error) {
 // (host/scheduler) over the module, with an in-memory state backend seeded with the case's
 // initial state and the case's lookups answered by a script, after their latency. The error is
 // for a table that cannot be run (a malformed record, an unknown state or lookup error name).
-func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case) (*CaseResult, error) {
+func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case, shared []Lookup) (*CaseResult, error) {
 	states := map[string]state.StateID{}
 	for i, s := range m.Manifest.States {
 		states[s] = state.StateID(i)
 	}
-	if len(c.Expect.OutputsByKey) > 0 && len(c.Expect.Outputs) > 0 {
+	if c.Expect.OutputsByKey != nil && len(c.Expect.Outputs) > 0 {
 		return nil, errors.New(`expect gives "outputs" and "outputs_by_key": give one`)
 	}
-	for _, l := range c.Lookups {
+	if c.Expect.OutsideOutputs != nil && c.Expect.OutputsByKey == nil {
+		return nil, errors.New(`expect gives "outside_outputs" without "outputs_by_key" ("outputs" lists them in order)`)
+	}
+	lookups := slices.Concat(c.Lookups, shared)
+	for _, l := range lookups {
 		if l.Error != "" {
 			if _, ok := lookupCodes[l.Error]; !ok {
 				return nil, fmt.Errorf("lookup %q: unknown error %q (want a LOOKUP_* code name)", l.Request, l.Error)
@@ -364,7 +400,7 @@ func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case) (*Cas
 		}
 	}
 
-	sl := &scriptedLookups{lookups: c.Lookups, endpoints: m.Manifest.Endpoints}
+	sl := newScriptedLookups(lookups, m.Manifest.Endpoints)
 	var got []Output
 	sink := scheduler.SinkFunc(func(b *scheduler.Batch) error {
 		for i := range b.Outputs {
@@ -410,7 +446,7 @@ func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case) (*Cas
 		diff = append(diff, fmt.Sprintf("error: %v, want one containing %q", runErr, c.Expect.Error))
 	}
 	if c.Expect.OutputsByKey != nil {
-		diff = append(diff, diffByKey(c.Expect.OutputsByKey, got)...)
+		diff = append(diff, diffByKey(c.Expect.OutputsByKey, c.Expect.OutsideOutputs, got)...)
 	} else {
 		vals := make([][]byte, len(got))
 		for i := range got {
@@ -447,10 +483,15 @@ func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case) (*Cas
 
 // diffByKey compares each record key's outputs in order; the order between keys is free, as the
 // production host runs keys concurrently. Outputs made outside any record or timer
-// (clink_open, clink_close) are listed under "".
-func diffByKey(want map[string][]json.RawMessage, got []Output) []string {
+// (clink_open, clink_close) are compared with outside when it is given.
+func diffByKey(want map[string][]json.RawMessage, outside *[]json.RawMessage, got []Output) []string {
 	byKey := map[string][][]byte{}
+	var outs [][]byte
 	for _, o := range got {
+		if o.Outside {
+			outs = append(outs, o.Value)
+			continue
+		}
 		byKey[o.Key] = append(byKey[o.Key], o.Value)
 	}
 	keys := make([]string, 0, len(want)+len(byKey))
@@ -467,6 +508,9 @@ func diffByKey(want map[string][]json.RawMessage, got []Output) []string {
 	for _, k := range keys {
 		out = append(out, diffOutputs(fmt.Sprintf("outputs of key %q", k), want[k], byKey[k])...)
 	}
+	if outside != nil {
+		out = append(out, diffOutputs("outputs outside any record (clink_open, clink_close)", *outside, outs)...)
+	}
 	return out
 }
 
@@ -475,10 +519,21 @@ func diffByKey(want map[string][]json.RawMessage, got []Output) []string {
 // lookup with no scripted response fails the case.
 type scriptedLookups struct {
 	lookups   []Lookup
+	whole     []string // the canonical request of a lookup matched on the whole request
 	endpoints []string
 	wg        sync.WaitGroup
 	mu        sync.Mutex
 	err       error
+}
+
+func newScriptedLookups(lookups []Lookup, endpoints []string) *scriptedLookups {
+	s := &scriptedLookups{lookups: lookups, endpoints: endpoints, whole: make([]string, len(lookups))}
+	for i, l := range lookups {
+		if strings.Contains(l.Request, "\n") {
+			s.whole[i] = canonicalRequest(l.Request)
+		}
+	}
+	return s
 }
 
 func (s *scriptedLookups) error() error {
@@ -495,11 +550,23 @@ func (s *scriptedLookups) do(ctx context.Context, endpoint uint32, request []byt
 		name = s.endpoints[endpoint]
 	}
 	var l *Lookup
+	whole := ""
 	for i := range s.lookups {
-		if s.lookups[i].Request == line && (s.lookups[i].Endpoint == "" || s.lookups[i].Endpoint == name) {
-			l = &s.lookups[i]
-			break
+		if e := s.lookups[i].Endpoint; e != "" && e != name {
+			continue
 		}
+		if s.whole[i] != "" {
+			if whole == "" {
+				whole = canonicalRequest(string(request))
+			}
+			if s.whole[i] != whole {
+				continue
+			}
+		} else if s.lookups[i].Request != line {
+			continue
+		}
+		l = &s.lookups[i]
+		break
 	}
 	if l == nil {
 		s.mu.Lock()

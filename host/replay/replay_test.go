@@ -317,32 +317,6 @@ func TestRecordRefusesExistingRecording(t *testing.T) {
 	}
 }
 
-func TestCases(t *testing.T) {
-	srv, _ := upstream(t)
-	dir := filepath.Join(t.TempDir(), "rec")
-	if _, err := runPipeline(t, fixture(t, "stateenrich.wasm"), input(12, 3), endpoints(t, srv.URL), runOpts{dir: dir}); err != nil {
-		t.Fatal(err)
-	}
-	cf, err := replay.Cases(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cf.Cases) != 3 || len(cf.Lookups) != 12 {
-		t.Fatalf("%d cases, %d lookups; want 3 and 12", len(cf.Cases), len(cf.Lookups))
-	}
-	for _, c := range cf.Cases {
-		recs := 0
-		for _, in := range c.Input {
-			if !in.Watermark {
-				recs++
-			}
-		}
-		if recs != 4 || len(c.Expect) != 4 {
-			t.Fatalf("case %s: %d records, %d outputs; want 4 and 4", c.Name, recs, len(c.Expect))
-		}
-	}
-}
-
 // The examples' counter, built with the AssemblyScript and the Go SDK (prefetched state, the
 // output area): either build reproduces the other's recording, and dedup does not.
 func TestReplayExamplesAcrossBuilds(t *testing.T) {
