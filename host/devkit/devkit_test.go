@@ -332,7 +332,11 @@ func TestLookupFailureScripted(t *testing.T) {
 	  {"name": "wrong expectation",
 	   "lookups": [{"request": "GET /geo", "error": "LOOKUP_REFUSED"}],
 	   "input": [{"key": "a", "value": "lookup /geo"}],
-	   "expect": {"outputs": [{"status": 200, "body": ""}, {"closed": true}]}}
+	   "expect": {"outputs": [{"status": 200, "body": ""}, {"closed": true}]}},
+	  {"name": "fault while a lookup is out",
+	   "lookups": [{"request": "GET /geo", "status": 200, "latency_ms": 3600000}],
+	   "input": [{"key": "a", "value": "lookup /geo"}, {"key": "b", "value": "fail boom"}],
+	   "expect": {"outputs": [], "error": "failed on purpose: boom"}}
 	]}`
 	var tab Table
 	if err := json.Unmarshal([]byte(table), &tab); err != nil {
@@ -341,11 +345,14 @@ func TestLookupFailureScripted(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var out bytes.Buffer
 		res, err := RunTable(context.Background(), bin, "user", &tab, &out)
-		if !errors.Is(err, ErrFailed) || len(res) != 2 {
+		if !errors.Is(err, ErrFailed) || len(res) != 3 {
 			t.Fatalf("RunTable = %v\n%s", err, out.String())
 		}
 		if len(res[0].Diff) != 0 {
 			t.Errorf("timeout case: %q", res[0].Diff)
+		}
+		if len(res[2].Diff) != 0 {
+			t.Errorf("fault case (the pending lookup is cancelled): %q", res[2].Diff)
 		}
 		if d := strings.Join(res[1].Diff, "\n"); !strings.Contains(d, `output 1: + {"error":"LOOKUP_REFUSED"`) {
 			t.Errorf("refused case diff %q lacks the guest's LOOKUP_REFUSED output", d)
@@ -355,4 +362,24 @@ func TestLookupFailureScripted(t *testing.T) {
 	if _, err := RunTable(context.Background(), bin, "user", &tab, io.Discard); err == nil || !strings.Contains(err.Error(), `unknown error "LOOKUP_NOPE"`) {
 		t.Errorf("unknown code name: %v", err)
 	}
+}
+
+// FuzzValue: any bytes survive a state value's JSON form (text as a string, else hex), and
+// UnmarshalJSON never panics on what a user writes.
+func FuzzValue(f *testing.F) {
+	for _, s := range []string{"", "text", "\xff\x00", `{"i64": 5}`, `{"hex": "0g"}`, `"x"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		enc, err := json.Marshal(NewValue(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v Value
+		if err := json.Unmarshal(enc, &v); err != nil || !bytes.Equal(v.Bytes(), b) {
+			t.Fatalf("%q: encoded %s, decoded %q, %v", b, enc, v.Bytes(), err)
+		}
+		var w Value
+		_ = w.UnmarshalJSON(b)
+	})
 }
