@@ -33,7 +33,7 @@ Usage:
         create an operator project NAME that builds and tests at once
   clink-wasm build
         in a project: compile it, embed its manifest, report what inspect would
-  clink-wasm test
+  clink-wasm test [--table FILE] [--module M.wasm]
         in a project: run its tests.json against the module in the production host
   clink-wasm serve [--listen ADDR] [--data URL]
         run the multi-tenant REST API and web console (default 127.0.0.1:8080, .clink/server)

@@ -14,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/clink-wasm/clink-wasm/host/devkit"
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
 	"github.com/clink-wasm/clink-wasm/host/replay"
 )
@@ -50,7 +51,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		details  = fs.Int("max-details", 20, "differences described one by one (all are counted), > 0")
 		logs     = fs.Bool("logs", false, "show the guest's log lines on stderr")
 		noCache  = fs.Bool("no-cache", false, "do not use the on-disk compilation cache")
-		casesOut = fs.String("cases", "", "instead of replaying, write the recording as clink-wasm test cases (JSON) to this file (- for stdout)")
+		casesOut = fs.String("cases", "", "instead of replaying, write the recording as a clink-wasm test table (tests.json format) to this file (- for stdout)")
 	)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
@@ -178,7 +179,7 @@ func showBytes(b []byte) string {
 }
 
 func writeCases(dir, out string, stdout io.Writer) error {
-	cases, err := replay.Cases(dir)
+	cases, err := devkit.FromRecording(dir)
 	if err != nil {
 		return err
 	}

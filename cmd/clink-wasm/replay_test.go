@@ -67,8 +67,18 @@ func TestRecordAndReplayCommands(t *testing.T) {
 	if r := runCLI(t, "", "replay", dir, "--cases", cases); r.code != 0 {
 		t.Fatalf("replay --cases: %+v", r)
 	}
-	if b, err := os.ReadFile(cases); err != nil || !strings.Contains(string(b), `"format": "clink-test-cases"`) {
-		t.Fatalf("cases file: %v %.200s", err, b)
+	if b, err := os.ReadFile(cases); err != nil || !strings.Contains(string(b), `"outputs_by_key"`) || !strings.Contains(string(b), `"name": "key \"u2\""`) {
+		t.Fatalf("cases file: %v %.300s", err, b)
+	}
+	// The cases run in `clink-wasm test` (the upstream is gone: the lookups are scripted), pass
+	// with the recorded module and fail with a diff for the changed one.
+	r = runCLI(t, "", "test", "--table", cases, "--module", replayTestdata+"stateenrich.wasm")
+	if r.code != 0 || !strings.Contains(r.stdout, "3 of 3 cases passed") {
+		t.Fatalf("test, recorded module: %+v", r)
+	}
+	r = runCLI(t, "", "test", "--table", cases, "--module", replayTestdata+"stateenrich2.wasm")
+	if r.code != 1 || !strings.Contains(r.stdout, `FAIL  key "u0"`) || !strings.Contains(r.stdout, `outputs of key "u0" (2, want 3):`) {
+		t.Fatalf("test, changed module: %+v", r)
 	}
 }
 

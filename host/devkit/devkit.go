@@ -1,7 +1,9 @@
 // Package devkit is the operator author's workflow behind `clink-wasm new`, `build` and
 // `test`: scaffold a project in any SDK language, build it with the right toolchain and flags
 // into a module with its manifest embedded, and run a table of test cases against the module
-// in the production ABI host (host/abi).
+// in the production host: the async execution controller (host/scheduler) over the module,
+// with a seeded in-memory state backend and scripted lookups (see [RunTable]). FromRecording
+// turns a recording (host/replay) into such a table.
 //
 // A project is a directory with a clink.json ([Project]), the operator's source, its manifest
 // (manifest.json), a test table (tests.json, see [Case]) and a sample input. Build and Test need

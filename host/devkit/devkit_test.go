@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 )
 
 func sdkDirForTest(t *testing.T) string {
@@ -246,4 +249,137 @@ func TestDocumentedCase(t *testing.T) {
 	if len(c.Input) != 3 || c.Input[1].Watermark == nil || len(c.Lookups) != 2 || c.Expect.State["alice"]["count"][""] == nil {
 		t.Errorf("example case decoded as %+v", c)
 	}
+}
+
+// TestLatencyReordersKeys: a scripted lookup latency holds key a's records back while key b's
+// run, as the production controller does; each key's outputs stay in its input order. The
+// latency runs on synctest's clock, so the test does not depend on the machine's speed. Two
+// instances ran (a's call was suspended while b's ran), so clink_close ran twice.
+func TestLatencyReordersKeys(t *testing.T) {
+	bin, err := os.ReadFile("../../guest-sdk/testdata/conformance/conformance-c.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const table = `{"cases": [
+	  {"name": "slow a",
+	   "lookups": [
+	     {"request": "GET /slow", "status": 200, "body": "s", "latency_ms": 3600000},
+	     {"request": "GET /fast", "status": 200, "body": "f"}
+	   ],
+	   "input": [
+	     {"key": "a", "value": "lookup /slow"},
+	     {"key": "a", "value": "count"},
+	     {"key": "b", "value": "lookup /fast"},
+	     {"key": "b", "value": "count"}
+	   ],
+	   "expect": {"outputs_by_key": {
+	     "a": [{"status": 200, "body": "s"}, {"count": 1}],
+	     "b": [{"status": 200, "body": "f"}, {"count": 1}]
+	   },
+	   "outside_outputs": [{"closed": true}, {"closed": true}]}},
+	  {"name": "slow a, in input order",
+	   "lookups": [
+	     {"request": "GET /slow", "status": 200, "body": "s", "latency_ms": 3600000},
+	     {"request": "GET /fast", "status": 200, "body": "f"}
+	   ],
+	   "input": [
+	     {"key": "a", "value": "lookup /slow"},
+	     {"key": "b", "value": "lookup /fast"}
+	   ],
+	   "expect": {"outputs": [{"status": 200, "body": "s"}, {"status": 200, "body": "f"}, {"closed": true}, {"closed": true}]}}
+	]}`
+	var tab Table
+	if err := json.Unmarshal([]byte(table), &tab); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		var out bytes.Buffer
+		res, err := RunTable(context.Background(), bin, "user", &tab, &out)
+		if !errors.Is(err, ErrFailed) || len(res) != 2 {
+			t.Fatalf("RunTable = %v\n%s", err, out.String())
+		}
+		if len(res[0].Diff) != 0 {
+			t.Errorf("per-key expectation failed: %q", res[0].Diff)
+		}
+		var order []string
+		for _, o := range res[0].Outputs {
+			order = append(order, o.Key+":"+string(o.Value))
+		}
+		want := []string{`b:{"status":200,"body":"f"}`, `b:{"count":1}`, `a:{"status":200,"body":"s"}`, `a:{"count":1}`}
+		if len(order) < 4 || !slices.Equal(order[:4], want) {
+			t.Errorf("outputs in sink order %q, want b's before a's: %q", order, want)
+		}
+		// The in-order expectation fails, with a diff showing b's output first.
+		d := strings.Join(res[1].Diff, "\n")
+		if !strings.Contains(d, `output 1: + {"status":200,"body":"f"}`) {
+			t.Errorf("input-order case diff %q lacks b's output first", d)
+		}
+	})
+}
+
+// TestLookupFailureScripted: a scripted failure reaches the guest as its LOOKUP_* code, after
+// its latency, and an unknown code name is a table error.
+func TestLookupFailureScripted(t *testing.T) {
+	bin, err := os.ReadFile("../../guest-sdk/testdata/conformance/conformance-c.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const table = `{"cases": [
+	  {"name": "timeout",
+	   "lookups": [{"request": "GET /geo", "error": "LOOKUP_TIMEOUT", "latency_ms": 250}],
+	   "input": [{"key": "a", "value": "lookup /geo"}, {"key": "a", "value": "count"}],
+	   "expect": {"outputs": [{"error": "LOOKUP_TIMEOUT", "retryable": true}, {"count": 1}, {"closed": true}]}},
+	  {"name": "wrong expectation",
+	   "lookups": [{"request": "GET /geo", "error": "LOOKUP_REFUSED"}],
+	   "input": [{"key": "a", "value": "lookup /geo"}],
+	   "expect": {"outputs": [{"status": 200, "body": ""}, {"closed": true}]}},
+	  {"name": "fault while a lookup is out",
+	   "lookups": [{"request": "GET /geo", "status": 200, "latency_ms": 3600000}],
+	   "input": [{"key": "a", "value": "lookup /geo"}, {"key": "b", "value": "fail boom"}],
+	   "expect": {"outputs": [], "error": "failed on purpose: boom"}}
+	]}`
+	var tab Table
+	if err := json.Unmarshal([]byte(table), &tab); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		var out bytes.Buffer
+		res, err := RunTable(context.Background(), bin, "user", &tab, &out)
+		if !errors.Is(err, ErrFailed) || len(res) != 3 {
+			t.Fatalf("RunTable = %v\n%s", err, out.String())
+		}
+		if len(res[0].Diff) != 0 {
+			t.Errorf("timeout case: %q", res[0].Diff)
+		}
+		if len(res[2].Diff) != 0 {
+			t.Errorf("fault case (the pending lookup is cancelled): %q", res[2].Diff)
+		}
+		if d := strings.Join(res[1].Diff, "\n"); !strings.Contains(d, `output 1: + {"error":"LOOKUP_REFUSED"`) {
+			t.Errorf("refused case diff %q lacks the guest's LOOKUP_REFUSED output", d)
+		}
+	})
+	tab.Cases[0].Lookups[0].Error = "LOOKUP_NOPE"
+	if _, err := RunTable(context.Background(), bin, "user", &tab, io.Discard); err == nil || !strings.Contains(err.Error(), `unknown error "LOOKUP_NOPE"`) {
+		t.Errorf("unknown code name: %v", err)
+	}
+}
+
+// FuzzValue: any bytes survive a state value's JSON form (text as a string, else hex), and
+// UnmarshalJSON never panics on what a user writes.
+func FuzzValue(f *testing.F) {
+	for _, s := range []string{"", "text", "\xff\x00", `{"i64": 5}`, `{"hex": "0g"}`, `"x"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		enc, err := json.Marshal(NewValue(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v Value
+		if err := json.Unmarshal(enc, &v); err != nil || !bytes.Equal(v.Bytes(), b) {
+			t.Fatalf("%q: encoded %s, decoded %q, %v", b, enc, v.Bytes(), err)
+		}
+		var w Value
+		_ = w.UnmarshalJSON(b)
+	})
 }

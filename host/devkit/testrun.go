@@ -3,23 +3,30 @@ package devkit
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
+	"github.com/clink-wasm/clink-wasm/host/scheduler"
+	"github.com/clink-wasm/clink-wasm/host/state"
 )
 
 // Table is a test table (tests.json).
 type Table struct {
 	Cases []Case `json:"cases"`
+	// Lookups are scripted responses every case may use, after its own.
+	Lookups []Lookup `json:"lookups,omitempty"`
 }
 
 // A Case runs its input, from a fresh instance and the given initial state, and compares what
@@ -31,8 +38,9 @@ type Case struct {
 	// State is the initial keyed state: record key -> state name -> entry -> value.
 	State StateMap `json:"state,omitempty"`
 	// Lookups script the responses of lookup calls, matched by the request line
-	// ("GET /geo?ip=1.2.3.4") and the endpoint name (any endpoint when empty). A lookup with
-	// no matching entry fails the case.
+	// ("GET /geo?ip=1.2.3.4"), or by the whole request when Request has more than one line
+	// (headers, a body), and by the endpoint name (any endpoint when empty). The table's
+	// Lookups are tried after the case's. A lookup with no matching entry fails the case.
 	Lookups []Lookup `json:"lookups,omitempty"`
 	Expect  Expect   `json:"expect"`
 }
@@ -42,9 +50,14 @@ type Step struct {
 	// Value is the record's value: a JSON object (or any JSON value) is used as its text; a
 	// JSON string is used as the record's raw bytes.
 	Value json.RawMessage `json:"value,omitempty"`
+	// ValueHex is the record's value as hex, for bytes that are not text.
+	ValueHex string `json:"value_hex,omitempty"`
 	// Key is the record key; when absent it is the value's top-level field named by the
 	// project's key (clink.json "key", default "user"), as `clink-wasm run --key` takes it.
 	Key *string `json:"key,omitempty"`
+	// KeyByModule has the module key the record (its clink_key export), as `clink-wasm run`
+	// does when no key field is given.
+	KeyByModule bool `json:"key_by_module,omitempty"`
 	// Ts is the record's event time (ms).
 	Ts int64 `json:"ts,omitempty"`
 	// Watermark advances the watermark to this value and fires the timers that are due.
@@ -59,16 +72,24 @@ type Lookup struct {
 	Status   int    `json:"status,omitempty"`
 	Body     string `json:"body,omitempty"`
 	Error    string `json:"error,omitempty"`
+	// LatencyMS delays the response (or the failure) by this long. The production host runs
+	// other keys meanwhile, so latency can reorder outputs across keys (never within a key).
+	LatencyMS int64 `json:"latency_ms,omitempty"`
 }
 
 // Expect is what a case must produce. Outputs are compared in order, as compact JSON (a JSON
-// string is compared with the raw output bytes); State lists entries that must hold these
-// values at the end (null: absent); Error, when set, is a substring of the fault the case must
-// end with.
+// string is compared with the raw output bytes); OutputsByKey instead compares each record
+// key's outputs in order and leaves the order between keys free (give one of the two); State
+// lists entries that must hold these values at the end (null: absent); Error, when set, is a
+// substring of the fault the case must end with.
 type Expect struct {
-	Outputs []json.RawMessage `json:"outputs"`
-	State   StateMap          `json:"state,omitempty"`
-	Error   string            `json:"error,omitempty"`
+	Outputs      []json.RawMessage            `json:"outputs"`
+	OutputsByKey map[string][]json.RawMessage `json:"outputs_by_key,omitempty"`
+	// OutsideOutputs, with OutputsByKey, are the outputs of clink_open and clink_close (one
+	// per instance the host ran), in order; unchecked when absent.
+	OutsideOutputs *[]json.RawMessage `json:"outside_outputs,omitempty"`
+	State          StateMap           `json:"state,omitempty"`
+	Error          string             `json:"error,omitempty"`
 }
 
 // StateMap is record key -> state name -> entry -> value.
@@ -77,6 +98,28 @@ type StateMap map[string]map[string]map[string]*Value
 // Value is a state value in a test table: a JSON string (its bytes), or {"i64": N} (8 bytes,
 // little-endian, what the SDKs' PutInt64 writes), or {"hex": "..."}.
 type Value struct{ b []byte }
+
+// MarshalJSON implements json.Marshaler: a string when the bytes are UTF-8 text, else hex.
+func (v *Value) MarshalJSON() ([]byte, error) {
+	if utf8.Valid(v.b) {
+		return json.Marshal(string(v.b))
+	}
+	return json.Marshal(map[string]string{"hex": hex.EncodeToString(v.b)})
+}
+
+// Bytes returns the value's bytes.
+func (v *Value) Bytes() []byte { return v.b }
+
+// NewValue returns a state value holding b.
+func NewValue(b []byte) *Value { return &Value{b: bytes.Clone(b)} }
+
+func decodeHex(h string) ([]byte, error) {
+	b, err := hex.DecodeString(h)
+	if err != nil {
+		return nil, fmt.Errorf("hex value %q: %w", h, err)
+	}
+	return b, nil
+}
 
 // UnmarshalJSON implements json.Unmarshaler.
 func (v *Value) UnmarshalJSON(b []byte) error {
@@ -101,17 +144,11 @@ func (v *Value) UnmarshalJSON(b []byte) error {
 		}
 		return nil
 	}
-	h := *o.Hex
-	if len(h)%2 != 0 {
-		return fmt.Errorf("hex state value %q has an odd length", h)
+	b, err := decodeHex(*o.Hex)
+	if err != nil {
+		return fmt.Errorf("state value: %w", err)
 	}
-	for i := 0; i < len(h); i += 2 {
-		n, err := strconv.ParseUint(h[i:i+2], 16, 8)
-		if err != nil {
-			return fmt.Errorf("hex state value %q: %w", h, err)
-		}
-		v.b = append(v.b, byte(n))
-	}
+	v.b = b
 	return nil
 }
 
@@ -150,15 +187,31 @@ func LoadTable(path string) (*Table, error) {
 type CaseResult struct {
 	Name string
 	Diff []string
+	// Outputs are what the module emitted, in the order the host's sink received them.
+	Outputs []Output
+}
+
+// Output is one output record: its value and the key of the record or timer that produced it
+// (Outside: clink_open or clink_close produced it).
+type Output struct {
+	Key     string
+	Value   []byte
+	Outside bool
 }
 
 // ErrFailed is returned by Test when a case failed.
 var ErrFailed = errors.New("test cases failed")
 
-// Test runs the project's tests.json against its built module in the production ABI host and
+// Test runs the project's tests.json against its built module in the production host and
 // writes one line per case to w, with a diff for each failure. It returns ErrFailed when a
 // case failed.
 func Test(ctx context.Context, dir string, w io.Writer) ([]CaseResult, error) {
+	return TestTable(ctx, dir, "", w)
+}
+
+// TestTable is Test with another table than the project's tests.json ("" for tests.json), such
+// as one written by `clink-wasm replay --cases` (FromRecording).
+func TestTable(ctx context.Context, dir, tablePath string, w io.Writer) ([]CaseResult, error) {
 	p, err := LoadProject(dir)
 	if err != nil {
 		return nil, err
@@ -170,11 +223,31 @@ func Test(ctx context.Context, dir string, w io.Writer) ([]CaseResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	table, err := LoadTable(filepath.Join(dir, "tests.json"))
+	if tablePath == "" {
+		tablePath = filepath.Join(dir, "tests.json")
+	}
+	table, err := LoadTable(tablePath)
 	if err != nil {
 		return nil, err
 	}
 	return RunTable(ctx, bin, p.Key, table, w)
+}
+
+// TestFiles runs the test table at tablePath against the module at modulePath, outside a
+// project; keyField keys records that give no key (default "user").
+func TestFiles(ctx context.Context, modulePath, tablePath, keyField string, w io.Writer) ([]CaseResult, error) {
+	bin, err := os.ReadFile(modulePath)
+	if err != nil {
+		return nil, fmt.Errorf("reading module: %w", err)
+	}
+	table, err := LoadTable(tablePath)
+	if err != nil {
+		return nil, err
+	}
+	if keyField == "" {
+		keyField = "user"
+	}
+	return RunTable(ctx, bin, keyField, table, w)
 }
 
 // RunTable runs every case of table against the module bin; keyField keys records that give no
@@ -184,30 +257,32 @@ func RunTable(ctx context.Context, bin []byte, keyField string, table *Table, w 
 	if err != nil {
 		return nil, err
 	}
-	defer eng.Close(ctx)
+	defer eng.Close(context.WithoutCancel(ctx))
 	m, err := eng.Load(ctx, bin, abi.LoadOptions{})
 	if err != nil {
 		return nil, err
 	}
 	var results []CaseResult
 	failed := 0
-	for i, c := range table.Cases {
+	for i := range table.Cases {
+		c := &table.Cases[i]
 		name := c.Name
 		if name == "" {
 			name = "case " + strconv.Itoa(i+1)
 		}
-		diff, err := runCase(ctx, m, keyField, &c)
+		res, err := runCase(ctx, m, keyField, c, table.Lookups)
 		if err != nil {
 			return results, fmt.Errorf("%s: %w", name, err)
 		}
-		results = append(results, CaseResult{Name: name, Diff: diff})
-		if len(diff) == 0 {
+		res.Name = name
+		results = append(results, *res)
+		if len(res.Diff) == 0 {
 			fmt.Fprintf(w, "ok    %s\n", name)
 			continue
 		}
 		failed++
 		fmt.Fprintf(w, "FAIL  %s\n", name)
-		for _, d := range diff {
+		for _, d := range res.Diff {
 			fmt.Fprintf(w, "      %s\n", d)
 		}
 	}
@@ -218,15 +293,99 @@ func RunTable(ctx context.Context, bin []byte, keyField string, table *Table, w 
 	return results, nil
 }
 
-// runCase runs one case and returns the differences from its expectation. The error is for a
-// table that cannot be run (a malformed record, an unknown state).
-func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case) ([]string, error) {
-	states := map[string]uint32{}
-	for i, s := range m.Manifest.States {
-		states[s] = uint32(i)
+// stepValue is a step's record value: the bytes of value_hex, of a JSON string, or the compact
+// text of any other JSON value.
+func stepValue(s *Step) ([]byte, error) {
+	if s.ValueHex != "" {
+		if len(s.Value) > 0 {
+			return nil, errors.New(`give "value" or "value_hex", not both`)
+		}
+		return decodeHex(s.ValueHex)
 	}
-	h := &handler{state: map[string][]byte{}, timers: map[string]map[int64]bool{}, watermark: math.MinInt64,
-		lookups: c.Lookups, endpoints: m.Manifest.Endpoints}
+	if len(s.Value) == 0 {
+		return []byte{}, nil
+	}
+	var str string
+	if json.Unmarshal(s.Value, &str) == nil {
+		return []byte(str), nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, s.Value); err != nil {
+		return nil, fmt.Errorf("value is not JSON: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// elements turns a case's input into the scheduler's elements: records at position i+1 (the
+// step's number in the case, which errors name), watermarks between them.
+func elements(c *Case, keyField string) ([]scheduler.Element, error) {
+	els := make([]scheduler.Element, 0, len(c.Input))
+	for i := range c.Input {
+		s := &c.Input[i]
+		if s.Watermark != nil {
+			if len(s.Value) > 0 || s.ValueHex != "" || s.Key != nil || s.KeyByModule {
+				return nil, fmt.Errorf("input %d: a watermark step has no value or key", i+1)
+			}
+			els = append(els, scheduler.Element{Kind: scheduler.ElementWatermark, TS: *s.Watermark})
+			continue
+		}
+		value, err := stepValue(s)
+		if err != nil {
+			return nil, fmt.Errorf("input %d: %w", i+1, err)
+		}
+		el := scheduler.Element{Kind: scheduler.ElementRecord, Value: value, TS: s.Ts, Pos: int64(i + 1)}
+		switch {
+		case s.KeyByModule:
+			if s.Key != nil {
+				return nil, fmt.Errorf(`input %d: give "key" or "key_by_module", not both`, i+1)
+			}
+			el.Key, el.KeyByWasm = []byte{}, true
+		case s.Key != nil:
+			el.Key = []byte(*s.Key)
+		default:
+			if el.Key, err = fieldKey(value, keyField); err != nil {
+				return nil, fmt.Errorf("input %d: %w (give \"key\" or a %q field)", i+1, err, keyField)
+			}
+		}
+		els = append(els, el)
+	}
+	return els, nil
+}
+
+// runCase runs one case in the production host: the async execution controller
+// (host/scheduler) over the module, with an in-memory state backend seeded with the case's
+// initial state and the case's lookups answered by a script, after their latency. The error is
+// for a table that cannot be run (a malformed record, an unknown state or lookup error name).
+func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case, shared []Lookup) (*CaseResult, error) {
+	states := map[string]state.StateID{}
+	for i, s := range m.Manifest.States {
+		states[s] = state.StateID(i)
+	}
+	if c.Expect.OutputsByKey != nil && len(c.Expect.Outputs) > 0 {
+		return nil, errors.New(`expect gives "outputs" and "outputs_by_key": give one`)
+	}
+	if c.Expect.OutsideOutputs != nil && c.Expect.OutputsByKey == nil {
+		return nil, errors.New(`expect gives "outside_outputs" without "outputs_by_key" ("outputs" lists them in order)`)
+	}
+	lookups := slices.Concat(c.Lookups, shared)
+	for _, l := range lookups {
+		if l.Error != "" {
+			if _, ok := lookupCodes[l.Error]; !ok {
+				return nil, fmt.Errorf("lookup %q: unknown error %q (want a LOOKUP_* code name)", l.Request, l.Error)
+			}
+		}
+		if l.LatencyMS < 0 {
+			return nil, fmt.Errorf("lookup %q: latency_ms must be >= 0, not %d", l.Request, l.LatencyMS)
+		}
+	}
+	els, err := elements(c, keyField)
+	if err != nil {
+		return nil, err
+	}
+	mem := state.NewMemory()
+	if err := mem.Open(m.Manifest.States); err != nil {
+		return nil, err
+	}
 	for key, byState := range c.State {
 		for name, entries := range byState {
 			id, ok := states[name]
@@ -235,56 +394,48 @@ func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case) ([]st
 			}
 			for entry, v := range entries {
 				if v != nil {
-					h.state[skey(key, id, entry)] = v.b
+					mem.Put(state.Key{State: id, Record: []byte(key), Entry: []byte(entry)}, v.b)
 				}
 			}
 		}
 	}
-	in, err := m.Instantiate(ctx, h)
+
+	sl := newScriptedLookups(lookups, m.Manifest.Endpoints)
+	var got []Output
+	sink := scheduler.SinkFunc(func(b *scheduler.Batch) error {
+		for i := range b.Outputs {
+			o := &b.Outputs[i]
+			if o.Kind != scheduler.OutputData {
+				continue
+			}
+			out := Output{Value: bytes.Clone(o.Value), Outside: o.Src.Key == nil && o.Src.Pos == 0 && !o.Src.Timer}
+			if !out.Outside {
+				out.Key = string(o.Src.Key)
+			}
+			got = append(got, out)
+		}
+		b.Release()
+		return nil
+	})
+	ctrl, err := scheduler.New(scheduler.Config{
+		Module: m, Backend: mem, Sink: sink, Lookup: sl.do,
+		Describe: func(pos int64) string { return fmt.Sprintf("input %d", pos) },
+	})
 	if err != nil {
-		return []string{"instantiate: " + err.Error()}, nil
+		return nil, err
 	}
-	defer in.Close(context.WithoutCancel(ctx))
-
-	var runErr error
-	for i, s := range c.Input {
-		if s.Watermark != nil {
-			if runErr = h.advance(in, *s.Watermark); runErr != nil {
-				break
-			}
-			continue
-		}
-		var value []byte
-		var str string
-		if json.Unmarshal(s.Value, &str) == nil {
-			value = []byte(str)
-		} else {
-			var b bytes.Buffer
-			if err := json.Compact(&b, s.Value); err != nil {
-				return nil, fmt.Errorf("input %d: value is not JSON: %w", i+1, err)
-			}
-			value = b.Bytes()
-		}
-		var key []byte
-		if s.Key != nil {
-			key = []byte(*s.Key)
-		} else if key, err = fieldKey(value, keyField); err != nil {
-			return nil, fmt.Errorf("input %d: %w (give \"key\" or a %q field)", i+1, err, keyField)
-		}
-		h.key = string(key)
-		if runErr = in.Process(key, value, s.Ts); runErr != nil {
-			runErr = fmt.Errorf("input %d (key %q): %w", i+1, key, runErr)
-			break
-		}
-	}
-	if runErr == nil && h.err == nil {
-		h.key = ""
-		runErr = in.Close(ctx)
-	}
-	if h.err != nil {
-		runErr = h.err
+	in := make(chan []scheduler.Element, 1)
+	in <- els
+	close(in)
+	runCtx, cancel := context.WithCancel(ctx)
+	runErr := ctrl.Run(runCtx, in)
+	cancel()
+	sl.wg.Wait() // every scripted response has been delivered or cancelled
+	if err := sl.error(); err != nil {
+		runErr = err
 	}
 
+	res := &CaseResult{Outputs: got}
 	var diff []string
 	switch {
 	case c.Expect.Error == "" && runErr != nil:
@@ -294,7 +445,15 @@ func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case) ([]st
 	case c.Expect.Error != "" && !strings.Contains(runErr.Error(), c.Expect.Error):
 		diff = append(diff, fmt.Sprintf("error: %v, want one containing %q", runErr, c.Expect.Error))
 	}
-	diff = append(diff, diffOutputs(c.Expect.Outputs, h.out)...)
+	if c.Expect.OutputsByKey != nil {
+		diff = append(diff, diffByKey(c.Expect.OutputsByKey, c.Expect.OutsideOutputs, got)...)
+	} else {
+		vals := make([][]byte, len(got))
+		for i := range got {
+			vals[i] = got[i].Value
+		}
+		diff = append(diff, diffOutputs("outputs", c.Expect.Outputs, vals)...)
+	}
 	var stateDiff []string
 	for key, byState := range c.Expect.State {
 		for name, entries := range byState {
@@ -303,7 +462,7 @@ func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case) ([]st
 				return nil, fmt.Errorf("expected state names %q, which the module does not declare", name)
 			}
 			for entry, want := range entries {
-				got, found := h.state[skey(key, id, entry)]
+				got, found, _ := mem.Get(state.Key{State: id, Record: []byte(key), Entry: []byte(entry)})
 				where := fmt.Sprintf("state %s[%q] of key %q", name, entry, key)
 				switch {
 				case want == nil && found:
@@ -318,13 +477,145 @@ func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case) ([]st
 		}
 	}
 	slices.Sort(stateDiff) // map order is random: a stable report
-	return append(diff, stateDiff...), nil
+	res.Diff = append(diff, stateDiff...)
+	return res, nil
+}
+
+// diffByKey compares each record key's outputs in order; the order between keys is free, as the
+// production host runs keys concurrently. Outputs made outside any record or timer
+// (clink_open, clink_close) are compared with outside when it is given.
+func diffByKey(want map[string][]json.RawMessage, outside *[]json.RawMessage, got []Output) []string {
+	byKey := map[string][][]byte{}
+	var outs [][]byte
+	for _, o := range got {
+		if o.Outside {
+			outs = append(outs, o.Value)
+			continue
+		}
+		byKey[o.Key] = append(byKey[o.Key], o.Value)
+	}
+	keys := make([]string, 0, len(want)+len(byKey))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	for k := range byKey {
+		if _, ok := want[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		out = append(out, diffOutputs(fmt.Sprintf("outputs of key %q", k), want[k], byKey[k])...)
+	}
+	if outside != nil {
+		out = append(out, diffOutputs("outputs outside any record (clink_open, clink_close)", *outside, outs)...)
+	}
+	return out
+}
+
+// scriptedLookups is the case's scheduler.LookupFunc: it answers from the case's "lookups",
+// after each one's latency, on a timer, so that the controller runs other keys meanwhile. A
+// lookup with no scripted response fails the case.
+type scriptedLookups struct {
+	lookups   []Lookup
+	whole     []string // the canonical request of a lookup matched on the whole request
+	endpoints []string
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	err       error
+}
+
+func newScriptedLookups(lookups []Lookup, endpoints []string) *scriptedLookups {
+	s := &scriptedLookups{lookups: lookups, endpoints: endpoints, whole: make([]string, len(lookups))}
+	for i, l := range lookups {
+		if strings.Contains(l.Request, "\n") {
+			s.whole[i] = canonicalRequest(l.Request)
+		}
+	}
+	return s
+}
+
+func (s *scriptedLookups) error() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+func (s *scriptedLookups) do(ctx context.Context, endpoint uint32, request []byte, done func(int, []byte, error)) {
+	line, _, _ := strings.Cut(string(request), "\n")
+	line = strings.TrimSuffix(line, "\r")
+	name := ""
+	if int(endpoint) < len(s.endpoints) {
+		name = s.endpoints[endpoint]
+	}
+	var l *Lookup
+	whole := ""
+	for i := range s.lookups {
+		if e := s.lookups[i].Endpoint; e != "" && e != name {
+			continue
+		}
+		if s.whole[i] != "" {
+			if whole == "" {
+				whole = canonicalRequest(string(request))
+			}
+			if s.whole[i] != whole {
+				continue
+			}
+		} else if s.lookups[i].Request != line {
+			continue
+		}
+		l = &s.lookups[i]
+		break
+	}
+	if l == nil {
+		s.mu.Lock()
+		if s.err == nil {
+			s.err = fmt.Errorf("lookup %q on endpoint %q has no scripted response in the case's \"lookups\"", line, name)
+		}
+		s.mu.Unlock()
+		done(0, nil, abi.LookupUnavailable)
+		return
+	}
+	answer := func() {
+		if l.Error != "" {
+			done(0, nil, lookupCodes[l.Error])
+			return
+		}
+		status := l.Status
+		if status == 0 {
+			status = 200
+		}
+		done(status, []byte(l.Body), nil)
+	}
+	if l.LatencyMS == 0 {
+		answer()
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		t := time.NewTimer(time.Duration(l.LatencyMS) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			answer()
+		case <-ctx.Done():
+			done(0, nil, abi.LookupCancelled)
+		}
+	}()
+}
+
+var lookupCodes = map[string]abi.Code{
+	"LOOKUP_TIMEOUT": abi.LookupTimeout, "LOOKUP_BREAKER_OPEN": abi.LookupBreakerOpen,
+	"LOOKUP_RESPONSE_TOO_LARGE": abi.LookupResponseTooLarge, "LOOKUP_REFUSED": abi.LookupRefused,
+	"LOOKUP_UNAVAILABLE": abi.LookupUnavailable, "LOOKUP_CANCELLED": abi.LookupCancelled,
 }
 
 // diffOutputs compares outputs in order. An expected JSON string is compared with the output's
 // raw bytes; any other expected value with the output as compact JSON. Each difference gives a
 // "- want" and a "+ got" line.
-func diffOutputs(want []json.RawMessage, got [][]byte) []string {
+func diffOutputs(label string, want []json.RawMessage, got [][]byte) []string {
 	compact := func(b []byte) string {
 		var c bytes.Buffer
 		if json.Compact(&c, b) == nil {
@@ -362,7 +653,7 @@ func diffOutputs(want []json.RawMessage, got [][]byte) []string {
 	if len(out) == 0 {
 		return nil
 	}
-	return append([]string{fmt.Sprintf("outputs (%d, want %d):", len(got), len(want))}, out...)
+	return append([]string{fmt.Sprintf("%s (%d, want %d):", label, len(got), len(want))}, out...)
 }
 
 // fieldKey takes the key from a top-level field of a JSON object: a string's text, any other
@@ -381,129 +672,4 @@ func fieldKey(value []byte, field string) ([]byte, error) {
 		return []byte(s), nil
 	}
 	return raw, nil
-}
-
-func skey(key string, state uint32, entry string) string {
-	return strconv.Itoa(len(key)) + ":" + key + "/" + strconv.FormatUint(uint64(state), 10) + "/" + entry
-}
-
-// handler serves the imports for one case: keyed state in a map, timers, scripted lookups.
-type handler struct {
-	key       string
-	state     map[string][]byte
-	timers    map[string]map[int64]bool
-	watermark int64
-	out       [][]byte
-	lookups   []Lookup
-	endpoints []string
-	err       error // a table error found during a call (an unscripted lookup)
-}
-
-func (h *handler) Get(state uint32, entry []byte) ([]byte, bool, error) {
-	v, ok := h.state[skey(h.key, state, string(entry))]
-	return v, ok, nil
-}
-
-func (h *handler) Put(state uint32, entry, value []byte) error {
-	h.state[skey(h.key, state, string(entry))] = bytes.Clone(value)
-	return nil
-}
-
-func (h *handler) Delete(state uint32, entry []byte) error {
-	delete(h.state, skey(h.key, state, string(entry)))
-	return nil
-}
-
-func (h *handler) Emit(_, value []byte) error {
-	h.out = append(h.out, bytes.Clone(value))
-	return nil
-}
-
-func (h *handler) RegisterTimer(ts int64) error {
-	if h.timers[h.key] == nil {
-		h.timers[h.key] = map[int64]bool{}
-	}
-	h.timers[h.key][ts] = true
-	return nil
-}
-
-func (h *handler) DeleteTimer(ts int64) error {
-	delete(h.timers[h.key], ts)
-	return nil
-}
-
-func (h *handler) Watermark() int64 { return h.watermark }
-
-var lookupCodes = map[string]abi.Code{
-	"LOOKUP_TIMEOUT": abi.LookupTimeout, "LOOKUP_BREAKER_OPEN": abi.LookupBreakerOpen,
-	"LOOKUP_RESPONSE_TOO_LARGE": abi.LookupResponseTooLarge, "LOOKUP_REFUSED": abi.LookupRefused,
-	"LOOKUP_UNAVAILABLE": abi.LookupUnavailable, "LOOKUP_CANCELLED": abi.LookupCancelled,
-}
-
-func (h *handler) Lookup(endpoint uint32, request []byte) (int, []byte, error) {
-	line, _, _ := strings.Cut(string(request), "\n")
-	name := ""
-	if int(endpoint) < len(h.endpoints) {
-		name = h.endpoints[endpoint]
-	}
-	for _, l := range h.lookups {
-		if l.Request != line || (l.Endpoint != "" && l.Endpoint != name) {
-			continue
-		}
-		if l.Error != "" {
-			code, ok := lookupCodes[l.Error]
-			if !ok {
-				h.err = fmt.Errorf("lookup %q: unknown error %q (want a LOOKUP_* code name)", line, l.Error)
-				return 0, nil, abi.LookupUnavailable
-			}
-			return 0, nil, code
-		}
-		status := l.Status
-		if status == 0 {
-			status = 200
-		}
-		return status, []byte(l.Body), nil
-	}
-	if h.err == nil {
-		h.err = fmt.Errorf("lookup %q on endpoint %q has no scripted response in the case's \"lookups\"", line, name)
-	}
-	return 0, nil, abi.LookupUnavailable
-}
-
-func (h *handler) Log(abi.LogLevel, []byte) {}
-
-func (h *handler) SetResumeOrder(int64) {}
-
-// advance moves the watermark and fires the due timers in (timestamp, key) order.
-func (h *handler) advance(in *abi.Instance, wm int64) error {
-	h.watermark = max(h.watermark, wm)
-	type due struct {
-		key string
-		ts  int64
-	}
-	var fire []due
-	for k, ts := range h.timers {
-		for t := range ts {
-			if t <= h.watermark {
-				fire = append(fire, due{k, t})
-			}
-		}
-	}
-	slices.SortFunc(fire, func(a, b due) int {
-		if a.ts != b.ts {
-			if a.ts < b.ts {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.key, b.key)
-	})
-	for _, d := range fire {
-		delete(h.timers[d.key], d.ts)
-		h.key = d.key
-		if err := in.OnTimer([]byte(d.key), d.ts); err != nil {
-			return fmt.Errorf("timer %d of key %q: %w", d.ts, d.key, err)
-		}
-	}
-	return nil
 }
