@@ -198,7 +198,7 @@ func crashRound(t *testing.T, cs crashSpec, wasm, cache string, seed uint64) int
 			}
 			continue
 		}
-		if strings.Contains(stderr.String(), "no committed checkpoint") && restore == "latest" {
+		if strings.Contains(stderr.String(), "no checkpoint to restore") && restore == "latest" {
 			restore = "none" // the crash came before the first checkpoint: run the first command again
 			continue
 		}
