@@ -248,6 +248,9 @@ type persistJob struct {
 func (t *operatorTask) name() string { return fmt.Sprintf("%s[%d]", t.op.spec.Name, t.subtask) }
 
 func (t *operatorTask) describe(pos int64) string {
+	if f := t.a.env.flag; f != nil {
+		return f.describe(pos)
+	}
 	return fmt.Sprintf("the record at source position %d (operator %s)", pos, t.name())
 }
 
@@ -264,8 +267,20 @@ func (t *operatorTask) run() error {
 		if err != nil {
 			return fmt.Errorf("operator %s: %w", t.name(), err)
 		}
-		defer closeLookups()
+		defer func() { t.a.env.flag.lookupsDone(closeLookups()) }()
 		lookupFn = fn
+	}
+	var backend state.Backend = t.backend
+	var sink scheduler.Sink = t.out
+	var in <-chan []scheduler.Element = t.in.out
+	var tapErr func() error
+	if f := a.env.flag; f != nil && f.record != nil {
+		backend, sink = f.record.Backend(t.backend), f.record.Sink(t.out)
+		if err := backend.Open(t.op.mod.Manifest.States); err != nil { // the recording learns the state names
+			return fmt.Errorf("operator %s: %w", t.name(), err)
+		}
+		lookupFn = f.record.Lookup(lookupFn, t.op.mod.Manifest.Endpoints)
+		in, tapErr = tapInput(in, f.record.Elements)
 	}
 	order := scheduler.OrderPerKey
 	switch t.op.spec.Order {
@@ -278,7 +293,7 @@ func (t *operatorTask) run() error {
 	t.persistE = make(chan error, 1)
 	go t.persister(ctx)
 	ctrl, err := scheduler.New(scheduler.Config{
-		Module: t.op.mod, Backend: t.backend, Sink: t.out, Lookup: lookupFn, Order: order,
+		Module: t.op.mod, Backend: backend, Sink: sink, Lookup: lookupFn, Order: order,
 		Log: a.env.guestLog(t.describe), MaxInFlight: t.op.spec.Limits.MaxInFlight, Describe: t.describe,
 		OnBarrier: t.onBarrier,
 	})
@@ -291,15 +306,19 @@ func (t *operatorTask) run() error {
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
 	go func() { mergeErr <- t.in.run(mctx) }()
-	runErr := ctrl.Run(ctx, t.in.out)
+	runErr := ctrl.Run(ctx, in)
 	if runErr != nil {
 		mcancel() // an endless input would never let the merger finish on its own
 	}
-	for range t.in.out { // let the merger finish if the controller stopped early
+	for range in { // let the merger finish if the controller stopped early
 	}
 	mErr := <-mergeErr
 	close(t.persistQ)
 	pErr := <-t.persistE
+	t.a.env.flag.operatorDone(ctrl, t.backend)
+	if runErr == nil && tapErr != nil {
+		runErr = tapErr()
+	}
 	if runErr != nil {
 		return runErr
 	}
