@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
@@ -393,6 +394,19 @@ func (s *pipelineSink) closeStale() {
 	clear(s.closing)
 }
 
+var decideHook atomic.Pointer[func(checkpoint uint64, subtask int)]
+
+// SetDecideHook installs f, called in Decide after each subtask's transaction committed (nil
+// removes it): fault injection, for the CLI's crash test to SIGKILL the process in the middle
+// of a decision.
+func SetDecideHook(f func(checkpoint uint64, subtask int)) {
+	if f == nil {
+		decideHook.Store(nil)
+		return
+	}
+	decideHook.Store(&f)
+}
+
 // recordName is the name the runtime gives checkpoint record n (host/pipeline's jobstore):
 // the marker names it. Decide checks that the runtime's name is this one.
 func recordName(n uint64) string { return fmt.Sprintf("%020d.json", n) }
@@ -462,6 +476,9 @@ func (s *pipelineSink) Decide(ctx context.Context, checkpoint uint64, record str
 				}
 			}
 			errs[i] = ks.Commit(ctx, checkpoint)
+			if h := decideHook.Load(); h != nil && errs[i] == nil {
+				(*h)(checkpoint, p.Subtasks[i].Subtask)
+			}
 		})
 	}
 	wg.Wait()
