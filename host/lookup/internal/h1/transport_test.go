@@ -399,9 +399,10 @@ func TestContextCancel(t *testing.T) {
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/slow", nil)
 	_, err := tr.RoundTrip(req)
-	// The transport reports the deadline only once the context says it has passed.
-	if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() == nil {
-		t.Fatalf("deadline: %v (context: %v)", err, ctx.Err())
+	// The connection's deadline is the context's, so the transport may see it pass a moment
+	// before the context's own timer marks it done: check the error only.
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("deadline: %v", err)
 	}
 
 	// Cancel while reading the body.
