@@ -10,11 +10,11 @@
 //   - Per-key gate: at most one in-flight task per key; later records of a busy key park FIFO
 //     and are promoted when the key frees, so same-key reads always see same-key writes.
 //   - In-flight cap: admitted tasks (running, suspended, parked, waiting for prefetched values
-//     or for an instance) never exceed MaxInFlight; at the cap the runner stops pulling input,
-//     so backpressure reaches the source.
-//   - Instance budget: instances (held only by running or suspended calls) are bounded by
-//     InstanceMemoryBudget at each one's footprint; a task that needs one beyond it waits
-//     without one. A record's prefetched values are held hot (state.Holder) until its call has
+//     or for an instance) never exceed the cap (WithMaxInFlight); at the cap the runner stops
+//     pulling input, so backpressure reaches the source.
+//   - Instance budget: instances (held only by running or suspended calls) are bounded by the
+//     budget (WithInstanceMemoryBudget) at each one's footprint; a task that needs one beyond
+//     it waits without one. A record's prefetched values are held hot (state.Holder) until its call has
 //     run, so eviction takes only values no admitted record needs.
 //   - Epochs: records are tagged with the epoch they arrived in; a watermark closes the epoch.
 //     Its release (fire due timers, then forward the watermark) runs only after every task of
@@ -23,9 +23,9 @@
 //   - Barrier drain: a checkpoint barrier stops admission until every admitted task has finished
 //     and every closed epoch has been released, then captures state: a consistent cut.
 //   - Read coalescing: pending cold reads go to the backend as one batched Fetch when any of
-//     three triggers fires: the batch reaches ReadBatch keys (default 32); its oldest read has
-//     waited ReadBatchWait (default 1/20 of the observed fetch latency, at least 10 µs); or the
-//     runner is stuck (every in-flight task waiting, nothing ready, no input it may take). The
+//     three triggers fires: the batch reaches WithReadBatch keys (default 32); its oldest read
+//     has waited WithReadBatchWait (default 1/20 of the observed fetch latency, at least
+//     10 µs); or the runner is stuck (every in-flight task waiting, nothing ready, no input it may take). The
 //     gate guarantees the keys are for distinct record keys.
 //   - Faults: the first failed task is recorded and the run's context cancelled; its key is
 //     released and its epoch still advances; then the controller stops admitting, aborts
@@ -39,6 +39,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"time"
@@ -88,63 +89,6 @@ const (
 
 // LogFunc receives guest log lines. src is nil outside a record or timer call.
 type LogFunc func(operator string, level abi.LogLevel, msg []byte, src *Source)
-
-// Config configures a Controller.
-type Config struct {
-	Module  *abi.Module
-	Backend state.Backend
-	Sink    Sink
-	Lookup  LookupFunc // nil: lookups fail with LOOKUP_UNAVAILABLE
-	Log     LogFunc
-
-	// MaxInFlight caps admitted tasks (running, suspended, parked, waiting for prefetched
-	// values or for an instance). Default DefaultMaxInFlight.
-	MaxInFlight int
-	// InstanceMemoryBudget bounds the host memory of the instance pool: each instance counts
-	// its linear memory as Go holds it (append growth keeps up to a quarter more) plus
-	// wazero's own per-instance structures, measured on the first instance. A task that needs
-	// an instance when the pool is empty and another would exceed the budget waits, without
-	// one, until one is released. Default DefaultInstanceMemoryBudget().
-	InstanceMemoryBudget int64
-
-	// Cold reads are coalesced into batched Fetches (set NoCoalesce to issue each read at
-	// once). A batch goes out when it reaches ReadBatch keys (default 32), or earlier when the
-	// runner is stuck: every in-flight task waiting, nothing ready, no input it may take.
-	// Waiting for bigger batches would hold every miss back by the time it takes to fill one,
-	// and leave a single batch in flight; 32 keeps tens of batches overlapping at 512 in
-	// flight while each remote request still serves many keys. MaxReadBatch caps what a stuck
-	// runner sends at once (default 4096).
-	//
-	// A batch also goes out once its oldest read has waited ReadBatchWait: by default 1/20 of
-	// the observed fetch latency (at least 10 µs), so a miss never waits long for company
-	// relative to the fetch it will make anyway.
-	NoCoalesce    bool
-	ReadBatch     int
-	MaxReadBatch  int
-	ReadBatchWait time.Duration
-
-	// Synchronous makes every cold read and lookup block the runner: the baseline the async
-	// path is measured against. It implies MaxInFlight 1.
-	Synchronous bool
-
-	ResumeOrder ResumeOrder
-
-	// Order is the output order guarantee (default OrderPerKey).
-	Order Order
-
-	// ExecMode chooses between direct and coroutine guest calls (default: adaptive).
-	ExecMode ExecMode
-
-	// TimerLimit bounds timers per key (default 65536).
-	TimerLimit int
-
-	// OnBarrier runs on the runner once a barrier has drained, after timers are saved to the
-	// backend's operator state: capture state there.
-	OnBarrier func(id uint64) error
-
-	// Describe names a record position in errors, e.g. "input line 42". Default "record #N".
-	Describe func(pos int64) string
-}
 
 // ElementKind distinguishes the elements of the input stream.
 type ElementKind uint8
@@ -197,8 +141,9 @@ var ErrAborted = errors.New("scheduler: call aborted because the pipeline is sto
 
 // Controller is the async execution controller of one operator subtask.
 type Controller struct {
-	cfg    Config
+	cfg    config
 	name   string
+	log    *slog.Logger
 	ctx    context.Context // Run's, as given (the loop polls it: a plain Background costs nothing)
 	ioCtx  context.Context // what lookups are sent with: ctx, cancelled on the first failure
 	cancel context.CancelCauseFunc
@@ -266,31 +211,22 @@ type Controller struct {
 	mode    execMode // direct or coroutine calls (coro.go)
 }
 
-// New returns a controller for cfg. Instances are created lazily, the first one at once so that
-// its memory footprint can size the pool.
-func New(cfg Config) (*Controller, error) {
-	if cfg.Module == nil || cfg.Backend == nil || cfg.Sink == nil {
-		return nil, errors.New("scheduler: Module, Backend and Sink are required")
+// New returns a controller that runs module over backend and writes to sink. Instances are
+// created lazily, the first one at once (in Run) so that its memory footprint can size the pool.
+func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (*Controller, error) {
+	if module == nil || backend == nil || sink == nil {
+		return nil, errors.New("scheduler: a module, a backend and a sink are required")
 	}
-	if cfg.TimerLimit <= 0 {
-		cfg.TimerLimit = 65536
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
 	}
-	if cfg.MaxReadBatch <= 0 {
-		cfg.MaxReadBatch = 4096
-	}
-	if cfg.ReadBatch <= 0 {
-		cfg.ReadBatch = 32
-	}
-	cfg.ReadBatch = min(cfg.ReadBatch, cfg.MaxReadBatch)
-	if cfg.InstanceMemoryBudget <= 0 {
-		cfg.InstanceMemoryBudget = DefaultInstanceMemoryBudget()
-	}
-	if cfg.Describe == nil {
-		cfg.Describe = func(pos int64) string { return fmt.Sprintf("record #%d", pos) }
-	}
+	cfg.Module, cfg.Backend, cfg.Sink = module, backend, sink
+	cfg.normalize()
 	c := &Controller{
 		cfg:       cfg,
 		name:      cfg.Module.Name(),
+		log:       cfg.Logger.With("operator", cfg.Module.Name()),
 		gate:      make(map[string]*gateEntry),
 		suspended: make(map[*task]struct{}),
 		timers:    newTimerService(cfg.TimerLimit),
@@ -328,10 +264,22 @@ func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
 	if err := c.sizePool(); err != nil {
 		return err
 	}
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.LogAttrs(ctx, slog.LevelDebug, "controller started",
+			slog.Int("max_in_flight", c.maxInFlight), slog.Int64("instance_bytes", c.nextCost),
+			slog.Int64("instance_overhead_bytes", c.overhead), slog.Int64("instance_budget_bytes", c.cfg.InstanceMemoryBudget),
+			slog.Bool("synchronous", c.cfg.Synchronous))
+	}
 	self := newCarrier()
 	c.cur = self
 	c.loop(self)
 	c.carrierW.Wait()
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		s := c.metrics.snapshot()
+		c.log.LogAttrs(ctx, slog.LevelDebug, "controller stopped", slog.Int64("records", s.Records),
+			slog.Int64("suspensions", s.Suspensions), slog.Int64("peak_instances", s.PeakInstances),
+			slog.Int64("instance_waits", s.InstanceWaits), slog.Bool("failed", c.err != nil))
+	}
 	return c.err
 }
 
@@ -507,6 +455,9 @@ func (c *Controller) handle(el *Element) {
 func (c *Controller) fail(err error) {
 	if c.err == nil {
 		c.err = err
+		// Info, not Warn: the error itself is Run's result, and the caller reports it.
+		c.log.LogAttrs(c.ctx, slog.LevelInfo, "run failing: aborting suspended calls",
+			slog.String("error", err.Error()), slog.Int("admitted", c.admitted), slog.Int("outstanding", c.outstanding))
 		if c.cancel != nil {
 			c.cancel(err)
 		}

@@ -5,6 +5,7 @@ package scheduler
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 )
@@ -82,6 +83,10 @@ func (c *Controller) completeBarrier() {
 		}
 	}
 	c.metrics.Barriers.Add(1)
+	if c.log.Enabled(c.ctx, slog.LevelDebug) {
+		c.log.LogAttrs(c.ctx, slog.LevelDebug, "barrier drained", slog.Uint64("checkpoint", id),
+			slog.Duration("drain", drained.Sub(c.barrierAt)), slog.Duration("capture", time.Since(drained)))
+	}
 	if err := c.out.mark(OutputBarrier, int64(id)); err != nil {
 		c.fail(err)
 	}

@@ -35,7 +35,7 @@ type pendingRead struct {
 }
 
 // queueRead adds a cold key to the pending batch and sends the batch when it is full or its
-// oldest read has waited long enough (see Config.ReadBatchWait).
+// oldest read has waited long enough (see WithReadBatchWait).
 func (c *Controller) queueRead(r pendingRead) {
 	if len(c.pendingReads) == 0 {
 		c.pendingSince = time.Now()

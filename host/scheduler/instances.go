@@ -4,6 +4,7 @@ package scheduler
 // waiting for an instance.
 
 import (
+	"log/slog"
 	"slices"
 
 	"github.com/clink-wasm/clink-wasm/host/state"
@@ -19,11 +20,7 @@ func (c *Controller) sizePool() error {
 	if err != nil {
 		return err
 	}
-	// Everything the first instantiation allocated, linear memory included: an upper bound
-	// (it counts the garbage instantiation leaves, and whatever other goroutines allocated
-	// meanwhile), which errs on the side of fewer instances.
-	mem := int64(s.inst.MemoryBytes())
-	c.overhead = max(heapAllocated()-before-mem, 32<<10)
+	c.overhead = instanceOverhead(heapAllocated()-before, int64(s.inst.MemoryBytes()), s.inst.MemoryOnHeap())
 	c.instBytes -= s.cost
 	s.cost = c.footprint(s)
 	c.instBytes += s.cost
@@ -46,10 +43,32 @@ func (c *Controller) slotFree() bool {
 		c.instBytes+c.nextCost <= c.cfg.InstanceMemoryBudget
 }
 
-// footprint is what instance s costs the host: its linear memory with the spare capacity Go's
-// append growth leaves (wazero grows memory by appending), plus wazero's own structures.
+// minInstanceOverhead is the least an instance is assumed to cost beyond its linear memory.
+const minInstanceOverhead = 32 << 10
+
+// instanceOverhead is wazero's per-instance cost beyond linear memory, from the heap growth
+// of the first instantiation: everything it allocated, an upper bound (it counts the garbage
+// instantiation leaves, and whatever other goroutines allocated meanwhile), which errs on the
+// side of fewer instances. Linear memory is part of that growth only when it lives on the Go
+// heap; in its own mapping (the default on Linux) it is not, and subtracting it anyway would
+// cancel the overhead of a guest with a large memory (a Go guest: megabytes of linear memory
+// against about as much of wazero's structures) down to the floor.
+func instanceOverhead(heapGrowth, memBytes int64, memOnHeap bool) int64 {
+	if memOnHeap {
+		heapGrowth -= memBytes
+	}
+	return max(heapGrowth, minInstanceOverhead)
+}
+
+// footprint is what instance s costs the host: its linear memory, plus wazero's own structures.
+// Memory on the Go heap also carries the spare capacity append growth leaves (up to a quarter);
+// a mapped memory costs what it has grown to, no more.
 func (c *Controller) footprint(s *slot) int64 {
-	return int64(s.inst.MemoryBytes())*5/4 + c.overhead
+	mem := int64(s.inst.MemoryBytes())
+	if s.inst.MemoryOnHeap() {
+		mem = mem * 5 / 4
+	}
+	return mem + c.overhead
 }
 
 // waitForSlot queues t until an instance frees. Its prefetched values are held meanwhile, so
@@ -62,7 +81,11 @@ func (c *Controller) waitForSlot(t *task) {
 		c.hold(t, state.Key{State: state.StateID(id), Record: t.key})
 	}
 	t.slotWaited, t.async = true, true
-	c.metrics.InstanceWaits.Add(1)
+	if c.metrics.InstanceWaits.Add(1) == 1 {
+		c.log.LogAttrs(c.ctx, slog.LevelInfo, "instance budget reached: records wait for an instance",
+			slog.Int("instances", c.instances), slog.Int64("instance_bytes", c.instBytes),
+			slog.Int64("budget_bytes", c.cfg.InstanceMemoryBudget))
+	}
 	c.slotWait = append(c.slotWait, t)
 }
 
