@@ -554,7 +554,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 
 	// Reach the pool's checkpoint records now, so that an unreachable pool fails before
 	// anything runs, naming the pool.
-	rs, err := openRecordStore(stateURL, "", job)
+	rs, err := openJobRecords(store, stateURL, "", job)
 	if err != nil {
 		return sum, fmt.Errorf("state pool %s: %w", pool, redactErr(err, stateURL))
 	}
@@ -576,7 +576,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	// Resolve the restore here, to report it as the flag form always did.
 	restore := "none"
 	if opts.Restore != 0 {
-		info, id, err := flagRestore(ctx, opts, stateURL, job, opName, self)
+		info, id, err := flagRestore(ctx, opts, rs, stateURL, job, opName, self)
 		if err != nil {
 			return sum, err
 		}
@@ -734,12 +734,8 @@ func describeFlagPosition(splits []Split) string {
 
 // flagRestore finds the checkpoint the flag form restores and checks that its module may
 // restore it. It returns 0 for latest-if-any when there is none.
-func flagRestore(ctx context.Context, opts Options, stateURL, job, opName string, self ModuleIdentity) (*RestoreInfo, uint64, error) {
+func flagRestore(ctx context.Context, opts Options, rs recordStore, stateURL, job, opName string, self ModuleIdentity) (*RestoreInfo, uint64, error) {
 	pool := redactURL(stateURL)
-	rs, err := openRecordStore(stateURL, "", job)
-	if err != nil {
-		return nil, 0, err
-	}
 	ids, err := rs.List(ctx, kindCommitted)
 	if err != nil {
 		return nil, 0, fmt.Errorf("state pool %s: listing checkpoints: %w", pool, redactErr(err, stateURL))

@@ -165,7 +165,7 @@ func Start(ctx context.Context, spec *Spec, env Env) (*Job, error) {
 		j.closeResources(ctx)
 		return nil, err
 	}
-	if j.records, err = openRecordStore(stateURL, spec.Tenant, spec.Name); err != nil {
+	if j.records, err = openJobRecords(j.store, stateURL, spec.Tenant, spec.Name); err != nil {
 		return fail(err)
 	}
 	if j.ops, err = loadOperators(ctx, spec, &env); err != nil {

@@ -14,8 +14,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/clink-wasm/clink-wasm/internal/objstore"
 )
 
 // CheckpointRecord is the job-level checkpoint: the one object whose commit makes checkpoint n
@@ -71,7 +69,7 @@ type SinkCheckpoint struct {
 // recordStore keeps a job's checkpoint records and attempt claims. Commit is create-once: the
 // record's existence is the commit point. The file store writes a temporary file, fsyncs it
 // and links it into place (link fails if the name exists), then fsyncs the directory; an S3
-// store uses a conditional PUT (If-None-Match: *).
+// store uses a conditional PUT (If-None-Match: *): see poolRecords.
 type recordStore interface {
 	// ClaimAttempt creates the next attempt number (create-once), fencing older attempts'
 	// checkpoint ids.
@@ -119,20 +117,6 @@ func openRecordStore(stateURL, tenant, job string) (recordStore, error) {
 			}
 		}
 		return m, nil
-	case "s3":
-		o, err := objstore.ParseURLOptions(u.Query())
-		if err != nil {
-			return nil, fmt.Errorf("state URL: %w", err)
-		}
-		prefix := strings.Trim(u.Path, "/")
-		if prefix != "" {
-			prefix += "/"
-		}
-		obj, err := objstore.Open(context.Background(), u.Host, prefix+filepath.ToSlash(rel), o)
-		if err != nil {
-			return nil, err
-		}
-		return &s3Records{obj: obj}, nil
 	}
 	return nil, fmt.Errorf("checkpoint records on %s:// pools are not supported (use file://, s3:// or mem://)", u.Scheme)
 }
@@ -269,87 +253,6 @@ func decodeRecord(b []byte, id uint64) (*CheckpointRecord, error) {
 		return nil, fmt.Errorf("checkpoint record %d names checkpoint %d", id, r.ID)
 	}
 	return &r, nil
-}
-
-// --- s3:// ---
-
-// s3Records keeps the records as objects KIND/ID.json under the job's prefix. Create-once is a
-// conditional PUT (If-None-Match: *), which S3 and compatible servers evaluate atomically.
-type s3Records struct{ obj *objstore.S3 }
-
-func (s *s3Records) ClaimAttempt(ctx context.Context) (uint64, error) {
-	for range 100 {
-		ids, err := s.list(ctx, "attempts", "")
-		if err != nil {
-			return 0, fmt.Errorf("claiming an attempt: %w", err)
-		}
-		next := uint64(1)
-		if len(ids) > 0 {
-			next = ids[len(ids)-1] + 1
-		}
-		_, err = s.obj.Put(ctx, "attempts/"+strconv.FormatUint(next, 10), []byte(time.Now().UTC().Format(time.RFC3339Nano)), objstore.Cond{Create: true})
-		if errors.Is(err, objstore.ErrPrecondition) {
-			continue // another attempt claimed it first
-		}
-		if err != nil {
-			return 0, fmt.Errorf("claiming an attempt: %w", err)
-		}
-		return next, nil
-	}
-	return 0, errors.New("claiming an attempt: too much contention")
-}
-
-func (s *s3Records) Put(ctx context.Context, kind string, rec *CheckpointRecord) error {
-	b, err := json.MarshalIndent(rec, "", "  ")
-	if err != nil {
-		return err
-	}
-	name := kind + "/" + recordName(rec.ID)
-	if _, err := s.obj.Put(ctx, name, append(b, '\n'), objstore.Cond{Create: true}); err != nil {
-		if errors.Is(err, objstore.ErrPrecondition) {
-			return fmt.Errorf("%s: %w", name, ErrRecordExists)
-		}
-		return err
-	}
-	return nil
-}
-
-func (s *s3Records) Get(ctx context.Context, kind string, id uint64) (*CheckpointRecord, error) {
-	b, _, err := s.obj.Get(ctx, kind+"/"+recordName(id))
-	if err != nil {
-		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, fmt.Errorf("checkpoint %d: %w", id, ErrNoCheckpoint)
-		}
-		return nil, err
-	}
-	return decodeRecord(b, id)
-}
-
-func (s *s3Records) List(ctx context.Context, kind string) ([]uint64, error) {
-	return s.list(ctx, kind, ".json")
-}
-
-func (s *s3Records) list(ctx context.Context, kind, suffix string) ([]uint64, error) {
-	names, err := s.obj.List(ctx, kind+"/")
-	if err != nil {
-		return nil, err
-	}
-	var ids []uint64
-	for _, n := range names {
-		n, ok := strings.CutSuffix(strings.TrimPrefix(n, kind+"/"), suffix)
-		if !ok || strings.Contains(n, "/") {
-			continue
-		}
-		if id, err := strconv.ParseUint(n, 10, 64); err == nil {
-			ids = append(ids, id)
-		}
-	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
-	return ids, nil
-}
-
-func (s *s3Records) Delete(ctx context.Context, kind string, id uint64) error {
-	return s.obj.Delete(ctx, kind+"/"+recordName(id))
 }
 
 // --- mem:// ---

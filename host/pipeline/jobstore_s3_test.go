@@ -33,9 +33,9 @@ func s3PoolURL(t *testing.T) string {
 	return fmt.Sprintf("s3://%s/%s?endpoint=%s&path_style=true", os.Getenv("CLINK_TEST_S3_BUCKET"), prefix, url.QueryEscape(ep))
 }
 
-// TestS3Records: the record store contract on S3: create-once records and attempt claims
-// (conditional PUTs), listing in order, deletion, and claims that never collide under
-// contention.
+// TestS3Records: the record store contract on S3 (poolRecords): create-once records and
+// attempt claims (conditional PUTs), listing in order, deletion, and claims that never collide
+// under contention.
 func TestS3Records(t *testing.T) {
 	testRecordStore(t, s3PoolURL(t))
 }
@@ -50,7 +50,12 @@ func TestFileRecords(t *testing.T) {
 
 func testRecordStore(t *testing.T, pool string) {
 	ctx := context.Background()
-	rs, err := openRecordStore(pool, "", "job1")
+	st, err := state.Open(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rs, err := openJobRecords(st, pool, "", "job1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +93,7 @@ func testRecordStore(t *testing.T, pool string) {
 		t.Fatalf("after delete: %v", ids)
 	}
 	// Another job's records are apart.
-	other, err := openRecordStore(pool, "", "job2")
+	other, err := openJobRecords(st, pool, "", "job2")
 	if err != nil {
 		t.Fatal(err)
 	}
