@@ -142,9 +142,14 @@ func (a *attempt) wire(ctx context.Context) (*wiring, error) {
 					e.par = downPar
 					e.ownerCheck(kg)
 				} else if key == nil {
-					// Unkeyed (order input/none) or a single subtask: spread by the record's
-					// incoming key (its hash), which is stable for replays.
+					// A sink, or an operator with a single subtask: by the record's incoming
+					// key (its hash), so that each key's records keep their order.
 					e.keyOf = nil
+					if down != nil && down.spec.Order != "per-key" && downPar > 1 {
+						// An unkeyed operator (order input or none): round robin, each upstream
+						// subtask starting at its own offset. Order holds per subtask only.
+						e.roundRobin, e.next = true, u%downPar
+					}
 				}
 				w.out[up][side][u] = append(w.out[up][side][u], e)
 			}
@@ -494,6 +499,10 @@ func loadOperators(ctx context.Context, spec *Spec, env *Env) ([]*opNode, error)
 				return fail(&SpecError{Problems: []*FieldError{{Path: fmt.Sprintf("%s.state[%d]", path, j),
 					Reason: fmt.Sprintf("module %s does not declare state %q (it declares %v)", mod.Name(), st, mod.Manifest.States)}}})
 			}
+		}
+		if os.Order != "per-key" && len(mod.Manifest.States) > 0 {
+			return fail(&SpecError{Problems: []*FieldError{{Path: path + ".order",
+				Reason: fmt.Sprintf("module %s declares keyed state (%v), which needs order per-key: order %s runs the records of a key concurrently (and, at parallelism > 1, on any subtask)", mod.Name(), mod.Manifest.States, os.Order)}}})
 		}
 		if os.Key != nil && os.Key.Guest && !mod.HasKey() {
 			return fail(&SpecError{Problems: []*FieldError{{Path: path + ".key.guest", Reason: fmt.Sprintf("module %s does not export clink_key", mod.Name())}}})
