@@ -2,6 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -296,7 +299,7 @@ func (t *operatorTask) run() error {
 		scheduler.WithLookup(lookupFn), scheduler.WithOrder(order),
 		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.spec.Limits.MaxInFlight),
 		scheduler.WithDescribe(t.describe), scheduler.WithOnBarrier(t.onBarrier),
-		scheduler.WithLogger(a.log.With("subtask", t.name())))
+		scheduler.WithLogger(a.log.With("subtask", t.name())), scheduler.WithLookupContext(t.lookupContext))
 	if err != nil {
 		close(t.persistQ)
 		return fmt.Errorf("operator %s: %w", t.name(), err)
@@ -332,6 +335,43 @@ func (t *operatorTask) run() error {
 		return nil
 	}
 	return t.out.close()
+}
+
+// lookupContext gives each lookup an idempotency key derived from the job, the operator, the
+// record that makes it (its source position, key and value; a timer's key and time) and the
+// lookup's index in that call. A record replayed after a restore makes the same calls and so
+// presents the same keys; host/lookup sends the key with non-idempotent requests (POST,
+// PATCH) as the Idempotency-Key header.
+func (t *operatorTask) lookupContext(ctx context.Context, c scheduler.LookupCall) context.Context {
+	return lookup.WithIdempotencyKey(ctx, lookupIdempotencyKey(t.a.spec.Tenant, t.a.spec.Name, t.op.spec.Name, c))
+}
+
+func lookupIdempotencyKey(tenant, job, operator string, c scheduler.LookupCall) string {
+	h := sha256.New()
+	var n [8]byte
+	field := func(b []byte) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	field([]byte(tenant))
+	field([]byte(job))
+	field([]byte(operator))
+	if c.Timer {
+		field([]byte("timer"))
+		binary.LittleEndian.PutUint64(n[:], uint64(c.TS))
+	} else {
+		field([]byte("record"))
+		binary.LittleEndian.PutUint64(n[:], uint64(c.Pos))
+	}
+	h.Write(n[:])
+	field(c.Key)
+	if !c.Timer {
+		field(c.Value)
+	}
+	binary.LittleEndian.PutUint64(n[:], uint64(c.Index))
+	h.Write(n[:])
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // onBarrier runs on the runner after the barrier drained: capture, and hand the persist to

@@ -30,7 +30,6 @@ func TestUnkeyedParallel(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s-%d-%d", tc.order, tc.srcPar, tc.opPar), func(t *testing.T) {
 			dir := t.TempDir()
-			var files []string
 			for s := range tc.srcPar {
 				var in strings.Builder
 				for i := range tc.records / tc.srcPar {
@@ -42,7 +41,6 @@ func TestUnkeyedParallel(t *testing.T) {
 					}
 				}
 				p := filepath.Join(dir, fmt.Sprintf("in%d.jsonl", s))
-				files = append(files, p)
 				if err := os.WriteFile(p, []byte(in.String()), 0o644); err != nil {
 					t.Fatal(err)
 				}
