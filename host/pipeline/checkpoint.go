@@ -144,10 +144,22 @@ type RestoreInfo struct {
 	Kept, Dropped, Added []string
 	// Into is the module restored into.
 	Into ModuleIdentity
+	// Migrated is set when the checkpoint's state version (FromVersion) is not the module's
+	// (ToVersion), which migrates it (its manifest's migrates_from).
+	Migrated               bool
+	FromVersion, ToVersion int
 }
 
 // String describes the restore in one line.
 func (r *RestoreInfo) String() string {
+	s := r.describe()
+	if r.Migrated {
+		s += fmt.Sprintf("; state version %d migrated to %d by the module", r.FromVersion, r.ToVersion)
+	}
+	return s
+}
+
+func (r *RestoreInfo) describe() string {
 	switch {
 	case r.Checkpoint == 0:
 		return "no checkpoint to restore (--restore latest-if-any): started from empty state"

@@ -576,7 +576,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	// Resolve the restore here, to report it as the flag form always did.
 	restore := "none"
 	if opts.Restore != 0 {
-		info, id, err := flagRestore(ctx, opts, rs, stateURL, job, opName, self)
+		info, id, err := flagRestore(ctx, opts, rs, stateURL, job, opName, self, mod.Manifest)
 		if err != nil {
 			return sum, err
 		}
@@ -734,7 +734,7 @@ func describeFlagPosition(splits []Split) string {
 
 // flagRestore finds the checkpoint the flag form restores and checks that its module may
 // restore it. It returns 0 for latest-if-any when there is none.
-func flagRestore(ctx context.Context, opts Options, rs recordStore, stateURL, job, opName string, self ModuleIdentity) (*RestoreInfo, uint64, error) {
+func flagRestore(ctx context.Context, opts Options, rs recordStore, stateURL, job, opName string, self ModuleIdentity, man abi.Manifest) (*RestoreInfo, uint64, error) {
 	pool := redactURL(stateURL)
 	ids, err := rs.List(ctx, kindCommitted)
 	if err != nil {
@@ -764,6 +764,12 @@ func flagRestore(ctx context.Context, opts Options, rs recordStore, stateURL, jo
 	prev, _ := json.Marshal(ModuleIdentity{SHA256: oc.ModuleSHA256, Name: oc.Module, States: oc.States})
 	if err := checkModule(info, prev, self, job, pool); err != nil {
 		return nil, 0, err
+	}
+	if err := checkStateVersion(opName, from, oc, man); err != nil {
+		return nil, 0, err
+	}
+	if oc.StateVersion != man.StateVersion {
+		info.Migrated, info.FromVersion, info.ToVersion = true, oc.StateVersion, man.StateVersion
 	}
 	return info, from, nil
 }

@@ -329,7 +329,7 @@ func (j *Job) loop(restore *CheckpointRecord) {
 // away by restarting.
 func restartable(err error) bool {
 	var se *SpecError
-	return !errors.As(err, &se)
+	return !errors.As(err, &se) && !errors.Is(err, ErrStateVersion)
 }
 
 func (j *Job) runAttempt(ctx context.Context, restore *CheckpointRecord) error {

@@ -51,7 +51,9 @@ type OperatorCheckpoint struct {
 	ModuleSHA256 string   `json:"module_sha256"`
 	Module       string   `json:"module_name"`
 	States       []string `json:"states"`
-	Parallelism  int      `json:"parallelism"`
+	// StateVersion is the module's manifest state_version (0: unversioned).
+	StateVersion int `json:"state_version,omitempty"`
+	Parallelism  int `json:"parallelism"`
 	// StateName is the operator's uid in the state pool; StateCheckpoint the checkpoint of it
 	// (one manifest per key-group range, listed in KeyGroupRanges).
 	StateName       string   `json:"state_name"`

@@ -282,6 +282,10 @@ func (a *attempt) run(parent context.Context) error {
 			if err := checkCompatible(oc, op, numKG, a.restored); err != nil {
 				return err
 			}
+			if v := op.mod.Manifest.StateVersion; v != oc.StateVersion {
+				a.log.Info("restoring an older state version: the module migrates it", "operator", op.spec.Name,
+					"checkpoint", a.restored.ID, "from_version", oc.StateVersion, "to_version", v)
+			}
 			restoreFrom = oc.StateCheckpoint
 		}
 		for i := range op.spec.Parallelism {
@@ -441,7 +445,22 @@ func checkCompatible(oc *OperatorCheckpoint, op *opNode, numKG int, rec *Checkpo
 		return fmt.Errorf("operator %s: checkpoint %d holds state %q, not %q", op.spec.Name, rec.ID, oc.StateName, op.stateName)
 	}
 	// A module may add states; the ones it drops are ignored (state is keyed by name).
-	return nil
+	return checkStateVersion(op.spec.Name, rec.ID, oc, op.mod.Manifest)
+}
+
+// ErrStateVersion refuses a restore into a module that cannot read the checkpoint's state
+// version (docs/abi.md, "State versions on restore").
+var ErrStateVersion = errors.New("state version mismatch")
+
+// checkStateVersion lets a module restore state of its own version, or of one it migrates
+// from.
+func checkStateVersion(operator string, checkpoint uint64, oc *OperatorCheckpoint, m abi.Manifest) error {
+	if m.Migrates(oc.StateVersion) {
+		return nil
+	}
+	return fmt.Errorf("%w: operator %s: checkpoint %d holds state version %d (written by module %s), and module %s declares state_version %d without %d in migrates_from: "+
+		"it cannot read that state. Declare the migration in the module's manifest (\"migrates_from\": [%d]) and convert old values as it reads them, or start without restoring",
+		ErrStateVersion, operator, checkpoint, oc.StateVersion, oc.Module, m.Name, m.StateVersion, oc.StateVersion, oc.StateVersion)
 }
 
 // moduleSHA is the hex sha256 of a module's bytes.
