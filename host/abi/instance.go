@@ -150,7 +150,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 	in.kind = callInit
 	in.seq++
 	// The allocator is looked up in the context only while the memory is created.
-	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(in.ctx, memoryAllocator), m.compiled, cfg)
+	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(in.ctx, m.e.memoryAllocator()), m.compiled, cfg)
 	if err != nil {
 		in.kind = callNone
 		return nil, in.fault(callInit, err)
