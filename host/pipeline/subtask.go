@@ -266,6 +266,9 @@ func (t *operatorTask) run() error {
 		}
 		defer closeLookups()
 		lookupFn = fn
+		if g := a.env.LookupGate; g != nil {
+			lookupFn = gateLookups(g, fn)
+		}
 	}
 	order := scheduler.OrderPerKey
 	switch t.op.spec.Order {
@@ -279,7 +282,7 @@ func (t *operatorTask) run() error {
 	go t.persister(ctx)
 	ctrl, err := scheduler.New(scheduler.Config{
 		Module: t.op.mod, Backend: t.backend, Sink: t.out, Lookup: lookupFn, Order: order,
-		Log: a.env.guestLog(t.describe), MaxInFlight: t.op.spec.Limits.MaxInFlight, Describe: t.describe,
+		Log: a.env.guestLog(t.describe), MaxInFlight: t.op.maxInFlight(), Describe: t.describe,
 		OnBarrier: t.onBarrier,
 	})
 	if err != nil {
@@ -287,6 +290,7 @@ func (t *operatorTask) run() error {
 		return fmt.Errorf("operator %s: %w", t.name(), err)
 	}
 	t.ctrl.Store(ctrl)
+	t.applyLiveInFlight() // a SetLimits between maxInFlight() and the Store above
 	mergeErr := make(chan error, 1)
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
