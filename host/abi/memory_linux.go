@@ -118,4 +118,3 @@ func (m *heapMemory) Reallocate(size uint64) []byte {
 
 func (m *heapMemory) Free() { m.buf = nil }
 
-var memoryAllocator experimental.MemoryAllocator = experimental.MemoryAllocatorFunc(newLinearMemory)

@@ -108,3 +108,24 @@ func (t *operatorTask) applyLiveInFlight() {
 		}
 	}
 }
+
+// Limits returns each operator's limits in force: the spec's, with the live changes over them.
+func (j *Job) Limits() map[string]LimitsSpec {
+	out := make(map[string]LimitsSpec, len(j.ops))
+	for _, n := range j.ops {
+		l := n.spec.Limits
+		if p := n.live.Load(); p != nil {
+			if p.MaxInFlight > 0 {
+				l.MaxInFlight = p.MaxInFlight
+			}
+			if p.CallTimeout > 0 {
+				l.CallTimeout = p.CallTimeout
+			}
+			if p.MemoryPages > 0 {
+				l.MemoryPages = min(p.MemoryPages, n.eng.Limits().MemoryPages)
+			}
+		}
+		out[n.spec.Name] = l
+	}
+	return out
+}

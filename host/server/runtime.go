@@ -51,6 +51,10 @@ type run struct {
 	shutdown   bool          // set (under runtime.mu) when the server stops it: Running stays set
 	ingests    bool          // the spec has an http source
 	ingestSrc  string        // its name
+	name       string        // the pipeline record's name
+	rawSpec    json.RawMessage
+
+	quotaErr error // set (under mu) when the server stops the run for a quota (quotas_live.go)
 
 	mu     sync.Mutex
 	errs   []CapturedError
@@ -144,14 +148,17 @@ type runtime struct {
 	runs     map[string]*run
 	starting map[string]bool
 	closed   bool
-	ctx      context.Context // runs outlive requests; cancelled by Close
+	gates    map[string]*lookupGate  // per tenant
+	usage    map[string]*tenantUsage // per tenant
+	ctx      context.Context         // runs outlive requests; cancelled by Close
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 }
 
 func newRuntime(s *Server) *runtime {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]bool{}, ctx: ctx, cancel: cancel}
+	return &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]bool{},
+		gates: map[string]*lookupGate{}, usage: map[string]*tenantUsage{}, ctx: ctx, cancel: cancel}
 }
 
 func (rt *runtime) get(id string) *run {
@@ -272,7 +279,13 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	if used+p.Subtasks > t.Quotas.MaxSubtasks {
 		return nil, quotaProblem("quotas.max_subtasks", "starting %s needs %d subtasks; tenant %q runs %d of its %d", p.ID, p.Subtasks, p.Tenant, used, t.Quotas.MaxSubtasks)
 	}
+	if err := rt.checkStateQuota(ctx, p.Tenant, true); err != nil {
+		return nil, quotaProblem("quotas.state_bytes", "%v", err)
+	}
+	r.name, r.rawSpec = p.Name, p.Spec
 	applyQuotas(spec, t.Quotas)
+	gate := rt.gate(p.Tenant, t.Quotas.LookupRequestsPerSec)
+	gate.setRate(t.Quotas.LookupRequestsPerSec)
 	for _, src := range spec.Sources {
 		if src.Type == ingest.SourceType && !r.ingests {
 			r.ingests, r.ingestSrc = true, src.Name
@@ -305,6 +318,7 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 		Store:      r.store,
 		Restore:    "latest-if-any",
 		Lookups:    rt.lookups,
+		LookupGate: gate,
 		Log:        logger,
 		Modules: func(ctx context.Context, ref string) ([]byte, error) {
 			m, err := resolveModule(s.ctl.Snapshot(), p.Tenant, ref, "module")
@@ -366,6 +380,13 @@ func (rt *runtime) watch(r *run) {
 		st, msg = control.PipelineFailed, err.Error()
 		r.capture(captureOf("the pipeline failed", err, time.Now()))
 	}
+	r.mu.Lock()
+	qerr := r.quotaErr
+	r.mu.Unlock()
+	if qerr != nil {
+		st, msg = control.PipelineFailed, qerr.Error()
+		r.capture(captureOf("the pipeline was stopped: over a quota", qerr, time.Now()))
+	}
 	rt.mu.Lock()
 	shutdown := r.shutdown
 	rt.mu.Unlock()
@@ -409,6 +430,11 @@ func (rt *runtime) noteCheckpoint(r *run, ci *pipeline.CheckpointInfo) {
 	defer cancel()
 	if err := rt.s.ctl.SetCheckpoint(ctx, r.id, control.CheckpointPointer{ID: ci.ID, URL: r.stateURL, Savepoint: ci.Savepoint, At: now}); err != nil && !errors.Is(err, control.ErrNotFound) {
 		rt.s.log.Warn("recording a checkpoint failed", "pipeline", r.id, "checkpoint", ci.ID, "err", err)
+	}
+	if r.job != nil && r.running() {
+		if err := rt.checkStateQuota(ctx, r.tenant, false); err != nil {
+			go rt.failForQuota(r, err)
+		}
 	}
 	// The ingest log before the committed position is never read again (a restore takes the
 	// newest committed checkpoint): free it.
