@@ -295,22 +295,20 @@ func (r *run) metrics() pipeline.JobMetrics {
 }
 
 func (s *Server) pipelineErrors(c echo.Context, p *control.Pipeline) error {
-	items := []CapturedError{}
-	if r := s.rt.get(p.ID); r != nil {
-		r.mu.Lock()
-		items = append(items, r.errs...)
-		r.mu.Unlock()
+	h, err := s.rt.history(c.Request().Context(), p)
+	if err != nil {
+		return err
 	}
+	items := append([]CapturedError{}, h.Errors...)
 	return c.JSON(http.StatusOK, map[string]any{"pipeline": p.ID, "error": p.Error, "items": items})
 }
 
 func (s *Server) pipelineCheckpointsRun(c echo.Context, p *control.Pipeline) error {
-	items := []CheckpointView{}
-	if r := s.rt.get(p.ID); r != nil {
-		r.mu.Lock()
-		items = append(items, r.cps...)
-		r.mu.Unlock()
+	h, err := s.rt.history(c.Request().Context(), p)
+	if err != nil {
+		return err
 	}
+	items := append([]CheckpointView{}, h.Checkpoints...)
 	return c.JSON(http.StatusOK, map[string]any{"pipeline": p.ID, "latest": p.Checkpoint, "items": items})
 }
 

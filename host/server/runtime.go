@@ -61,6 +61,9 @@ type run struct {
 	cps    []CheckpointView
 	lastCP uint64
 	final  *pipeline.JobMetrics
+
+	histDirty bool      // errs or cps changed since the last saveHistory
+	histSaved time.Time // when history was last saved
 }
 
 // CapturedError is an error a run logged or failed with.
@@ -91,6 +94,7 @@ func (r *run) capture(e CapturedError) {
 		r.errs = r.errs[1:]
 	}
 	r.errs = append(r.errs, e)
+	r.histDirty = true
 }
 
 func captureOf(msg string, err error, at time.Time) CapturedError {
@@ -247,7 +251,9 @@ func (rt *runtime) start(ctx context.Context, p *control.Pipeline) (*run, error)
 	if prev != nil {
 		<-prev.done // the previous run's end is recorded before a new one begins
 	}
-	r, err := rt.startRun(ctx, p, &run{id: p.ID, tenant: p.Tenant, done: make(chan struct{})})
+	nr := &run{id: p.ID, tenant: p.Tenant, done: make(chan struct{})}
+	rt.seedHistory(ctx, nr, prev)
+	r, err := rt.startRun(ctx, p, nr)
 	if err != nil {
 		return nil, err
 	}
@@ -360,6 +366,7 @@ func (rt *runtime) watch(r *run) {
 		case <-r.job.Done():
 		case <-t.C:
 			rt.noteCheckpoint(r, r.job.Metrics().LastCheckpoint)
+			rt.saveHistory(r, false)
 			continue
 		}
 		break
@@ -403,6 +410,7 @@ func (rt *runtime) watch(r *run) {
 	if err := s.ctl.SetPipelineState(ctx, r.id, st, msg, running); err != nil && !errors.Is(err, control.ErrNotFound) {
 		s.log.Warn("recording a pipeline's end failed", "pipeline", r.id, "err", err)
 	}
+	rt.saveHistory(r, true)
 	r.store.Close()
 	r.log.Close()
 	s.log.Info("pipeline ended", "tenant", r.tenant, "pipeline", r.id, "state", m.State, "err", err)
@@ -425,6 +433,7 @@ func (rt *runtime) noteCheckpoint(r *run, ci *pipeline.CheckpointInfo) {
 	}
 	r.cps = append(r.cps, CheckpointView{ID: ci.ID, Savepoint: ci.Savepoint, Final: ci.Final, DurationMs: float64(ci.Duration.Microseconds()) / 1000,
 		StateBytes: ci.StateBytes, Positions: ci.Positions, At: now})
+	r.histDirty = true
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -498,6 +507,13 @@ func (rt *runtime) forget(tenant, id string) {
 	rt.mu.Lock()
 	delete(rt.runs, id)
 	rt.mu.Unlock()
+	if control.ValidTenantName(tenant) && control.ValidPipelineID(id) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := rt.s.ctl.Store().Delete(ctx, historyName(tenant, id)); err != nil {
+			rt.s.log.Warn("removing a deleted pipeline's run history failed", "pipeline", id, "err", err)
+		}
+		cancel()
+	}
 	if dir, err := rt.runDir(tenant, id); err == nil {
 		if err := os.RemoveAll(dir); err != nil {
 			rt.s.log.Warn("removing a deleted pipeline's files failed", "pipeline", id, "err", err)

@@ -242,7 +242,12 @@ func (s *previewSink) Recover(ctx context.Context, checkpoint uint64, prep []byt
 		if err := json.Unmarshal(prep, &p); err != nil {
 			return fmt.Errorf("bad prepared state: %w", err)
 		}
-		if err := s.commit(&p); err != nil {
+		if st, err := os.Stat(generationPath(s.dir, s.name, p.Gen)); (err != nil && errors.Is(err, os.ErrNotExist)) || (err == nil && st.Size() < p.Base) {
+			// The preview is gone (a run directory lost with its disk, the state restored from
+			// the object store): it is a view, not the system of record, so it starts again
+			// empty, in a new generation, rather than failing the restore.
+			p = previewPrepared{Gen: p.Gen + 1}
+		} else if err := s.commit(&p); err != nil {
 			return err
 		}
 	}

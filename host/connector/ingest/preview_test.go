@@ -154,3 +154,40 @@ func seqRange(from, to int) []int {
 	}
 	return out
 }
+
+// TestPreviewLost: a restore whose preview files are gone (a lost run directory) starts an
+// empty preview in a new generation instead of failing, and commits go on from there.
+func TestPreviewLost(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s := testPreview(t, dir, 1024)
+	if err := s.Recover(ctx, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := s.Open(ctx, pipeline.SinkContext{})
+	ws := []*previewWriter{w.(*previewWriter), w.(*previewWriter)}
+	prep := checkpointN(t, s, ws, 1, 0, 10)
+	if err := s.Commit(ctx, 1, prep); err != nil {
+		t.Fatal(err)
+	}
+	prep2 := checkpointN(t, s, ws, 2, 10, 20)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	s2 := testPreview(t, dir, 1024)
+	if err := s2.Recover(ctx, 2, prep2); err != nil {
+		t.Fatalf("a restore over a lost preview: %v", err)
+	}
+	if lines, _, _ := TailPreview(dir, "out", 100, 1<<20); len(lines) != 0 {
+		t.Fatalf("a lost preview came back with %d lines", len(lines))
+	}
+	w2, _ := s2.Open(ctx, pipeline.SinkContext{})
+	ws2 := []*previewWriter{w2.(*previewWriter), w2.(*previewWriter)}
+	if err := s2.Commit(ctx, 3, checkpointN(t, s2, ws2, 3, 20, 30)); err != nil {
+		t.Fatal(err)
+	}
+	lines, _, _ := TailPreview(dir, "out", 100, 1<<20)
+	if got := seqs(t, lines); !slices.Equal(got, seqRange(20, 30)) {
+		t.Fatalf("after the loss: %v", got)
+	}
+}
