@@ -20,6 +20,11 @@
 //     Its release (fire due timers, then forward the watermark) runs only after every task of
 //     that epoch and of every earlier epoch has finished, in epoch order. Timers fire as tasks
 //     through the same gate, so a timer callback that reads cold state suspends like a record.
+//   - Processing-time timers: when the wall clock passes the earliest one, the open epoch is
+//     closed as a watermark would close it, but with the watermark unchanged; its release
+//     fires the processing-time timers due by then (after every record admitted before), and
+//     forwards nothing. While records flow the clock is read once per runner iteration, and
+//     only while such timers exist; an idle runner sleeps until the earliest one.
 //   - Barrier drain: a checkpoint barrier stops admission until every admitted task has finished
 //     and every closed epoch has been released, then captures state: a consistent cut.
 //   - Read coalescing: pending cold reads go to the backend as one batched Fetch when any of
@@ -246,6 +251,10 @@ type Controller struct {
 	barrier   *uint64
 	barrierAt time.Time // when the barrier arrived: its drain starts
 	timers    *timerService
+	ptimers   *timerService // processing-time timers
+	ptUsed    bool          // a processing-time timer was registered or restored: persist them
+	ptClosing bool          // an epoch closed for processing-time timers is not released yet
+	ptWake    *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
 	pendingSince time.Time     // when the oldest pending read joined the batch
@@ -283,6 +292,9 @@ type epoch struct {
 	closed  bool
 	firing  bool
 	due     []timerEntry
+	// procTime > 0: closed by the clock, not by a watermark: its release fires the
+	// processing-time timers due at procTime and forwards no watermark.
+	procTime int64
 }
 
 // completions is the hand-back from IO goroutines to the runner.
@@ -373,6 +385,7 @@ func New(cfg Config) (*Controller, error) {
 		gate:      make(map[string]*gateEntry),
 		suspended: make(map[*task]struct{}),
 		timers:    newTimerService(cfg.TimerLimit),
+		ptimers:   newTimerService(cfg.TimerLimit),
 		maxBatch:  cfg.ReadBatch,
 		watermark: math.MinInt64,
 		lastWM:    math.MinInt64,
@@ -388,6 +401,10 @@ func New(cfg Config) (*Controller, error) {
 	if err := c.timers.unmarshal(cfg.Backend.OperatorState(timersStateName)); err != nil {
 		return nil, err
 	}
+	if err := c.ptimers.unmarshal(cfg.Backend.OperatorState(procTimersStateName)); err != nil {
+		return nil, err
+	}
+	c.ptUsed = c.ptimers.len() > 0
 	return c, nil
 }
 
@@ -551,6 +568,9 @@ func (c *Controller) loop(self *carrier) {
 		if c.releaseStep() {
 			continue
 		}
+		if c.ptUsed && c.procTimersDue() {
+			continue
+		}
 		if c.barrier != nil {
 			if c.admitted == 0 && len(c.epochs) == 1 {
 				c.completeBarrier()
@@ -616,7 +636,21 @@ func (c *Controller) wait() {
 	if !c.inputDone && c.barrier == nil && c.admitted < c.maxInFlight && len(c.inbuf) == 0 {
 		in = c.input
 	}
+	var clock <-chan time.Time
+	if c.ptUsed && !c.ptClosing && c.barrier == nil {
+		if next, ok := c.ptimers.next(); ok {
+			d := time.Duration(next-time.Now().UnixMilli()) * time.Millisecond
+			if c.ptWake == nil {
+				c.ptWake = time.NewTimer(d)
+			} else {
+				c.ptWake.Reset(d)
+			}
+			clock = c.ptWake.C
+			defer c.ptWake.Stop()
+		}
+	}
 	select {
+	case <-clock:
 	case <-c.comp.wake:
 	case b, ok := <-in:
 		if !ok {
@@ -790,9 +824,13 @@ func (c *Controller) execute(t *task) {
 // callGuest runs the guest call of s's task, on the current carrier or inside s's coroutine.
 func (c *Controller) callGuest(s *slot) error {
 	t := s.t
-	if t.kind == kindTimer {
+	switch t.kind {
+	case kindTimer:
 		c.hot.timers++
 		return s.inst.OnTimer(t.key, t.ts)
+	case kindProcTimer:
+		c.hot.timers++
+		return s.inst.OnProcessingTimer(t.key, t.ts)
 	}
 	c.hot.records++
 	return s.inst.Process(t.key, t.value, t.ts)
@@ -811,8 +849,11 @@ func (c *Controller) afterCall(t *task, s *slot, err error) {
 func (c *Controller) finish(t *task, err error) {
 	if err != nil && c.err == nil {
 		where := c.cfg.Describe(t.pos)
-		if t.kind == kindTimer {
+		switch t.kind {
+		case kindTimer:
 			where = fmt.Sprintf("timer at %d", t.ts)
+		case kindProcTimer:
+			where = fmt.Sprintf("processing-time timer at %d", t.ts)
 		}
 		c.fail(&OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err, Lookup: t.lookupErr})
 	}
@@ -886,7 +927,11 @@ func (c *Controller) releaseStep() bool {
 	}
 	if !e.firing {
 		e.firing = true
-		e.due = c.timers.popDue(e.closeWM)
+		if e.procTime != 0 {
+			e.due = c.ptimers.popDue(e.procTime)
+		} else {
+			e.due = c.timers.popDue(e.closeWM)
+		}
 	}
 	if len(e.due) > 0 {
 		if c.admitted >= c.maxInFlight {
@@ -896,6 +941,9 @@ func (c *Controller) releaseStep() bool {
 		e.due = e.due[1:]
 		t := c.newTask()
 		t.kind = kindTimer
+		if e.procTime != 0 {
+			t.kind = kindProcTimer
+		}
 		t.key, t.ts, t.pos = []byte(te.key), te.ts, -1
 		t.ep, t.wm = e, e.closeWM
 		e.pending++
@@ -908,12 +956,16 @@ func (c *Controller) releaseStep() bool {
 	}
 	// Timers registered during this release for times at or before the watermark fire at the
 	// next one (docs/abi.md). At end of input there is no next one: fire them now, bounded.
-	if e.closeWM == math.MaxInt64 && c.timers.hasDue(e.closeWM) {
+	if e.closeWM == math.MaxInt64 && e.procTime == 0 && c.timers.hasDue(e.closeWM) {
 		e.due = c.timers.popDue(e.closeWM)
 		return true
 	}
 	c.epochs[0] = nil
 	c.epochs = c.epochs[1:]
+	if e.procTime != 0 {
+		c.ptClosing = false
+		return true // the watermark did not move: nothing to forward
+	}
 	c.watermark = e.closeWM
 	c.metrics.Watermarks.Add(1)
 	if err := c.out.mark(OutputWatermark, e.closeWM); err != nil {
@@ -927,7 +979,7 @@ func (c *Controller) completeBarrier() {
 	c.barrier = nil
 	drained := time.Now()
 	c.metrics.BarrierDrainNanos.Add(int64(drained.Sub(c.barrierAt)))
-	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())
+	c.saveTimers()
 	if c.cfg.OnBarrier != nil {
 		err := c.cfg.OnBarrier(id)
 		c.metrics.BarrierCaptureNanos.Add(int64(time.Since(drained)))
@@ -944,12 +996,39 @@ func (c *Controller) completeBarrier() {
 
 // SaveTimers stores the timer queue in the backend's operator state; used before a final
 // savepoint when no barrier passed.
-func (c *Controller) SaveTimers() {
+func (c *Controller) SaveTimers() { c.saveTimers() }
+
+func (c *Controller) saveTimers() {
 	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())
+	if c.ptUsed {
+		c.cfg.Backend.SetOperatorState(procTimersStateName, c.ptimers.marshal())
+	}
 }
 
-// PendingTimers returns the number of registered timers.
-func (c *Controller) PendingTimers() int { return c.timers.len() }
+// procTimersDue closes the open epoch for the processing-time timers due now, if any (and if
+// no such epoch is already waiting for its release, and no barrier is draining). It reports
+// whether it did.
+func (c *Controller) procTimersDue() bool {
+	if c.ptClosing || c.barrier != nil {
+		return false
+	}
+	next, ok := c.ptimers.next()
+	if !ok {
+		return false
+	}
+	now := time.Now().UnixMilli()
+	if next > now {
+		return false
+	}
+	e := c.epochs[len(c.epochs)-1]
+	e.closed, e.closeWM, e.procTime = true, c.lastWM, max(now, 1)
+	c.epochs = append(c.epochs, &epoch{startWM: c.lastWM})
+	c.ptClosing = true
+	return true
+}
+
+// PendingTimers returns the number of registered timers, of both kinds.
+func (c *Controller) PendingTimers() int { return c.timers.len() + c.ptimers.len() }
 
 // --- async imports ---
 
