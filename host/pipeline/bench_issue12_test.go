@@ -245,7 +245,8 @@ func (s latencySink) Close(context.Context) error                      { return 
 
 // BenchmarkPipelineLatency: the AssemblyScript counter at parallelism 1, first unpaced for
 // its maximum throughput, then paced at half of it for CLINK_BENCH_LATENCY_SECONDS (default
-// 5) with a checkpoint every second: p50, p99 and max of source-due-to-sink latency.
+// 5): p50, p99 and max of source-due-to-sink latency, with a checkpoint every second and,
+// for comparison in the same process, with none until the final one (ckpt0-*).
 func BenchmarkPipelineLatency(b *testing.B) {
 	wasm := counterWasm(b)
 	secs := 5.0
@@ -254,34 +255,43 @@ func BenchmarkPipelineLatency(b *testing.B) {
 	}
 	for b.Loop() {
 		maxRate := runRate(b, counterSpec(1, 1_000_000, wasm), pipeline.Env{StateURL: "mem://"})
-		p := &paced{rate: maxRate / 2, keys: 100_000}
-		p.n = int64(p.rate * secs)
-		c := connectors()
-		c.RegisterSource("paced", func(*pipeline.SourceSpec, *pipeline.ConnectorOptions, *pipeline.Env) (pipeline.Source, error) {
-			return p, nil
-		})
-		c.RegisterSink("latency", func(*pipeline.SinkSpec, *pipeline.ConnectorOptions, *pipeline.Env) (pipeline.Sink, error) {
-			return latencySink{p}, nil
-		})
-		spec := fmt.Sprintf(`
+		b.ReportMetric(maxRate, "max-rec/s")
+		b.ReportMetric(maxRate/2, "paced-rec/s")
+		for _, c := range []struct{ unit, interval string }{{"", "1s"}, {"ckpt0-", "0s"}} {
+			lat := pacedRun(b, wasm, maxRate/2, secs, c.interval)
+			q := func(f float64) float64 { return float64(lat[int(f*float64(len(lat)-1))].Microseconds()) / 1000 }
+			b.ReportMetric(q(0.5), c.unit+"p50-ms")
+			b.ReportMetric(q(0.99), c.unit+"p99-ms")
+			b.ReportMetric(q(1), c.unit+"max-ms")
+		}
+	}
+}
+
+// pacedRun runs the counter over a paced source at rate for secs seconds, with the given
+// checkpoint interval, and returns the sorted latencies.
+func pacedRun(b *testing.B, wasm string, rate, secs float64, interval string) []time.Duration {
+	p := &paced{rate: rate, keys: 100_000}
+	p.n = int64(p.rate * secs)
+	c := connectors()
+	c.RegisterSource("paced", func(*pipeline.SourceSpec, *pipeline.ConnectorOptions, *pipeline.Env) (pipeline.Source, error) {
+		return p, nil
+	})
+	c.RegisterSink("latency", func(*pipeline.SinkSpec, *pipeline.ConnectorOptions, *pipeline.Env) (pipeline.Sink, error) {
+		return latencySink{p}, nil
+	})
+	spec := fmt.Sprintf(`
 name: latency
-checkpoints: {interval: 1s}
+checkpoints: {interval: %s}
 sources: [{name: g, type: paced}]
 operators: [{name: count, module: %s, inputs: [g], key: key}]
 sinks: [{name: out, type: latency, inputs: [count]}]
-`, wasm)
-		if _, err := runSpec(b, spec, pipeline.Env{StateURL: "mem://", Connectors: c}); err != nil {
-			b.Fatal(err)
-		}
-		if int64(len(p.lat)) != p.n {
-			b.Fatalf("%d latencies for %d records", len(p.lat), p.n)
-		}
-		slices.Sort(p.lat)
-		q := func(f float64) float64 { return float64(p.lat[int(f*float64(len(p.lat)-1))].Microseconds()) / 1000 }
-		b.ReportMetric(maxRate, "max-rec/s")
-		b.ReportMetric(p.rate, "paced-rec/s")
-		b.ReportMetric(q(0.5), "p50-ms")
-		b.ReportMetric(q(0.99), "p99-ms")
-		b.ReportMetric(q(1), "max-ms")
+`, interval, wasm)
+	if _, err := runSpec(b, spec, pipeline.Env{StateURL: "mem://", Connectors: c}); err != nil {
+		b.Fatal(err)
 	}
+	if int64(len(p.lat)) != p.n {
+		b.Fatalf("%d latencies for %d records", len(p.lat), p.n)
+	}
+	slices.Sort(p.lat)
+	return p.lat
 }
