@@ -241,7 +241,7 @@ func (s latencySink) Write(_ context.Context, recs []pipeline.SinkRecord) error 
 	return nil
 }
 func (s latencySink) PreCommit(context.Context, uint64) ([]byte, error) { return nil, nil }
-func (s latencySink) Close(context.Context) error                      { return nil }
+func (s latencySink) Close(context.Context) error                       { return nil }
 
 // BenchmarkPipelineLatency: the AssemblyScript counter at parallelism 1, first unpaced for
 // its maximum throughput, then paced at half of it for CLINK_BENCH_LATENCY_SECONDS (default
