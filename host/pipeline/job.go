@@ -53,6 +53,10 @@ type Env struct {
 	// OnCommitPhase, if set, is called at each step of a checkpoint commit (fault injection):
 	// an error fails the checkpoint, and so the attempt, at that point.
 	OnCommitPhase func(phase CommitPhase, checkpoint uint64) error
+	// Native, if set, runs the named operators as Go code instead of their modules (for the
+	// benchmarks that measure what the Wasm operator costs; see NativeOperator). The function
+	// is called once per subtask.
+	Native map[string]func() NativeOperator
 }
 
 func (e *Env) module(ctx context.Context, ref string) ([]byte, error) {

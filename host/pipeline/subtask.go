@@ -254,6 +254,9 @@ func (t *operatorTask) describe(pos int64) string {
 func (t *operatorTask) run() error {
 	ctx := t.out.ctx
 	a := t.a
+	if newOp := a.env.Native[t.op.spec.Name]; newOp != nil {
+		return t.runNative(ctx, newOp())
+	}
 	var lookupFn scheduler.LookupFunc
 	if len(t.op.spec.Endpoints) > 0 {
 		reg := a.env.Lookups
