@@ -363,7 +363,20 @@ func (m *merger) reader(ctx context.Context, idx int) {
 			return false
 		}
 	}
-	for b := range m.ins[idx].ch {
+	for {
+		// Select on ctx too: after a cancellation the upstream may never close the channel,
+		// and a reader blocked on it would outlive the job.
+		var b []scheduler.Element
+		select {
+		case bb, ok := <-m.ins[idx].ch:
+			if !ok {
+				send(inputMsg{idx: idx, done: true})
+				return
+			}
+			b = bb
+		case <-ctx.Done():
+			return
+		}
 		start := 0
 		for i := range b {
 			if b[i].Kind != scheduler.ElementBarrier {
@@ -387,7 +400,6 @@ func (m *merger) reader(ctx context.Context, idx int) {
 			return
 		}
 	}
-	send(inputMsg{idx: idx, done: true})
 }
 
 // run merges until every input is closed and drained, then closes out.

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
@@ -52,7 +53,8 @@ type opNode struct {
 	sha       string
 	stateName string
 	ranges    []state.KeyGroupRange
-	borrowed  bool // eng belongs to the caller (the flag form's preloaded module)
+	borrowed  bool                       // eng belongs to the caller (the flag form's preloaded module)
+	live      atomic.Pointer[LimitsSpec] // limits changed while the job runs (live.go)
 }
 
 func (a *attempt) sourceSpec(name string) *SourceSpec {

@@ -260,6 +260,9 @@ func (t *operatorTask) describe(pos int64) string {
 func (t *operatorTask) run() error {
 	ctx := t.out.ctx
 	a := t.a
+	if newOp := a.env.Native[t.op.spec.Name]; newOp != nil {
+		return t.runNative(ctx, newOp())
+	}
 	var lookupFn scheduler.LookupFunc
 	if len(t.op.spec.Endpoints) > 0 {
 		reg := a.env.Lookups
@@ -272,6 +275,9 @@ func (t *operatorTask) run() error {
 		}
 		defer func() { t.a.env.flag.lookupsDone(closeLookups()) }()
 		lookupFn = fn
+		if g := a.env.LookupGate; g != nil {
+			lookupFn = gateLookups(g, fn)
+		}
 	}
 	var backend state.Backend = t.backend
 	var sink scheduler.Sink = t.out
@@ -297,7 +303,7 @@ func (t *operatorTask) run() error {
 	go t.persister(ctx)
 	ctrl, err := scheduler.New(t.op.mod, backend, sink,
 		scheduler.WithLookup(lookupFn), scheduler.WithOrder(order),
-		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.spec.Limits.MaxInFlight),
+		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.maxInFlight()),
 		scheduler.WithDescribe(t.describe), scheduler.WithOnBarrier(t.onBarrier),
 		scheduler.WithLogger(a.log.With("subtask", t.name())), scheduler.WithLookupContext(t.lookupContext))
 	if err != nil {
@@ -305,6 +311,7 @@ func (t *operatorTask) run() error {
 		return fmt.Errorf("operator %s: %w", t.name(), err)
 	}
 	t.ctrl.Store(ctrl)
+	t.applyLiveInFlight() // a SetLimits between maxInFlight() and the Store above
 	mergeErr := make(chan error, 1)
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()

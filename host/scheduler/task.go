@@ -13,6 +13,7 @@ type taskKind uint8
 const (
 	kindRecord taskKind = iota
 	kindTimer
+	kindProcTimer // a processing-time timer
 )
 
 // task is one record or fired timer on its way through the controller.
@@ -150,7 +151,7 @@ func (s *slot) Emit(key, value []byte) error {
 	var src Source
 	ts := s.c.watermark // clink_close: the last watermark (docs/abi.md, emit)
 	if t := s.t; t != nil {
-		src = Source{Pos: t.pos, Key: t.key, Timer: t.kind == kindTimer, TS: t.ts}
+		src = Source{Pos: t.pos, Key: t.key, Timer: t.kind != kindRecord, TS: t.ts}
 		ts = t.ts
 		if t.held != nil {
 			t.held.add(key, value, ts, src)
@@ -174,6 +175,24 @@ func (s *slot) DeleteTimer(ts int64) error {
 		return abi.NotAllowed
 	}
 	s.c.timers.remove(s.t.key, ts)
+	return nil
+}
+
+// RegisterProcessingTimer implements abi.ProcessingTimerHandler.
+func (s *slot) RegisterProcessingTimer(ts int64) error {
+	if s.t == nil || s.c.cfg.Order != OrderPerKey {
+		return abi.NotAllowed
+	}
+	s.c.ptUsed = true
+	return s.c.ptimers.register(s.t.key, ts)
+}
+
+// DeleteProcessingTimer implements abi.ProcessingTimerHandler.
+func (s *slot) DeleteProcessingTimer(ts int64) error {
+	if s.t == nil || s.c.cfg.Order != OrderPerKey {
+		return abi.NotAllowed
+	}
+	s.c.ptimers.remove(s.t.key, ts)
 	return nil
 }
 
@@ -204,7 +223,7 @@ func (s *slot) Log(level abi.LogLevel, msg []byte) {
 	if s.c.cfg.Log != nil {
 		var src *Source
 		if t := s.t; t != nil {
-			src = &Source{Pos: t.pos, Key: t.key, Timer: t.kind == kindTimer, TS: t.ts}
+			src = &Source{Pos: t.pos, Key: t.key, Timer: t.kind != kindRecord, TS: t.ts}
 		}
 		s.c.cfg.Log(s.c.name, level, msg, src)
 	}
