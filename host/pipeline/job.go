@@ -478,10 +478,12 @@ type SubtaskMetrics struct {
 	// InputDepth is the number of batches waiting in the subtask's input channels.
 	InputDepth int
 	// Late counts late records diverted or dropped at the operator's input.
-	Late      int64
-	Skipped   int64
-	InFlight  int64
-	Suspended int64
+	Late    int64
+	Skipped int64
+	// DeadLetters counts records whose guest call faulted and that went to NAME.errors.
+	DeadLetters int64 `json:",omitempty"`
+	InFlight    int64
+	Suspended   int64
 }
 
 // Metrics returns a snapshot of the job.
@@ -508,7 +510,7 @@ func (j *Job) Metrics() JobMetrics {
 			RecordsOut: t.out.records.Load(), Skipped: t.skipped.Load()})
 	}
 	for _, t := range a.opTasks {
-		sm := SubtaskMetrics{Node: t.op.spec.Name, Subtask: t.subtask, RecordsOut: t.out.records.Load(), InputDepth: t.in.depth(), Late: t.in.dropped.Load()}
+		sm := SubtaskMetrics{Node: t.op.spec.Name, Subtask: t.subtask, RecordsOut: t.out.records.Load(), InputDepth: t.in.depth(), Late: t.in.dropped.Load(), DeadLetters: t.deadLetters.Load()}
 		if c := t.ctrl.Load(); c != nil {
 			cm := c.Metrics()
 			sm.RecordsIn, sm.InFlight, sm.Suspended = cm.Records, cm.InFlight, cm.Suspended

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,7 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/clink-wasm/clink-wasm/host/lookup"
 	"github.com/clink-wasm/clink-wasm/host/scheduler"
@@ -241,6 +243,8 @@ type operatorTask struct {
 
 	persistQ chan persistJob
 	persistE chan error
+
+	deadLetters atomic.Int64
 }
 
 type persistJob struct {
@@ -305,7 +309,8 @@ func (t *operatorTask) run() error {
 		scheduler.WithLookup(lookupFn), scheduler.WithOrder(order),
 		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.maxInFlight()),
 		scheduler.WithDescribe(t.describe), scheduler.WithOnBarrier(t.onBarrier),
-		scheduler.WithLogger(a.log.With("subtask", t.name())), scheduler.WithLookupContext(t.lookupContext))
+		scheduler.WithLogger(a.log.With("subtask", t.name())), scheduler.WithLookupContext(t.lookupContext),
+		scheduler.WithOnRecordFailure(t.onRecordFailure))
 	if err != nil {
 		close(t.persistQ)
 		return fmt.Errorf("operator %s: %w", t.name(), err)
@@ -342,6 +347,39 @@ func (t *operatorTask) run() error {
 		return nil
 	}
 	return t.out.close()
+}
+
+// onRecordFailure takes a record whose guest call faulted without effect: with on_error
+// dead-letter it goes to the side output NAME.errors (on the runner, which owns t.out), and the
+// job goes on; otherwise the fault fails the job.
+func (t *operatorTask) onRecordFailure(f scheduler.RecordFailure) error {
+	side := t.out.side["errors"]
+	if t.op.spec.OnError != "dead-letter" || len(side) == 0 {
+		return f.Err
+	}
+	var rec struct {
+		Operator  string  `json:"operator"`
+		Subtask   int     `json:"subtask"`
+		Pos       int64   `json:"pos"`
+		Key       string  `json:"key"`
+		Reason    string  `json:"reason"`
+		Raw       *string `json:"raw,omitempty"`
+		RawBase64 *string `json:"raw_base64,omitempty"`
+	}
+	rec.Operator, rec.Subtask, rec.Pos, rec.Key, rec.Reason = t.op.spec.Name, t.subtask, f.Pos, string(f.Key), f.Err.Error()
+	if utf8.Valid(f.Value) {
+		r := string(f.Value)
+		rec.Raw = &r
+	} else {
+		r := base64.StdEncoding.EncodeToString(f.Value)
+		rec.RawBase64 = &r
+	}
+	b, err := json.Marshal(&rec)
+	if err != nil {
+		return err
+	}
+	t.deadLetters.Add(1)
+	return t.out.route(side, f.Key, b, f.TS, f.Pos)
 }
 
 // lookupContext gives each lookup an idempotency key derived from the job, the operator, the

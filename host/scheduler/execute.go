@@ -4,7 +4,10 @@ package scheduler
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
 )
 
 // execute runs t's guest call on the current carrier. If the call suspends, this carrier parks
@@ -80,7 +83,19 @@ func (c *Controller) finish(t *task, err error) {
 		case kindProcTimer:
 			where = fmt.Sprintf("processing-time timer at %d", t.ts)
 		}
-		c.fail(&OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err, Lookup: t.lookupErr})
+		oe := &OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err, Lookup: t.lookupErr}
+		var fault *abi.Fault
+		if h := c.cfg.OnRecordFailure; h != nil && t.kind == kindRecord && !t.effects && t.aborted == nil && errors.As(err, &fault) {
+			// A guest fault that changed nothing: the handler may take the record (a dead
+			// letter) and the run goes on.
+			if herr := h(RecordFailure{Pos: t.pos, Key: t.key, Value: t.value, TS: t.ts, Err: oe}); herr != nil {
+				c.fail(herr)
+			} else {
+				c.metrics.RecordFailures.Add(1)
+			}
+		} else {
+			c.fail(oe)
+		}
 	}
 	c.keyDone(t)
 	if t.holds != 0 {
@@ -114,7 +129,7 @@ func (c *Controller) newTask() *task {
 	if n := len(c.taskPool); n > 0 {
 		t := c.taskPool[n-1]
 		c.taskPool = c.taskPool[:n-1]
-		t.seq = c.seq
+		t.seq, t.effects = c.seq, false
 		return t
 	}
 	return &task{seq: c.seq}

@@ -41,6 +41,7 @@ type config struct {
 	TimerLimit           int
 	OnBarrier            func(id uint64) error
 	LookupContext        func(ctx context.Context, call LookupCall) context.Context
+	OnRecordFailure      func(RecordFailure) error
 	Describe             func(pos int64) string
 }
 
@@ -165,6 +166,24 @@ type LookupCall struct {
 // host/lookup.WithIdempotencyKey). Default: none.
 func WithLookupContext(f func(ctx context.Context, call LookupCall) context.Context) Option {
 	return optionFunc(func(c *config) { c.LookupContext = f })
+}
+
+// RecordFailure is a record whose guest call faulted without changing anything: no state
+// written, no timer changed, no output emitted. Key and Value are valid only during the
+// OnRecordFailure callback.
+type RecordFailure struct {
+	Pos, TS    int64
+	Key, Value []byte
+	Err        *OperatorError // names the operator, the record and the fault
+}
+
+// WithOnRecordFailure sets what happens to a record whose guest call faults (a trap, a limit,
+// a non-zero return) without having changed anything: f runs on the runner, and when it
+// returns nil the record is dropped (f dead-letters it) and the run goes on; an error fails
+// the run with it. A call that changed state, timers or outputs before faulting still fails
+// the run (its effects cannot be taken back), as do timers. Default: every fault fails the run.
+func WithOnRecordFailure(f func(RecordFailure) error) Option {
+	return optionFunc(func(c *config) { c.OnRecordFailure = f })
 }
 
 // WithDescribe sets how errors name a record position, e.g. "input line 42" (default

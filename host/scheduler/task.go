@@ -51,10 +51,13 @@ type task struct {
 	// lookupErr is the last failed lookup of the call (for the report if the call fails).
 	lookupErr error
 	lookups   int // lookups the call made so far (LookupCall.Index)
-	aborted   error
-	order     int64 // resume priority, lower first (ResumePriority)
-	waitFrom  time.Time
-	done      atomic.Int32 // lookup completion state, see Lookup
+	// effects: the call changed something (state, timers, an output); a failed call without
+	// any may be handed to OnRecordFailure instead of failing the run.
+	effects  bool
+	aborted  error
+	order    int64 // resume priority, lower first (ResumePriority)
+	waitFrom time.Time
+	done     atomic.Int32 // lookup completion state, see Lookup
 
 	io     int  // async operations out that can still deliver to the task (see freeTask)
 	orphan bool // finished (aborted) while io > 0: pooled when the last one delivers
@@ -132,6 +135,7 @@ func (s *slot) Put(stateID uint32, entry, value []byte) error {
 		return abi.NotAllowed
 	}
 	s.c.pfTask = nil
+	s.t.effects = true
 	s.c.cfg.Backend.Put(s.key(stateID, entry), value)
 	return nil
 }
@@ -142,6 +146,7 @@ func (s *slot) Delete(stateID uint32, entry []byte) error {
 		return abi.NotAllowed
 	}
 	s.c.pfTask = nil
+	s.t.effects = true
 	s.c.cfg.Backend.Delete(s.key(stateID, entry))
 	return nil
 }
@@ -151,6 +156,7 @@ func (s *slot) Emit(key, value []byte) error {
 	var src Source
 	ts := s.c.watermark // clink_close: the last watermark (docs/abi.md, emit)
 	if t := s.t; t != nil {
+		t.effects = true
 		src = Source{Pos: t.pos, Key: t.key, Timer: t.kind != kindRecord, TS: t.ts}
 		ts = t.ts
 		if t.held != nil {
@@ -166,6 +172,7 @@ func (s *slot) RegisterTimer(ts int64) error {
 	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return abi.NotAllowed
 	}
+	s.t.effects = true
 	return s.c.timers.register(s.t.key, ts)
 }
 
@@ -174,6 +181,7 @@ func (s *slot) DeleteTimer(ts int64) error {
 	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return abi.NotAllowed
 	}
+	s.t.effects = true
 	s.c.timers.remove(s.t.key, ts)
 	return nil
 }
@@ -184,6 +192,7 @@ func (s *slot) RegisterProcessingTimer(ts int64) error {
 		return abi.NotAllowed
 	}
 	s.c.ptUsed = true
+	s.t.effects = true
 	return s.c.ptimers.register(s.t.key, ts)
 }
 
@@ -192,6 +201,7 @@ func (s *slot) DeleteProcessingTimer(ts int64) error {
 	if s.t == nil || s.c.cfg.Order != OrderPerKey {
 		return abi.NotAllowed
 	}
+	s.t.effects = true
 	s.c.ptimers.remove(s.t.key, ts)
 	return nil
 }
