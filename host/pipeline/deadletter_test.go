@@ -87,7 +87,7 @@ func TestDeadLetters(t *testing.T) {
 		}
 		recs = append(recs, SourceRecord{Key: []byte(fmt.Sprintf("k%d", i%5)), Value: []byte(v), Pos: int64(i)})
 	}
-	run := func(onError string) (*memSink, *memSink, JobMetrics, error) {
+	run := func(onError string, retries int) (*memSink, *memSink, JobMetrics, error) {
 		out, dead := &memSink{}, &memSink{}
 		conns := &Connectors{}
 		conns.RegisterSource("mem", func(*SourceSpec, *ConnectorOptions, *Env) (Source, error) { return &memSource{recs: recs}, nil })
@@ -96,11 +96,11 @@ func TestDeadLetters(t *testing.T) {
 		spec, err := ParseSpec([]byte(fmt.Sprintf(`
 name: dl
 sources: [{name: in, type: mem}]
-operators: [{name: fast, module: %s, inputs: [in], key: {source: true}, parallelism: 2, on_error: %s}]
+operators: [{name: fast, module: %s, inputs: [in], key: {source: true}, parallelism: 2, on_error: %s, retries: %d}]
 sinks:
   - {name: out, type: out, inputs: [fast]}
   - {name: dead, type: dead, inputs: [fast.errors]}
-`, mod, onError)))
+`, mod, onError, retries)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -111,7 +111,9 @@ sinks:
 		m, err := j.Wait()
 		return out, dead, m, err
 	}
-	out, dead, m, err := run("dead-letter")
+	// Each faulted record is run 3 times (2 retries) before it is dead-lettered: the fault is
+	// deterministic here, so every attempt fails.
+	out, dead, m, err := run("dead-letter", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,11 +125,12 @@ sinks:
 		var d struct {
 			Operator, Key, Reason, Raw string
 			Pos                        int64
+			Attempts                   int
 		}
 		if err := json.Unmarshal(r.Value, &d); err != nil {
 			t.Fatal(err)
 		}
-		if d.Operator != "fast" || !bad[d.Pos] || seen[d.Pos] || d.Raw != "b" || d.Key != fmt.Sprintf("k%d", d.Pos%5) ||
+		if d.Operator != "fast" || !bad[d.Pos] || seen[d.Pos] || d.Raw != "b" || d.Attempts != 3 || d.Key != fmt.Sprintf("k%d", d.Pos%5) ||
 			!strings.Contains(d.Reason, `operator "fast" failed at the record at source position `+strconv.FormatInt(d.Pos, 10)) {
 			t.Fatalf("dead letter %s", r.Value)
 		}
@@ -140,7 +143,7 @@ sinks:
 	if dl != int64(len(bad)) {
 		t.Fatalf("metrics count %d dead letters, want %d", dl, len(bad))
 	}
-	if _, _, _, err := run("fail"); err == nil || !strings.Contains(err.Error(), `operator "fast" failed`) {
+	if _, _, _, err := run("fail", 0); err == nil || !strings.Contains(err.Error(), `operator "fast" failed`) {
 		t.Fatalf("on_error fail: %v", err)
 	}
 }

@@ -152,6 +152,9 @@ type OperatorSpec struct {
 	// sends a record whose call faulted without changing anything to the side output
 	// NAME.errors, with a reason naming the operator and the record, and goes on.
 	OnError string `json:"on_error,omitempty"`
+	// Retries runs a record whose call faulted without changing anything again, up to this
+	// many times (0-10, default 0), before on_error applies.
+	Retries int `json:"retries,omitempty"`
 }
 
 // KeySpec says how records are keyed for an operator.
@@ -461,6 +464,9 @@ func (s *Spec) Validate() error {
 		case "fail", "dead-letter":
 		default:
 			p.add(path+".on_error", "%q is not one of fail, dead-letter", op.OnError)
+		}
+		if op.Retries < 0 || op.Retries > 10 {
+			p.add(path+".retries", "must be in [0, 10]")
 		}
 		if k := op.Key; k != nil {
 			n := 0

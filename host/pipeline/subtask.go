@@ -310,7 +310,7 @@ func (t *operatorTask) run() error {
 		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.maxInFlight()),
 		scheduler.WithDescribe(t.describe), scheduler.WithOnBarrier(t.onBarrier),
 		scheduler.WithLogger(a.log.With("subtask", t.name())), scheduler.WithLookupContext(t.lookupContext),
-		scheduler.WithOnRecordFailure(t.onRecordFailure))
+		scheduler.WithOnRecordFailure(t.onRecordFailure), scheduler.WithRecordRetries(t.op.spec.Retries))
 	if err != nil {
 		close(t.persistQ)
 		return fmt.Errorf("operator %s: %w", t.name(), err)
@@ -362,11 +362,12 @@ func (t *operatorTask) onRecordFailure(f scheduler.RecordFailure) error {
 		Subtask   int     `json:"subtask"`
 		Pos       int64   `json:"pos"`
 		Key       string  `json:"key"`
+		Attempts  int     `json:"attempts"`
 		Reason    string  `json:"reason"`
 		Raw       *string `json:"raw,omitempty"`
 		RawBase64 *string `json:"raw_base64,omitempty"`
 	}
-	rec.Operator, rec.Subtask, rec.Pos, rec.Key, rec.Reason = t.op.spec.Name, t.subtask, f.Pos, string(f.Key), f.Err.Error()
+	rec.Operator, rec.Subtask, rec.Pos, rec.Key, rec.Attempts, rec.Reason = t.op.spec.Name, t.subtask, f.Pos, string(f.Key), f.Attempts, f.Err.Error()
 	if utf8.Valid(f.Value) {
 		r := string(f.Value)
 		rec.Raw = &r

@@ -70,7 +70,23 @@ func (c *Controller) afterCall(t *task, s *slot, err error) {
 	c.running--
 	s.t, t.slot = nil, nil
 	c.releaseSlot(s)
+	if err != nil && c.retryable(t, err) {
+		// A fault that changed nothing: run the record again, on another instance (a broken
+		// one was just closed), before its key frees, so per-key order holds. Its lookups get
+		// the same indices, so their idempotency keys repeat.
+		t.attempts++
+		t.lookups, t.lookupErr = 0, nil
+		c.metrics.RecordRetries.Add(1)
+		c.execute(t)
+		return
+	}
 	c.finish(t, err)
+}
+
+// retryable reports whether a failed call of t may run again (WithRecordRetries).
+func (c *Controller) retryable(t *task, err error) bool {
+	var fault *abi.Fault
+	return t.attempts < c.cfg.RecordRetries && c.err == nil && t.kind == kindRecord && !t.effects && t.aborted == nil && errors.As(err, &fault)
 }
 
 // finish accounts a completed task: the key frees, the epoch advances, the first error sticks.
@@ -88,7 +104,7 @@ func (c *Controller) finish(t *task, err error) {
 		if h := c.cfg.OnRecordFailure; h != nil && t.kind == kindRecord && !t.effects && t.aborted == nil && errors.As(err, &fault) {
 			// A guest fault that changed nothing: the handler may take the record (a dead
 			// letter) and the run goes on.
-			if herr := h(RecordFailure{Pos: t.pos, Key: t.key, Value: t.value, TS: t.ts, Err: oe}); herr != nil {
+			if herr := h(RecordFailure{Pos: t.pos, Key: t.key, Value: t.value, TS: t.ts, Attempts: t.attempts + 1, Err: oe}); herr != nil {
 				c.fail(herr)
 			} else {
 				c.metrics.RecordFailures.Add(1)
@@ -129,7 +145,7 @@ func (c *Controller) newTask() *task {
 	if n := len(c.taskPool); n > 0 {
 		t := c.taskPool[n-1]
 		c.taskPool = c.taskPool[:n-1]
-		t.seq, t.effects = c.seq, false
+		t.seq, t.effects, t.attempts = c.seq, false, 0
 		return t
 	}
 	return &task{seq: c.seq}

@@ -26,6 +26,7 @@ type metrics struct {
 	StateMisses    atomic.Int64
 	Lookups        atomic.Int64
 	RecordFailures atomic.Int64 // faulted records taken by OnRecordFailure (dead letters)
+	RecordRetries  atomic.Int64 // faulted calls run again (WithRecordRetries)
 
 	GateWaits     atomic.Int64 // records that parked behind a busy key
 	GateWaitNanos atomic.Int64 // total time parked
@@ -56,6 +57,7 @@ type Snapshot struct {
 	PrefetchWaits, CoroutineCalls            int64
 	Lookups                                  int64
 	RecordFailures                           int64
+	RecordRetries                            int64
 	GateWaits                                int64
 	GateWait                                 time.Duration // mean
 	Resumes                                  int64
@@ -72,7 +74,7 @@ func (m *metrics) snapshot() Snapshot {
 		Records: m.Records.Load(), Timers: m.Timers.Load(),
 		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), Suspended: m.Suspended.Load(),
 		Instances: m.Instances.Load(), PeakInstances: m.PeakInstances.Load(), InstanceWaits: m.InstanceWaits.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
-		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(), RecordFailures: m.RecordFailures.Load(),
+		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(), RecordFailures: m.RecordFailures.Load(), RecordRetries: m.RecordRetries.Load(),
 		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
 		ReadBatches: m.ReadBatches.Load(), ReadBatchKeys: m.ReadBatchKeys.Load(), MaxReadBatch: m.MaxReadBatch.Load(),
 		Watermarks: m.Watermarks.Load(), Barriers: m.Barriers.Load(),

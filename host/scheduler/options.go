@@ -42,6 +42,7 @@ type config struct {
 	OnBarrier            func(id uint64) error
 	LookupContext        func(ctx context.Context, call LookupCall) context.Context
 	OnRecordFailure      func(RecordFailure) error
+	RecordRetries        int
 	Describe             func(pos int64) string
 }
 
@@ -174,7 +175,15 @@ func WithLookupContext(f func(ctx context.Context, call LookupCall) context.Cont
 type RecordFailure struct {
 	Pos, TS    int64
 	Key, Value []byte
+	Attempts   int            // calls made, the retries included
 	Err        *OperatorError // names the operator, the record and the fault
+}
+
+// WithRecordRetries runs a record whose guest call faulted without changing anything (see
+// RecordFailure) again, up to n times, on another instance and before later records of its
+// key, before the fault counts (OnRecordFailure, or the run's failure). Default 0.
+func WithRecordRetries(n int) Option {
+	return optionFunc(func(c *config) { c.RecordRetries = max(n, 0) })
 }
 
 // WithOnRecordFailure sets what happens to a record whose guest call faults (a trap, a limit,

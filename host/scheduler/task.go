@@ -54,6 +54,7 @@ type task struct {
 	// effects: the call changed something (state, timers, an output); a failed call without
 	// any may be handed to OnRecordFailure instead of failing the run.
 	effects  bool
+	attempts int // calls that faulted and were retried (WithRecordRetries)
 	aborted  error
 	order    int64 // resume priority, lower first (ResumePriority)
 	waitFrom time.Time
