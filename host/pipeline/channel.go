@@ -85,6 +85,11 @@ type edgeOut struct {
 	// kgOwner maps a key group to its downstream subtask.
 	kgOwner []int
 	arena   []byte
+	// roundRobin spreads records over the downstream subtasks in turn, whatever their key:
+	// the edge into an unkeyed operator (order input or none) at parallelism > 1. next is
+	// the subtask of the next record.
+	roundRobin bool
+	next       int
 }
 
 func newEdgeOut(forward bool, keyOf keyFunc, chans []*channel, par, numKG int) *edgeOut {
@@ -147,6 +152,11 @@ func (r *router) route(edges []*edgeOut, key, value []byte, ts, pos int64) error
 				if kg := state.KeyGroupOf(k, e.numKG); e.kgOwner[kg] != r.subtask {
 					return fmt.Errorf("%s emitted key %q, whose key group %d belongs to another subtask of the chained operator downstream (chain only operators that keep their input's key, or re-key with a key)", r.name, k, kg)
 				}
+			}
+		} else if e.roundRobin {
+			idx = e.next
+			if e.next++; e.next == len(e.chans) {
+				e.next = 0
 			}
 		} else {
 			if e.keyOf != nil {

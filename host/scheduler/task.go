@@ -50,6 +50,7 @@ type task struct {
 	lookup  lookupResult
 	// lookupErr is the last failed lookup of the call (for the report if the call fails).
 	lookupErr error
+	lookups   int // lookups the call made so far (LookupCall.Index)
 	aborted   error
 	order     int64 // resume priority, lower first (ResumePriority)
 	waitFrom  time.Time
@@ -73,6 +74,7 @@ func (t *task) reset() {
 	t.fetched, t.readKey, t.lookup, t.lookupErr, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, nil, 0, time.Time{}
 	t.done.Store(0)
 	t.prefetchWait, t.suspendedOnce, t.slotWaited = 0, false, false
+	t.lookups = 0
 }
 
 type lookupResult struct {
@@ -211,7 +213,7 @@ func (s *slot) Lookup(endpoint uint32, req []byte) (int, []byte, error) {
 	if t == nil {
 		// clink_open / clink_close: no task to suspend; block this carrier (rare, and the
 		// runner has nothing else it could safely do while an instance is being set up).
-		return s.c.lookupBlocking(endpoint, req)
+		return s.c.lookupBlocking(s.c.ioCtx, endpoint, req)
 	}
 	return s.c.lookupAsync(t, endpoint, req)
 }
