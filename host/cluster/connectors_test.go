@@ -44,7 +44,7 @@ func (w *collectWriter) Write(ctx context.Context, recs []pipeline.SinkRecord) e
 	return nil
 }
 func (w *collectWriter) PreCommit(ctx context.Context, n uint64) ([]byte, error) { return nil, nil }
-func (w *collectWriter) Close(ctx context.Context) error                       { return nil }
+func (w *collectWriter) Close(ctx context.Context) error                         { return nil }
 
 // testKafkaSource is a minimal pipeline source over kafka.Source.
 type testKafkaSource struct{ sc kafka.SourceConfig }
