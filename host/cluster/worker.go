@@ -24,6 +24,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -105,7 +106,13 @@ type Worker struct {
 	mu    sync.Mutex
 	tasks map[int32]*task
 	fatal context.CancelCauseFunc // ends Run with a permanent task error
+
+	revoking atomic.Int32 // revokes in progress
 }
+
+// Revoking reports whether a revoke is in progress (its tasks are taking their final
+// checkpoints): fault-injection hooks use it to crash at a step of a revoke.
+func (w *Worker) Revoking() bool { return w.revoking.Load() > 0 }
 
 // New checks the spec can be scaled out and returns a worker for it.
 func New(o Options) (*Worker, error) {
@@ -300,6 +307,10 @@ func (w *Worker) lost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 }
 
 func (w *Worker) release(parts []int32, savepoint bool) {
+	if savepoint {
+		w.revoking.Add(1)
+		defer w.revoking.Add(-1)
+	}
 	var ts []*task
 	w.mu.Lock()
 	for _, p := range parts {
