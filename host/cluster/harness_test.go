@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -197,4 +199,18 @@ func (c *testCluster) partitioned(ws ...*testWorker) bool {
 		}
 	}
 	return true
+}
+
+// testS3URL returns an s3:// URL under a fresh prefix of the server scripts/s3-up.sh started.
+func testS3URL(t *testing.T) string {
+	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
+	bucket := os.Getenv("CLINK_TEST_S3_BUCKET")
+	if bucket == "" {
+		bucket = "clink-test"
+	}
+	u, err := url.Parse(ep)
+	if err != nil || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" && u.Hostname() != "::1") {
+		t.Fatalf("CLINK_TEST_S3_ENDPOINT must be a loopback URL, got %q", ep)
+	}
+	return fmt.Sprintf("s3://%s/t/%s-%d?endpoint=%s&path_style=true", bucket, strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano(), url.QueryEscape(ep))
 }

@@ -51,6 +51,16 @@ func scalable(spec *pipeline.Spec) (kafka.SourceConfig, error) {
 			return bad(fmt.Sprintf("operators[%d].key", i), "operator %s re-keys its input; a worker sees one Kafka partition's records, so an operator must be keyed by the Kafka key (key: {source: true}) or chained. Re-keying across workers needs a repartition topic, which is not built yet (docs/SCALING.md)", op.Name)
 		}
 	}
+	for i, sk := range spec.Sinks {
+		if sk.Type != "kafka" {
+			continue
+		}
+		for _, k := range []string{"transactional_id_prefix", "marker_topic"} {
+			if _, ok := sk.Options[k]; ok {
+				return bad(fmt.Sprintf("sinks[%d].options.%s", i, k), "a worker derives it per partition (each partition's task has its own transactional IDs and markers, so that its next owner fences exactly it): leave it unset")
+			}
+		}
+	}
 	return sc, nil
 }
 
