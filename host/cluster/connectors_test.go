@@ -40,4 +40,3 @@ func (w *collectWriter) Write(ctx context.Context, recs []pipeline.SinkRecord) e
 }
 func (w *collectWriter) PreCommit(ctx context.Context, n uint64) ([]byte, error) { return nil, nil }
 func (w *collectWriter) Close(ctx context.Context) error                         { return nil }
-
