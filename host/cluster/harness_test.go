@@ -3,25 +3,19 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-
+	"github.com/clink-wasm/clink-wasm/host/cluster/clustertest"
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
 )
 
 // cluster is a kfake cluster with an input topic, and the shared state pool of the workers.
 type testCluster struct {
 	t       *testing.T
-	kf      *kfake.Cluster
 	brokers []string
 	parts   int32
 	state   string // base state URL
@@ -38,12 +32,7 @@ type collected struct {
 
 func newTestCluster(t *testing.T, parts int32, stateURL string) *testCluster {
 	t.Helper()
-	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "in"), kfake.SeedTopics(3, "out"),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kf.Close)
+	brokers := clustertest.Kafka(t, parts)
 	wasm, err := filepath.Abs("../../examples/wasm/counter/counter-as.wasm")
 	if err != nil {
 		t.Fatal(err)
@@ -57,29 +46,11 @@ func newTestCluster(t *testing.T, parts int32, stateURL string) *testCluster {
 			t.Fatal(err)
 		}
 	}
-	return &testCluster{t: t, kf: kf, brokers: kf.ListenAddrs(), parts: parts, state: stateURL, counter: wasm}
+	return &testCluster{t: t, brokers: brokers, parts: parts, state: stateURL, counter: wasm}
 }
 
-// produce writes n records keyed k0..k(keys-1), round robin, with the default (key hash)
-// partitioner, and returns how many records each key got.
 func (c *testCluster) produce(from, n, keys int) map[string]int {
-	c.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...), kgo.DefaultProduceTopic("in"))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer cl.Close()
-	counts := map[string]int{}
-	var recs []*kgo.Record
-	for i := from; i < from+n; i++ {
-		k := fmt.Sprintf("k%d", i%keys)
-		counts[k]++
-		recs = append(recs, &kgo.Record{Key: []byte(k), Value: fmt.Appendf(nil, `{"key":%q,"i":%d}`, k, i)})
-	}
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		c.t.Fatal(err)
-	}
-	return counts
+	return clustertest.Produce(c.t, c.brokers, from, n, keys)
 }
 
 func (c *testCluster) spec(sink string) *pipeline.Spec {
@@ -201,16 +172,3 @@ func (c *testCluster) partitioned(ws ...*testWorker) bool {
 	return true
 }
 
-// testS3URL returns an s3:// URL under a fresh prefix of the server scripts/s3-up.sh started.
-func testS3URL(t *testing.T) string {
-	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
-	bucket := os.Getenv("CLINK_TEST_S3_BUCKET")
-	if bucket == "" {
-		bucket = "clink-test"
-	}
-	u, err := url.Parse(ep)
-	if err != nil || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" && u.Hostname() != "::1") {
-		t.Fatalf("CLINK_TEST_S3_ENDPOINT must be a loopback URL, got %q", ep)
-	}
-	return fmt.Sprintf("s3://%s/t/%s-%d?endpoint=%s&path_style=true", bucket, strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano(), url.QueryEscape(ep))
-}
