@@ -171,4 +171,3 @@ func (c *testCluster) partitioned(ws ...*testWorker) bool {
 	}
 	return true
 }
-
