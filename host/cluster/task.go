@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,22 @@ type task struct {
 	cancel    context.CancelFunc
 	savepoint atomic.Bool // how stop ends the job: with a final savepoint, or at once
 	done      chan struct{}
+
+	mu  sync.Mutex
+	job *pipeline.Job // the current attempt's job (nil between attempts)
+}
+
+// currentJob returns the task's running job, or nil.
+func (t *task) currentJob() *pipeline.Job {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.job
+}
+
+func (t *task) setJob(j *pipeline.Job) {
+	t.mu.Lock()
+	t.job = j
+	t.mu.Unlock()
 }
 
 func newTask(w *Worker, p int32) *task {
@@ -62,6 +79,7 @@ func (t *task) run() {
 			}
 			continue
 		}
+		t.setJob(job)
 		w.event(Event{Kind: TaskStarted, Partition: t.p, Checkpoint: restored, Took: time.Since(start)})
 		select {
 		case <-job.Done():
@@ -69,9 +87,11 @@ func (t *task) run() {
 			if err == nil {
 				err = errors.New("the task's job ended (a Kafka source does not)")
 			}
+			t.setJob(nil)
 			w.event(Event{Kind: TaskFailed, Partition: t.p, Err: err})
 		case <-t.ctx.Done():
 			t.finish(job)
+			t.setJob(nil)
 			return
 		}
 	}
@@ -133,7 +153,22 @@ func (t *task) start() (*pipeline.Job, uint64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("partition %d: %w", t.p, err)
 	}
-	return job, job.Metrics().Restored, nil
+	// Start returns before the attempt restores: wait until it runs (its sinks recovered,
+	// fencing the previous owner's transactions; its state's lineage head claimed; its
+	// sources open), or ends. The job has no event for it, so poll its state, briefly.
+	for {
+		m := job.Metrics()
+		if m.State == pipeline.JobRunning {
+			return job, m.Restored, nil
+		}
+		select {
+		case <-job.Done():
+			return job, m.Restored, nil // the caller sees it ended
+		case <-t.ctx.Done():
+			return job, m.Restored, nil // the caller stops it
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // ownedSource is a source restricted to the one split (partition) its task owns.
