@@ -95,6 +95,7 @@ func cmdRunPipeline(ctx context.Context, args []string, out, stderr io.Writer) e
 		}
 	}
 	installKillHook(&env)
+	installKafkaKillHook()
 	start := time.Now()
 	job, err := pipeline.Start(ctx, spec, env)
 	if err != nil {

@@ -84,4 +84,13 @@ func (m *heapMemory) Reallocate(size uint64) []byte {
 
 func (m *heapMemory) Free() { m.buf = nil }
 
-var memoryAllocator experimental.MemoryAllocator = experimental.MemoryAllocatorFunc(newLinearMemory)
+// allocator returns the allocator in's linear memory is created with. It records whether the
+// memory ended up on the Go heap (the fallback), which the instance budget needs to know: heap
+// growth during instantiation includes the memory only then.
+func (in *Instance) allocator() experimental.MemoryAllocator {
+	return experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
+		lm := newLinearMemory(capBytes, maxBytes)
+		_, in.memOnHeap = lm.(*heapMemory)
+		return lm
+	})
+}

@@ -4,6 +4,9 @@ package abi
 
 import "github.com/tetratelabs/wazero/experimental"
 
-// memoryAllocator is nil outside Linux: linear memory grows on the Go heap, as wazero does by
-// default (see memory_linux.go for the cost of that).
-var memoryAllocator experimental.MemoryAllocator
+// allocator is nil outside Linux: linear memory grows on the Go heap, as wazero does by default
+// (see memory_linux.go for the cost of that).
+func (in *Instance) allocator() experimental.MemoryAllocator {
+	in.memOnHeap = true
+	return nil
+}

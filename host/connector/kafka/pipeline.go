@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
@@ -104,6 +106,47 @@ func configProblem(o *pipeline.ConnectorOptions, err error) {
 type pipelineSource struct {
 	cfg     SourceConfig
 	bounded bool
+	job     string // tenant/job: the key of its group offsets in jobOffsets
+}
+
+// jobOffsets holds, per job (tenant/job) and consumer group, the positions the job's kafka
+// source readers in this process recorded at their last barrier. A reader records them when
+// the runtime takes its positions for checkpoint n; the exactly-once sink's subtask 0
+// pre-commits n after every source subtask did (barrier n reaches a sink only through all of
+// them) and before any records n+1 (one checkpoint is in flight at a time), so what it finds
+// here is exactly checkpoint n's positions, and it commits them to the group inside its
+// transaction of n. Sources in other processes (scale-out workers) are not seen: their
+// offsets are in the checkpoint record only.
+var jobOffsets struct {
+	sync.Mutex
+	m map[string]map[string]Positions
+}
+
+func recordOffsets(job, group string, pos Positions) {
+	jobOffsets.Lock()
+	defer jobOffsets.Unlock()
+	if jobOffsets.m == nil {
+		jobOffsets.m = map[string]map[string]Positions{}
+	}
+	g := jobOffsets.m[job]
+	if g == nil {
+		g = map[string]Positions{}
+		jobOffsets.m[job] = g
+	}
+	if g[group] == nil {
+		g[group] = Positions{}
+	}
+	maps.Copy(g[group], pos)
+}
+
+func groupOffsets(job string) map[string]Positions {
+	jobOffsets.Lock()
+	defer jobOffsets.Unlock()
+	out := map[string]Positions{}
+	for g, p := range jobOffsets.m[job] {
+		out[g] = p.Clone()
+	}
+	return out
 }
 
 // NewPipelineSource builds a kafka source from its spec fields (docs/pipeline-spec.md): the
@@ -138,7 +181,8 @@ func NewPipelineSource(spec *pipeline.SourceSpec, o *pipeline.ConnectorOptions, 
 		configProblem(o, err)
 		return nil, nil
 	}
-	return &pipelineSource{cfg: sc, bounded: stopAt == "latest"}, nil
+	tenant, job := o.Job()
+	return &pipelineSource{cfg: sc, bounded: stopAt == "latest", job: tenant + "/" + job}, nil
 }
 
 func (s *pipelineSource) Bounded() bool { return s.bounded }
@@ -174,7 +218,7 @@ func ParseSplit(id string) (Split, error) {
 }
 
 func (s *pipelineSource) Open(ctx context.Context, splits []pipeline.Split) (pipeline.SourceReader, error) {
-	r := &reader{index: map[Split]int{}, bounded: s.bounded}
+	r := &reader{index: map[Split]int{}, bounded: s.bounded, job: s.job, group: s.cfg.Group}
 	from := Positions{}
 	for i, ps := range splits {
 		sp, err := ParseSplit(ps.ID)
@@ -217,6 +261,8 @@ type reader struct {
 	splits  []Split
 	index   map[Split]int
 	bounded bool
+	job     string
+	group   string // the consumer group the sink commits these offsets to ("": none)
 }
 
 // readWait bounds how long a Read blocks, so that barriers go out promptly.
@@ -246,6 +292,9 @@ func (r *reader) Read(ctx context.Context, buf []pipeline.SourceRecord) (int, er
 
 func (r *reader) Positions() []pipeline.Split {
 	pos := r.src.Positions()
+	if r.group != "" {
+		recordOffsets(r.job, r.group, pos)
+	}
 	out := make([]pipeline.Split, len(r.splits))
 	for i, sp := range r.splits {
 		out[i] = pipeline.Split{ID: sp.String(), Position: json.RawMessage(strconv.FormatInt(pos[sp], 10))}
@@ -262,6 +311,7 @@ func (r *reader) Close() error {
 type pipelineSink struct {
 	cfg  SinkConfig
 	job  string // Identity.Job: transactional_id_prefix, or [tenant.]job
+	key  string // tenant/job, the key of the job's group offsets
 	name string
 	par  int
 
@@ -291,6 +341,7 @@ func NewPipelineSink(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env 
 	}
 	decodeOptions(o, fields)
 	tenant, job := o.Job()
+	key := tenant + "/" + job
 	if tenant != "" {
 		job = tenant + "." + job
 	}
@@ -304,7 +355,7 @@ func NewPipelineSink(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env 
 		o.Fail("transactional_id_prefix", "%q with sink %q: transactional IDs and the marker topic are made of [a-zA-Z0-9._-]", job, spec.Name)
 		return nil, nil
 	}
-	return &pipelineSink{cfg: sc, job: job, name: spec.Name, par: par, writers: map[int]*Sink{}, closing: map[*Sink]bool{}}, nil
+	return &pipelineSink{cfg: sc, job: job, key: key, name: spec.Name, par: par, writers: map[int]*Sink{}, closing: map[*Sink]bool{}}, nil
 }
 
 // Committer implements pipeline.Sink: the sink itself in exactly-once mode; nil at least
@@ -359,7 +410,11 @@ func (w *writer) Write(ctx context.Context, recs []pipeline.SinkRecord) error {
 }
 
 func (w *writer) PreCommit(ctx context.Context, checkpoint uint64) ([]byte, error) {
-	p, err := w.ks.PreCommit(ctx, Marker{Epoch: checkpoint, Manifest: recordName(checkpoint)})
+	m := Marker{Epoch: checkpoint, Manifest: recordName(checkpoint)}
+	if w.subtask == 0 {
+		m.Groups = groupOffsets(w.s.key)
+	}
+	p, err := w.ks.PreCommit(ctx, m)
 	if err != nil {
 		return nil, err
 	}
@@ -391,6 +446,19 @@ func (s *pipelineSink) closeStale() {
 		delete(s.writers, i)
 	}
 	clear(s.closing)
+}
+
+var decideHook atomic.Pointer[func(checkpoint uint64, subtask int)]
+
+// SetDecideHook installs f, called in Decide after each subtask's transaction committed (nil
+// removes it): fault injection, for the CLI's crash test to SIGKILL the process in the middle
+// of a decision.
+func SetDecideHook(f func(checkpoint uint64, subtask int)) {
+	if f == nil {
+		decideHook.Store(nil)
+		return
+	}
+	decideHook.Store(&f)
 }
 
 // recordName is the name the runtime gives checkpoint record n (host/pipeline's jobstore):
@@ -462,6 +530,9 @@ func (s *pipelineSink) Decide(ctx context.Context, checkpoint uint64, record str
 				}
 			}
 			errs[i] = ks.Commit(ctx, checkpoint)
+			if h := decideHook.Load(); h != nil && errs[i] == nil {
+				(*h)(checkpoint, p.Subtasks[i].Subtask)
+			}
 		})
 	}
 	wg.Wait()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -94,7 +95,7 @@ name: %s
 checkpoints: {interval: 10ms}
 restart: {strategy: fixed-delay, attempts: 20, delay: 1ms}
 sources:
-  - {name: in, type: kafka, brokers: %s, topics: [in], stop_at: latest, parallelism: 2, request_timeout: 10s}
+  - {name: in, type: kafka, brokers: %s, topics: [in], group: counters, stop_at: latest, parallelism: 2, request_timeout: 10s}
 operators:
   - {name: count, module: %s, inputs: [in], key: user, parallelism: 2}
 sinks:
@@ -215,6 +216,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 				t.Fatalf("%d restarts, want %d", m.Restarts, len(faults))
 			}
 			checkCounts(t, c, "out", keys)
+			checkGroupAtEnd(t, c, "counters", "in")
 
 			keys = append(keys, produceUsers(t, c, "in", 20000, 500, 23)...)
 			m = runKafkaJob(t, spec, state, "latest")
@@ -229,8 +231,36 @@ func TestPipelineExactlyOnce(t *testing.T) {
 				t.Fatalf("the restored run read %d records, want the 500 new ones", in)
 			}
 			checkCounts(t, c, "out", keys)
+			checkGroupAtEnd(t, c, "counters", "in")
 		})
 	}
+}
+
+// checkGroupAtEnd checks that the sink committed the source's offsets of the final
+// checkpoint (the end of the input) to group, in its transactions.
+func checkGroupAtEnd(t testing.TB, c Config, group, topic string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil || ends.Error() != nil {
+		t.Fatal(err, ends.Error())
+	}
+	got, err := adm.FetchOffsets(ctx, group)
+	if err != nil || got.Error() != nil {
+		t.Fatal(err, got.Error())
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		g, ok := got.Lookup(topic, o.Partition)
+		if !ok || g.At != o.Offset {
+			t.Fatalf("group %s: %s/%d committed at %v (%v), want the end %d", group, topic, o.Partition, g.At, ok, o.Offset)
+		}
+	})
 }
 
 // TestPipelineAtLeastOnce: with mode at_least_once, every output is there after a failure,

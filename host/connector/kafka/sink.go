@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -137,6 +138,33 @@ type Marker struct {
 	// they let Kafka tools show lag, and the scale-out workers resume from them).
 	Group   string
 	Offsets Positions
+	// Groups are more groups' offsets, committed the same way (a job whose sources read
+	// for several groups).
+	Groups map[string]Positions
+}
+
+// groups returns every group's offsets of m, in a stable order.
+func (m Marker) groups() []struct {
+	group   string
+	offsets Positions
+} {
+	var out []struct {
+		group   string
+		offsets Positions
+	}
+	add := func(g string, o Positions) {
+		if g != "" && len(o) > 0 {
+			out = append(out, struct {
+				group   string
+				offsets Positions
+			}{g, o})
+		}
+	}
+	add(m.Group, m.Offsets)
+	for _, g := range slices.Sorted(maps.Keys(m.Groups)) {
+		add(g, m.Groups[g])
+	}
+	return out
 }
 
 // Prepared is a sink subtask's pre-committed transaction: the pipeline stores it in the
@@ -345,8 +373,8 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 		if err != nil {
 			return p, brokersErr(s.sc.Config, classify("producer id", err))
 		}
-		if m.Group != "" && len(m.Offsets) > 0 {
-			if err := s.txnCommitOffsets(ctx, cl, s.id.TransactionalID(slot), pid, pepoch, m.Group, m.Offsets); err != nil {
+		for _, g := range m.groups() {
+			if err := s.txnCommitOffsets(ctx, cl, s.id.TransactionalID(slot), pid, pepoch, g.group, g.offsets); err != nil {
 				return p, brokersErr(s.sc.Config, err)
 			}
 		}
@@ -362,8 +390,8 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 	}
 	if !s.sc.exactlyOnce() {
 		// Offsets go to the group outside any transaction: informational only.
-		if m.Group != "" && len(m.Offsets) > 0 {
-			if err := commitOffsets(ctx, cl, m.Group, m.Offsets); err != nil {
+		for _, g := range m.groups() {
+			if err := commitOffsets(ctx, cl, g.group, g.offsets); err != nil {
 				return p, brokersErr(s.sc.Config, err)
 			}
 		}
