@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/clink-wasm/clink-wasm/host/cluster/clustertest"
 	"github.com/clink-wasm/clink-wasm/host/state"
 )
@@ -41,6 +44,34 @@ func TestExactlyOnceAcrossRebalances(t *testing.T) {
 		t.Errorf("%d task failures: %v", n, c.eventsOf(TaskFailed))
 	}
 	c.checkLayoutObjects(t)
+	c.checkGroupOffsetsAtEnd(t, "clink.cnt")
+}
+
+// checkGroupOffsetsAtEnd: the tasks' transactions committed every partition's offsets to
+// the group, up to the end of the input.
+func (c *testCluster) checkGroupOffsetsAtEnd(t *testing.T, group string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ctx := context.Background()
+	ends, err := adm.ListEndOffsets(ctx, "in")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		g, ok := got.Lookup("in", o.Partition)
+		if !ok || g.At != o.Offset {
+			t.Errorf("group %s: in/%d committed at %v (%v), want the end %d", group, o.Partition, g.At, ok, o.Offset)
+		}
+	})
 }
 
 // checkLayoutObjects: every object of the pool is the cluster record or under a

@@ -133,6 +133,12 @@ func (t *task) start() (*pipeline.Job, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	// The task's Kafka sink commits its partition's offsets to the group inside each
+	// checkpoint's transaction (the source's group option names it).
+	if spec.Sources[0].Options == nil {
+		spec.Sources[0].Options = map[string]any{}
+	}
+	spec.Sources[0].Options["group"] = w.o.Group
 	conns := w.o.NewConnectors()
 	f := conns.SourceFactoryOf("kafka")
 	if f == nil {

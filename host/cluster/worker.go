@@ -55,7 +55,8 @@ type Options struct {
 	NewConnectors func() *pipeline.Connectors
 	// StateURL is the base of the partitions' state pools when the spec names none.
 	StateURL string
-	// Group is the consumer group (default "clink." + the spec's name).
+	// Group is the consumer group (default: the Kafka source's group option, else "clink." +
+	// the spec's name). Each task's transactions also commit its partition's offsets to it.
 	Group string
 	// Protocol is ProtocolClassic (default) or ProtocolConsumer.
 	Protocol string
@@ -133,6 +134,9 @@ func New(o Options) (*Worker, error) {
 	w := &Worker{o: o, src: sc, topic: sc.Topics[0], log: o.Log, tasks: map[int32]*task{}}
 	if w.log == nil {
 		w.log = slog.New(slog.DiscardHandler)
+	}
+	if w.o.Group == "" {
+		w.o.Group = sc.Group
 	}
 	if w.o.Group == "" {
 		w.o.Group = "clink." + o.Spec.Name
