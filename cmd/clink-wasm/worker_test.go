@@ -8,8 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -198,6 +201,9 @@ func (w *workerProc) events(from int) []string {
 // session timeout and resumed (a zombie): the committed output has exactly one output per
 // input record, and each key's final state matches the model.
 func TestWorkerProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("worker processes: not in -short")
+	}
 	const parts = 6
 	r := newWorkerRig(t, parts)
 	want := map[string]int{}
@@ -247,6 +253,112 @@ func TestWorkerProcesses(t *testing.T) {
 	}
 	t.Logf("zombie events after resume: %v", w2.events(mark))
 	for _, w := range []*workerProc{w2, w3, w4} {
+		w.stop(t)
+	}
+	clustertest.CheckExactlyOnce(t, clustertest.CommittedCounts(t, r.brokers), want)
+}
+
+// TestWorkerCrashSteps: a worker SIGKILLs itself at each step of a revoke (at each commit
+// phase of the final checkpoint it takes for the revoked partitions) and of an assign
+// (assigned, before its task restores; started, once it restored). The survivor takes
+// every partition over after the session timeout; the committed output has exactly one
+// output per input record.
+func TestWorkerCrashSteps(t *testing.T) {
+	if testing.Short() {
+		t.Skip("worker processes: not in -short")
+	}
+	steps := []string{"revoke:acknowledged", "revoke:prepared", "revoke:decided", "revoke:record-written",
+		"assign:assigned", "assign:started"}
+	for _, step := range steps {
+		t.Run(step, func(t *testing.T) {
+			const parts = 4
+			r := newWorkerRig(t, parts)
+			want := map[string]int{}
+			hook := "CLINK_TEST_WORKER_KILL=" + step
+			var first, second *workerProc
+			if strings.HasPrefix(step, "revoke:") {
+				// The doomed worker owns everything; a join makes it revoke half.
+				first = r.start(hook)
+				r.waitGroup(1, parts)
+				clustertest.Add(want, clustertest.Produce(t, r.brokers, 0, 400, 20))
+				r.waitOutputs(want)
+				clustertest.Add(want, clustertest.Produce(t, r.brokers, 400, 400, 20))
+				second = r.start()
+			} else {
+				first = r.start()
+				r.waitGroup(1, parts)
+				clustertest.Add(want, clustertest.Produce(t, r.brokers, 0, 400, 20))
+				r.waitOutputs(want)
+				clustertest.Add(want, clustertest.Produce(t, r.brokers, 400, 400, 20))
+				second = r.start(hook) // dies when it gets its partitions
+			}
+			doomed, survivor := first, second
+			if strings.HasPrefix(step, "assign:") {
+				doomed, survivor = second, first
+			}
+			err := doomed.cmd.Wait()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || !ee.Sys().(syscall.WaitStatus).Signaled() {
+				t.Fatalf("the worker with %s exited with %v, want killed at the step\n%s", hook, err, doomed.logText())
+			}
+			r.waitGroup(1, parts)
+			clustertest.Add(want, clustertest.Produce(t, r.brokers, 800, 200, 20))
+			r.waitOutputs(want)
+			survivor.stop(t)
+			clustertest.CheckExactlyOnce(t, clustertest.CommittedCounts(t, r.brokers), want)
+		})
+	}
+}
+
+// TestWorkerChaos is `make soak`'s loop (CLINK_WORKER_SOAK=ROUNDS): worker processes are
+// SIGKILLed, added, stopped, and paused past their session timeout at random while input
+// flows; after each round the committed output is checked against the model.
+func TestWorkerChaos(t *testing.T) {
+	rounds, _ := strconv.Atoi(os.Getenv("CLINK_WORKER_SOAK"))
+	if rounds <= 0 {
+		t.Skip("the chaos loop runs under make soak (CLINK_WORKER_SOAK=ROUNDS)")
+	}
+	const parts = 6
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 16))
+	r := newWorkerRig(t, parts)
+	want := map[string]int{}
+	live := []*workerProc{r.start(), r.start()}
+	next := 0
+	for round := range rounds {
+		clustertest.Add(want, clustertest.Produce(t, r.brokers, next, 300, 40))
+		next += 300
+		switch a := rng.IntN(5); {
+		case a == 0 && len(live) > 1: // SIGKILL
+			i := rng.IntN(len(live))
+			_ = live[i].cmd.Process.Kill()
+			_ = live[i].cmd.Wait()
+			live = slices.Delete(live, i, i+1)
+			t.Logf("round %d: killed one, %d left", round, len(live))
+		case a == 1 && len(live) < 4: // join
+			live = append(live, r.start())
+			t.Logf("round %d: added one, %d now", round, len(live))
+		case a == 2 && len(live) > 1: // graceful leave
+			i := rng.IntN(len(live))
+			live[i].stop(t)
+			live = slices.Delete(live, i, i+1)
+			t.Logf("round %d: stopped one, %d left", round, len(live))
+		case a == 3 && len(live) > 1: // zombie: paused past the session timeout, resumed
+			z := live[rng.IntN(len(live))]
+			_ = z.cmd.Process.Signal(syscall.SIGSTOP)
+			r.waitGroup(len(live)-1, parts)
+			clustertest.Add(want, clustertest.Produce(t, r.brokers, next, 300, 40))
+			next += 300
+			_ = z.cmd.Process.Signal(syscall.SIGCONT)
+			t.Logf("round %d: paused and resumed one", round)
+		default:
+			t.Logf("round %d: input only", round)
+		}
+		r.waitGroup(len(live), parts)
+		r.waitOutputs(want)
+	}
+	for _, w := range live {
 		w.stop(t)
 	}
 	clustertest.CheckExactlyOnce(t, clustertest.CommittedCounts(t, r.brokers), want)
