@@ -15,7 +15,7 @@ import (
 
 // cluster is a kfake cluster with an input topic, and the shared state pool of the workers.
 type testCluster struct {
-	t       *testing.T
+	t       testing.TB
 	brokers []string
 	parts   int32
 	state   string // base state URL
@@ -30,7 +30,7 @@ type collected struct {
 	task, key, value string
 }
 
-func newTestCluster(t *testing.T, parts int32, stateURL string) *testCluster {
+func newTestCluster(t testing.TB, parts int32, stateURL string) *testCluster {
 	t.Helper()
 	brokers := clustertest.Kafka(t, parts)
 	wasm, err := filepath.Abs("../../examples/wasm/counter/counter-as.wasm")
@@ -72,7 +72,7 @@ func (c *testCluster) spec(sink string) *pipeline.Spec {
 	return spec
 }
 
-var waitLimit = 20 * time.Second
+var waitLimit = 90 * time.Second
 
 func (c *testCluster) onEvent(e Event) {
 	if testing.Verbose() {
@@ -125,7 +125,7 @@ func (c *testCluster) startWorker(spec *pipeline.Spec, opts ...func(*Options)) *
 }
 
 // stop leaves the group gracefully (final checkpoints) and waits for Run.
-func (tw *testWorker) stop(t *testing.T) {
+func (tw *testWorker) stop(t testing.TB) {
 	if tw.cancel == nil {
 		return
 	}
@@ -142,7 +142,7 @@ func (tw *testWorker) stop(t *testing.T) {
 }
 
 // waitFor polls cond (bounded): the group's progress has no event to wait on from outside.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)
 	for !cond() {

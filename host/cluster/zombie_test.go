@@ -48,7 +48,7 @@ func newZombieRig(t *testing.T, hookA func(pipeline.CommitPhase, uint64) error) 
 	return z
 }
 
-func waitEvent(t *testing.T, ch chan Event, kind EventKind) Event {
+func waitEvent(t testing.TB, ch chan Event, kind EventKind) Event {
 	t.Helper()
 	for {
 		select {
