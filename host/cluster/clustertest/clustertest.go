@@ -28,7 +28,9 @@ const OutPartitions = 3
 func Kafka(t testing.TB, parts int32) []string {
 	t.Helper()
 	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "in"), kfake.SeedTopics(OutPartitions, "out"),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond))
+		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+		// KIP-848 groups: the broker sets their heartbeat and session (5s and 45s by default).
+		kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100", "group.consumer.session.timeout.ms": "1500"}))
 	if err != nil {
 		t.Fatal(err)
 	}
