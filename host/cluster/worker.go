@@ -271,7 +271,7 @@ func (w *Worker) fail(err error) {
 	}
 }
 
-// Kill ends the worker's tasks at once, without checkpoints, as a crash would (tests).
+// kill ends the worker's tasks at once, without checkpoints, as a crash would (tests).
 func (w *Worker) kill() {
 	w.mu.Lock()
 	left := slices.Collect(maps.Values(w.tasks))
