@@ -244,3 +244,56 @@ func BenchmarkThroughput(b *testing.B) {
 		b.ReportMetric(float64(c2.Nanoseconds())/1000, "cpu-µs/rec-2")
 	}
 }
+
+// BenchmarkGroupJoin: the hand-over of a join through the real consumer group (kfake):
+// worker A owns two partitions of 100k keys each (CLINK_HANDOVER_KEYS overrides); from the
+// moment worker B starts to B's moved task running, which includes B's JoinGroup, the two
+// cooperative rebalance rounds, A's final checkpoint of the revoked partition, and B's restore.
+func BenchmarkGroupJoin(b *testing.B) {
+	keys := 100_000
+	if s := os.Getenv("CLINK_HANDOVER_KEYS"); s != "" {
+		n, err := strconv.Atoi(strings.Split(s, ",")[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		keys = n
+	}
+	for range b.N {
+		c := newTestCluster(b, 2, clustertest.StateURL(b, b.TempDir()))
+		clustertest.Produce(b, c.brokers, 0, 2*keys, 2*keys)
+		spec := c.spec("kafka")
+		a := c.startWorker(spec)
+		waitFor(b, "A to own both partitions", func() bool { return c.partitioned(a) })
+		waitFor(b, "A to read its input", func() bool {
+			var n int64
+			for _, p := range a.w.Owned() {
+				a.w.mu.Lock()
+				t := a.w.tasks[p]
+				a.w.mu.Unlock()
+				if j := t.currentJob(); j != nil {
+					for _, s := range j.Metrics().Sources {
+						n += s.RecordsIn
+					}
+				}
+			}
+			return n >= int64(2*keys)
+		})
+		started := make(chan time.Time, 4)
+		t0 := time.Now()
+		c.startWorker(spec, func(o *Options) {
+			prev := o.OnEvent
+			o.OnEvent = func(e Event) {
+				prev(e)
+				if e.Kind == TaskStarted {
+					started <- time.Now()
+				}
+			}
+		})
+		select {
+		case t1 := <-started:
+			b.ReportMetric(float64(t1.Sub(t0).Milliseconds()), "ms-join-running")
+		case <-time.After(2 * time.Minute):
+			b.Fatal("the new worker never started a task")
+		}
+	}
+}
