@@ -54,6 +54,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
@@ -170,11 +171,12 @@ type Controller struct {
 	inbuf     []Element
 	inputDone bool
 
-	maxInFlight int
-	admitted    int // tasks admitted and not complete: running, suspended, parked, runnable
-	running     int // tasks holding an instance
-	parked      int
-	seq         uint64
+	maxInFlight    int
+	maxInFlightSet atomic.Int64 // a new cap from SetMaxInFlight, applied by the runner (any goroutine writes)
+	admitted       int          // tasks admitted and not complete: running, suspended, parked, runnable
+	running        int          // tasks holding an instance
+	parked         int
+	seq            uint64
 
 	gate     map[string]*gateEntry
 	gatePool []*gateEntry
@@ -298,11 +300,25 @@ func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
 // MaxInFlight returns the in-flight cap in force (after Run has started).
 func (c *Controller) MaxInFlight() int { return c.maxInFlight }
 
+// SetMaxInFlight changes the in-flight cap of a running controller (a live quota change); safe
+// from any goroutine. The runner applies it at its next iteration: a lower cap admits nothing
+// until the tasks in flight fall below it (none is aborted), a higher one admits more once the
+// runner next wakes (a completion or new input). n < 1 is ignored; a Synchronous controller
+// keeps its cap of 1.
+func (c *Controller) SetMaxInFlight(n int) {
+	if n >= 1 {
+		c.maxInFlightSet.Store(int64(n))
+	}
+}
+
 // loop is the runner loop. It runs on whichever carrier holds the runner role; every piece of
 // state it keeps between iterations lives in c, so a carrier can pick it up at any hand-off.
 func (c *Controller) loop(self *carrier) {
 	var comps []completion
 	for !c.stopped {
+		if n := c.maxInFlightSet.Swap(0); n > 0 && !c.cfg.Synchronous {
+			c.maxInFlight = int(n)
+		}
 		comps = c.comp.take(comps[:0])
 		for _, cp := range comps {
 			c.complete(cp)
