@@ -57,7 +57,6 @@ func overLimit(limit *atomic.Uint32, size uint64) bool {
 	return p > 0 && size > uint64(p)<<16
 }
 
-
 // mmapMemory is a linear memory in a reserved mapping; see "Linear memory" above.
 type mmapMemory struct {
 	res       []byte // the whole reservation, max bytes
