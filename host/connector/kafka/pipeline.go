@@ -88,6 +88,18 @@ func configFields(c *Config) map[string]any {
 	}
 }
 
+// resolvePaths makes the TLS files relative to the spec file's directory.
+func resolvePaths(c *Config, env *pipeline.Env) {
+	if c.TLS == nil || env == nil {
+		return
+	}
+	for _, p := range []*string{&c.TLS.CAFile, &c.TLS.CertFile, &c.TLS.KeyFile} {
+		if *p != "" {
+			*p = env.Path(*p)
+		}
+	}
+}
+
 // configProblem turns a Validate error into a problem on its field.
 func configProblem(o *pipeline.ConnectorOptions, err error) {
 	msg := err.Error()
@@ -174,6 +186,7 @@ func NewPipelineSource(spec *pipeline.SourceSpec, o *pipeline.ConnectorOptions, 
 	if stopAt != "never" && stopAt != "latest" {
 		o.Fail("stop_at", "%q is not one of never, latest", stopAt)
 	}
+	resolvePaths(&sc.Config, env)
 	if spec.EventTime != nil && spec.EventTime.Field != "" && sc.Value == "raw" {
 		o.Fail("value", "raw values have no fields: event_time.field needs JSON values")
 	}
@@ -346,6 +359,7 @@ func NewPipelineSink(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env 
 		job = tenant + "." + job
 	}
 	job = o.String("transactional_id_prefix", job)
+	resolvePaths(&sc.Config, env)
 	if err := sc.Validate(); err != nil {
 		configProblem(o, err)
 		return nil, nil
