@@ -326,6 +326,9 @@ type pipelineSink struct {
 	job  string // Identity.Job: transactional_id_prefix, or [tenant.]job
 	key  string // tenant/job, the key of the job's group offsets
 	name string
+	// keyField, if set, takes each output's Kafka key from this top-level field of its JSON
+	// value instead of the record's emitted key.
+	keyField string
 	par  int
 
 	mu      sync.Mutex
@@ -341,8 +344,8 @@ type pipelineSink struct {
 }
 
 // NewPipelineSink builds a kafka sink from its spec fields (docs/pipeline-spec.md): the
-// Config fields, topic, mode, marker_topic, transaction_timeout, max_buffered_records and
-// transactional_id_prefix (default: the job's name, with its tenant).
+// Config fields, topic, mode, marker_topic, transaction_timeout, max_buffered_records,
+// key_field and transactional_id_prefix (default: the job's name, with its tenant).
 func NewPipelineSink(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env *pipeline.Env) (pipeline.Sink, error) {
 	var sc SinkConfig
 	fields := configFields(&sc.Config)
@@ -359,6 +362,7 @@ func NewPipelineSink(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env 
 		job = tenant + "." + job
 	}
 	job = o.String("transactional_id_prefix", job)
+	keyField := o.String("key_field", "")
 	resolvePaths(&sc.Config, env)
 	if err := sc.Validate(); err != nil {
 		configProblem(o, err)
@@ -369,7 +373,7 @@ func NewPipelineSink(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env 
 		o.Fail("transactional_id_prefix", "%q with sink %q: transactional IDs and the marker topic are made of [a-zA-Z0-9._-]", job, spec.Name)
 		return nil, nil
 	}
-	return &pipelineSink{cfg: sc, job: job, key: key, name: spec.Name, par: par, writers: map[int]*Sink{}, closing: map[*Sink]bool{}}, nil
+	return &pipelineSink{cfg: sc, job: job, key: key, keyField: keyField, name: spec.Name, par: par, writers: map[int]*Sink{}, closing: map[*Sink]bool{}}, nil
 }
 
 // Committer implements pipeline.Sink: the sink itself in exactly-once mode; nil at least
@@ -408,15 +412,28 @@ type writer struct {
 func (w *writer) Write(ctx context.Context, recs []pipeline.SinkRecord) error {
 	for i := range recs {
 		r := &recs[i]
-		// The runtime reuses its buffers once Write returns; the producer sends later.
-		b := make([]byte, len(r.Key)+len(r.Value))
-		copy(b, r.Key)
-		copy(b[len(r.Key):], r.Value)
-		var key []byte
-		if r.Key != nil {
-			key = b[:len(r.Key):len(r.Key)]
+		k := r.Key
+		if f := w.s.keyField; f != "" {
+			raw, ok, err := topField(r.Value, f)
+			if err == nil && !ok {
+				err = errors.New("no such field")
+			}
+			if err == nil {
+				k, err = keyBytes(raw)
+			}
+			if err != nil {
+				return fmt.Errorf("kafka sink %s: key_field %q of output %.100q: %w", w.s.name, f, r.Value, err)
+			}
 		}
-		if err := w.ks.Write(ctx, Output{Key: key, Value: b[len(r.Key):], Time: r.TS}); err != nil {
+		// The runtime reuses its buffers once Write returns; the producer sends later.
+		b := make([]byte, len(k)+len(r.Value))
+		copy(b, k)
+		copy(b[len(k):], r.Value)
+		var key []byte
+		if k != nil {
+			key = b[:len(k):len(k)]
+		}
+		if err := w.ks.Write(ctx, Output{Key: key, Value: b[len(k):], Time: r.TS}); err != nil {
 			return err
 		}
 	}
