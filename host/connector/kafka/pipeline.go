@@ -329,7 +329,7 @@ type pipelineSink struct {
 	// keyField, if set, takes each output's Kafka key from this top-level field of its JSON
 	// value instead of the record's emitted key.
 	keyField string
-	par  int
+	par      int
 
 	mu      sync.Mutex
 	writers map[int]*Sink // the open subtasks of this process, for Decide

@@ -156,7 +156,9 @@ func BenchmarkPipelineKafka(b *testing.B) {
 							alo = append(alo, runBenchPipeline(b, c, fmt.Sprintf("alo%d", r), interval,
 								fmt.Sprintf("type: kafka, brokers: %s, topic: out-alo-%d, mode: at_least_once", brokers, r)))
 						},
-						func() { disc = append(disc, runBenchPipeline(b, c, fmt.Sprintf("disc%d", r), interval, "type: discard")) },
+						func() {
+							disc = append(disc, runBenchPipeline(b, c, fmt.Sprintf("disc%d", r), interval, "type: discard"))
+						},
 						func() { plain = append(plain, plainLoop(b, c, "")) },
 						func() { plainP = append(plainP, plainLoop(b, c, fmt.Sprintf("out-plain-%d", r))) },
 					}
