@@ -324,7 +324,7 @@ func (s *pipelineSource) Open(ctx context.Context, splits []pipeline.Split) (pip
 		src.Close()
 		return nil, err
 	}
-	if s.bounded {
+	if s.bounded && len(r.splits) > 0 {
 		end, err := src.EndOffsets(ctx, r.splits)
 		if err != nil {
 			src.Close()
@@ -350,7 +350,7 @@ type reader struct {
 const readWait = 20 * time.Millisecond
 
 func (r *reader) Read(ctx context.Context, buf []pipeline.SourceRecord) (int, error) {
-	if r.bounded && r.src.Done() {
+	if r.bounded && (len(r.splits) == 0 || r.src.Done()) {
 		return 0, io.EOF
 	}
 	recs, err := r.src.Poll(ctx, readWait, len(buf))
