@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // These tests run Kafka → counter → Kafka jobs through the pipeline runtime (host/pipeline)
@@ -311,6 +312,18 @@ sinks: [{name: out, type: kafka, brokers: ["127.0.0.1:1"], topic: out, inputs: [
 	}
 
 	c := newCluster(t, kfake.SeedTopics(1, "in"), kfake.SeedTopics(1, "out"))
+	// A cluster with SASL and ACLs: bob may describe "in" only.
+	sc := kfake.MustCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"), kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser("SCRAM-SHA-256", "admin", "adminpw"),
+		kfake.User("PLAIN", "bob", "bobpw",
+			kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: "in", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationDescribe, Allow: true}))
+	t.Cleanup(sc.Close)
+	t.Setenv("CLINK_TEST_BOB_PW", "bobpw")
+	t.Setenv("CLINK_TEST_WRONG_PW", "nope")
+	saslSpec := func(name, pwEnv string) string {
+		sp := kafkaSpec(name, Config{Brokers: sc.ListenAddrs()}, "")
+		return strings.ReplaceAll(sp, "request_timeout: 10s", "request_timeout: 10s, sasl: {mechanism: PLAIN, username: bob, password_env: "+pwEnv+"}")
+	}
 	for _, tc := range []struct {
 		name, spec string
 		kind       error
@@ -318,6 +331,9 @@ sinks: [{name: out, type: kafka, brokers: ["127.0.0.1:1"], topic: out, inputs: [
 	}{
 		{"missing topic", strings.Replace(kafkaSpec("miss", c, ""), "topics: [in]", "topics: [nosuch]", 1), ErrMissingTopic, `"nosuch"`},
 		{"unreachable", strings.ReplaceAll(kafkaSpec("gone", c, ""), c.Brokers[0], freePort(t)), ErrUnreachable, "unreachable"},
+		{"authentication", saslSpec("authn", "CLINK_TEST_WRONG_PW"), ErrAuthentication, "authentication failed"},
+		{"authorization", saslSpec("authz", "CLINK_TEST_BOB_PW"), ErrAuthorization, "authorization failed"},
+		{"secret not set", saslSpec("unset", "CLINK_TEST_NOT_SET"), ErrConfig, "CLINK_TEST_NOT_SET is not set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := strings.Replace(tc.spec, "attempts: 20", "attempts: 0", 1)
