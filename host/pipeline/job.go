@@ -47,6 +47,9 @@ type Env struct {
 	GuestLog io.Writer
 	// StuckAfter is how long a channel send may block before it is logged (default 5s).
 	StuckAfter time.Duration
+	// LookupGate, if set, admits every lookup before it is sent (the hosted platform's
+	// per-tenant lookup rate; see live.go).
+	LookupGate LookupGate
 	// OnCommitPhase, if set, is called at each step of a checkpoint commit (fault injection):
 	// an error fails the checkpoint, and so the attempt, at that point.
 	OnCommitPhase func(phase CommitPhase, checkpoint uint64) error
