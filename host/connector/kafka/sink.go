@@ -107,9 +107,9 @@ func (id Identity) validate() error {
 func (id Identity) parallelism() int { return max(id.Parallelism, id.Subtask+1) }
 
 // TransactionalID returns the transactional ID of slot (0 or 1) of this subtask. A subtask
-// alternates between two transactional producers, the slots taking turns epoch by epoch, so that epoch
-// n+1's outputs can be written while epoch n's transaction waits for its commit (Flink's
-// transactional ID pool, of size two).
+// alternates between two transactional producers, the slots taking turns epoch by epoch, so
+// that epoch n+1's outputs can be written while epoch n's transaction waits for its commit
+// (Flink's transactional ID pool, of size two).
 func (id Identity) TransactionalID(slot int) string {
 	return "clink." + id.Job + "." + id.Sink + "." + strconv.Itoa(id.Subtask) + "." + strconv.Itoa(slot)
 }
