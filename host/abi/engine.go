@@ -68,7 +68,6 @@ func (e *Engine) memoryPages() uint32 {
 	return e.limits.MemoryPages
 }
 
-
 // EngineOption configures an Engine (see NewEngine). The same style as host/state,
 // host/scheduler and host/lookup: options apply in order, defaults are filled in once.
 type EngineOption interface{ apply(*engineConfig) }
