@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,7 +95,7 @@ func kafkaSpec(name string, c Config, extra string) string {
 	brokers, _ := json.Marshal(c.Brokers)
 	return fmt.Sprintf(`
 name: %s
-checkpoints: {interval: 10ms}
+checkpoints: {interval: 10ms, timeout: 30s}
 restart: {strategy: fixed-delay, attempts: 20, delay: 1ms}
 sources:
   - {name: in, type: kafka, brokers: %s, topics: [in], group: counters, stop_at: latest, parallelism: 2, request_timeout: 10s}
@@ -425,4 +426,96 @@ sinks: [{name: out, type: kafka, brokers: [%q], topic: out, inputs: [count], tra
 	if !slices.Contains(asked, "acme@"+c.Brokers[0]) {
 		t.Fatalf("brokers checked: %v", asked)
 	}
+}
+
+// TestPipelineBrokerOutage: the cluster drops every connection from the 5th produce request
+// to the output on (a broker gone mid-run). Shorter than request_timeout, the pipeline rides
+// it out; longer, the attempt fails with ErrUnreachable and the restart strategy restarts it
+// once the cluster is back; with no restart strategy, the job fails with ErrUnreachable and a
+// later --restore latest finishes it. Each time the committed output is exact.
+func TestPipelineBrokerOutage(t *testing.T) {
+	for _, tc := range []string{"ridden out", "restarted", "failed"} {
+		t.Run(tc, func(t *testing.T) {
+			kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "in"), kfake.SeedTopics(3, "out"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer kc.Close()
+			c := Config{Brokers: kc.ListenAddrs(), RequestTimeout: Duration(10 * time.Second)}
+			keys := produceUsers(t, c, "in", 0, 30000, 17)
+			var produces atomic.Int64
+			var down atomic.Bool
+			wentDown := make(chan struct{})
+			kc.Control(func(r kmsg.Request) (kmsg.Response, error, bool) {
+				kc.KeepControl()
+				if r.Key() == kmsg.Produce.Int16() && produces.Add(1) == 5 {
+					down.Store(true)
+					close(wentDown)
+				}
+				if down.Load() {
+					return nil, errors.New("broker down"), true
+				}
+				return nil, nil, false
+			})
+			spec := kafkaSpec("outage", c, "")
+			var restarted sync.Once
+			log := slog.New(slog.NewTextHandler(testWriter{t}, nil))
+			switch tc {
+			case "ridden out":
+				go func() { <-wentDown; time.Sleep(300 * time.Millisecond); down.Store(false) }()
+			case "restarted":
+				spec = strings.ReplaceAll(spec, "request_timeout: 10s", "request_timeout: 1s")
+				// The outage ends when the runtime restarts the failed attempt.
+				log = slog.New(slog.NewTextHandler(funcWriter(func(p []byte) {
+					if strings.Contains(string(p), "restarting") {
+						restarted.Do(func() { down.Store(false) })
+					}
+				}), nil))
+			case "failed":
+				spec = strings.ReplaceAll(spec, "request_timeout: 10s", "request_timeout: 1s")
+				spec = strings.Replace(spec, "strategy: fixed-delay", "strategy: none", 1)
+			}
+			sp, err := pipeline.ParseSpec([]byte(spec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			conns := &pipeline.Connectors{}
+			Register(conns)
+			state := "file://" + t.TempDir()
+			j, err := pipeline.Start(context.Background(), sp, pipeline.Env{Connectors: conns, StateURL: state, Log: log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := j.Wait()
+			select {
+			case <-wentDown:
+			default:
+				t.Fatal("the outage never began")
+			}
+			switch tc {
+			case "ridden out":
+				if err != nil || m.Restarts != 0 {
+					t.Fatalf("restarts %d, err %v: want the outage ridden out", m.Restarts, err)
+				}
+			case "restarted":
+				if err != nil || m.Restarts == 0 {
+					t.Fatalf("restarts %d, err %v: want a restart", m.Restarts, err)
+				}
+			case "failed":
+				if !errors.Is(err, ErrUnreachable) {
+					t.Fatalf("want ErrUnreachable, got %v", err)
+				}
+				down.Store(false)
+				runKafkaJob(t, spec, state, "latest-if-any")
+			}
+			checkCounts(t, c, "out", keys)
+		})
+	}
+}
+
+type funcWriter func([]byte)
+
+func (f funcWriter) Write(p []byte) (int, error) {
+	f(p)
+	return len(p), nil
 }
