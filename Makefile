@@ -67,7 +67,7 @@ FUZZ_TARGETS := \
 	./host/pipeline:FuzzSourceCSV \
 	./host/pipeline:FuzzIsJSONNumber \
 	./host/pipeline:FuzzParseSpec \
-	./host/connector/kafka:FuzzTopField \
+	./internal/jsonfield:FuzzTop \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \

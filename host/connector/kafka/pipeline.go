@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
+	"github.com/clink-wasm/clink-wasm/internal/jsonfield"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -499,12 +500,12 @@ func (w *writer) Write(ctx context.Context, recs []pipeline.SinkRecord) error {
 		r := &recs[i]
 		k := r.Key
 		if f := w.s.keyField; f != "" {
-			raw, ok, err := topField(r.Value, f)
+			raw, ok, err := jsonfield.Top(r.Value, f)
 			if err == nil && !ok {
 				err = errors.New("no such field")
 			}
 			if err == nil {
-				k, err = keyBytes(raw)
+				k, err = jsonfield.Key(raw)
 			}
 			if err != nil {
 				return fmt.Errorf("kafka sink %s: key_field %q of output %.100q: %w", w.s.name, f, r.Value, err)
