@@ -30,7 +30,7 @@ func TestKafkaPipelineCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	rounds, minKills := 3, 5
+	rounds, minKills := 4, 5
 	if os.Getenv("CLINK_KAFKA_SOAK") != "" {
 		rounds, minKills = 40, 50
 	}

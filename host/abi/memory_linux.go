@@ -57,13 +57,6 @@ func overLimit(limit *atomic.Uint32, size uint64) bool {
 	return p > 0 && size > uint64(p)<<16
 }
 
-// memoryAllocator is the allocator of e's instances: growth stops at e's live memory limit.
-func (e *Engine) memoryAllocator() experimental.MemoryAllocator {
-	return experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
-		return newLimitedMemory(capBytes, maxBytes, &e.liveMemPages)
-	})
-}
-
 // mmapMemory is a linear memory in a reserved mapping; see "Linear memory" above.
 type mmapMemory struct {
 	res       []byte // the whole reservation, max bytes

@@ -53,12 +53,12 @@ type Env struct {
 	// OnCommitPhase, if set, is called at each step of a checkpoint commit (fault injection):
 	// an error fails the checkpoint, and so the attempt, at that point.
 	OnCommitPhase func(phase CommitPhase, checkpoint uint64) error
-
-	flag *flagForm // the flag form's hooks (Run); nil for specs
 	// Native, if set, runs the named operators as Go code instead of their modules (for the
 	// benchmarks that measure what the Wasm operator costs; see NativeOperator). The function
 	// is called once per subtask.
 	Native map[string]func() NativeOperator
+
+	flag *flagForm // the flag form's hooks (Run); nil for specs
 }
 
 func (e *Env) module(ctx context.Context, ref string) ([]byte, error) {

@@ -486,7 +486,9 @@ func (t *sinkTask) run() error { return t.loop(t.a.ctx) }
 
 func (t *sinkTask) loop(ctx context.Context) error {
 	mergeErr := make(chan error, 1)
-	go func() { mergeErr <- t.in.run(ctx) }()
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	go func() { mergeErr <- t.in.run(mctx) }()
 	var recs []SinkRecord
 	flush := func() error {
 		if len(recs) == 0 {
@@ -498,6 +500,7 @@ func (t *sinkTask) loop(ctx context.Context) error {
 		return err
 	}
 	fail := func(err error) error {
+		mcancel() // as an operator does: an input that never ends would hold the failure back
 		for range t.in.out {
 		}
 		<-mergeErr

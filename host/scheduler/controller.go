@@ -38,6 +38,18 @@
 //     *OperatorError naming the operator, the record and the key.
 //
 // See carrier.go for how the runner role moves between goroutines.
+//
+// # Files
+//
+//   - controller.go: the Controller, New, Run, the runner loop, input and shutdown;
+//   - options.go: Option and its With… constructors, the one place defaults live;
+//   - gate.go: the per-key gate; execute.go: running a task's guest call and finishing it;
+//   - instances.go: the instance pool and its memory budget; epochs.go: epochs, timers' release
+//     and barriers; ordered.go: outputs held in input order (OrderInput);
+//   - fetch.go: the prefetch check, cold reads and their coalescing; lookups.go: lookups;
+//   - completions.go: the hand-back from IO goroutines to the runner, and resuming;
+//   - carrier.go and coro.go: how a suspended call waits (carriers, coroutines);
+//   - task.go: tasks and the abi.Handler the guest calls; output.go: batched output; metrics.go.
 package scheduler
 
 import (

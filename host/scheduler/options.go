@@ -119,8 +119,8 @@ func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.NoCo
 
 // WithReadBatch sets the batch size that sends pending cold reads at once (default 32), and
 // the most a stuck runner sends in one Fetch (default 4096). 0 keeps a default.
-func WithReadBatch(n, max int) Option {
-	return optionFunc(func(c *config) { c.ReadBatch, c.MaxReadBatch = n, max })
+func WithReadBatch(n, maxBatch int) Option {
+	return optionFunc(func(c *config) { c.ReadBatch, c.MaxReadBatch = n, maxBatch })
 }
 
 // WithReadBatchWait sends a batch once its oldest read has waited d. By default (0) that is

@@ -94,6 +94,7 @@ type slot struct {
 	t    *task
 	co   coState // the slot's coroutine, created on first use (coro.go)
 	cost int64   // its footprint as last accounted (Controller.footprint)
+	mem  uint64  // its linear memory's size when cost was computed
 }
 
 var _ abi.Handler = (*slot)(nil)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/clink-wasm/clink-wasm/internal/jsonfield"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -471,12 +472,12 @@ func (s *Source) decode(r *Record) {
 		return
 	}
 	if f := s.cfg.KeyField; f != "" {
-		raw, ok, err := topField(r.Value, f)
+		raw, ok, err := jsonfield.Top(r.Value, f)
 		if err == nil && !ok {
 			err = fmt.Errorf("no key field %q", f)
 		}
 		if err == nil {
-			r.Key, err = keyBytes(raw)
+			r.Key, err = jsonfield.Key(raw)
 		}
 		if err != nil {
 			r.Err = fmt.Errorf("key field %q: %w", f, err)
@@ -484,12 +485,12 @@ func (s *Source) decode(r *Record) {
 		}
 	}
 	if f := s.cfg.TimeField; f != "" {
-		raw, ok, err := topField(r.Value, f)
+		raw, ok, err := jsonfield.Top(r.Value, f)
 		if err == nil && !ok {
 			err = fmt.Errorf("no time field %q", f)
 		}
 		if err == nil {
-			r.Time, err = eventTime(raw)
+			r.Time, err = jsonfield.Time(raw)
 		}
 		if err != nil {
 			r.Err = fmt.Errorf("time field %q: %w", f, err)
