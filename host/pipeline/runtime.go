@@ -410,7 +410,7 @@ func (a *attempt) run(parent context.Context) error {
 }
 
 // firstError picks the error that explains the failure: an operator's fault or a bad output
-// over the cancellations it caused.
+// over the cancellations it caused (an operator call cancelled by them included).
 func firstError(errs <-chan error, coord error) error {
 	var all []error
 	for e := range errs {
@@ -420,8 +420,21 @@ func firstError(errs <-chan error, coord error) error {
 		all = append(all, coord)
 	}
 	var oe *scheduler.OperatorError
+	var f *abi.Fault
 	for _, e := range all {
-		if errors.As(e, &oe) {
+		if !errors.As(e, &oe) {
+			continue
+		}
+		// A call stopped because another part failed (a sink that could not write: its
+		// error reaches the guest's emit) is explained by that failure, reported as is.
+		for _, o := range all {
+			if o != e && !errors.As(o, new(*scheduler.OperatorError)) && errors.Is(e, o) {
+				return o
+			}
+		}
+		// A call cancelled mid-way is the consequence of another failure (the coordinator's),
+		// which explains it better.
+		if !(errors.As(e, &f) && f.Kind == abi.FaultCancelled) {
 			return e
 		}
 	}
