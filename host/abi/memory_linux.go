@@ -117,4 +117,3 @@ func (m *heapMemory) Reallocate(size uint64) []byte {
 }
 
 func (m *heapMemory) Free() { m.buf = nil }
-

@@ -10,13 +10,17 @@ import (
 // are applied once, when a tenant is created (DefaultQuotas), and a PATCH changes only the
 // fields it names.
 type Quotas struct {
-	MaxPipelines         int      `json:"max_pipelines"`
-	MaxSubtasks          int      `json:"max_subtasks"`           // summed over the tenant's pipelines
-	GuestMemoryBytes     int64    `json:"guest_memory_bytes"`     // per operator instance
-	CPUTimePerRecordMs   int64    `json:"cpu_time_per_record_ms"` // guest execution per record
-	MaxInFlightRecords   int      `json:"max_in_flight_records"`  // per pipeline
-	HotTierBytes         int64    `json:"hot_tier_bytes"`         // per pipeline
-	StateBytes           int64    `json:"state_bytes"`            // durable state, per tenant
+	MaxPipelines       int   `json:"max_pipelines"`
+	MaxSubtasks        int   `json:"max_subtasks"`           // summed over the tenant's pipelines
+	GuestMemoryBytes   int64 `json:"guest_memory_bytes"`     // per operator instance
+	CPUTimePerRecordMs int64 `json:"cpu_time_per_record_ms"` // guest execution per record
+	// GuestCPUMillicores bounds the guest execution time of all the tenant's pipelines together,
+	// in thousandths of a core on average (abi.CPUShare). 0 = no bound (tenants created before
+	// this quota existed have 0).
+	GuestCPUMillicores   int64    `json:"guest_cpu_millicores"`
+	MaxInFlightRecords   int      `json:"max_in_flight_records"` // per pipeline
+	HotTierBytes         int64    `json:"hot_tier_bytes"`        // per pipeline
+	StateBytes           int64    `json:"state_bytes"`           // durable state, per tenant
 	LookupRequestsPerSec int      `json:"lookup_requests_per_second"`
 	AllowedLookupHosts   []string `json:"allowed_lookup_hosts"`    // host or host:port; "*.example.com" for subdomains
 	APIRequestsPerSec    int      `json:"api_requests_per_second"` // the REST API, per tenant
@@ -31,6 +35,7 @@ func DefaultQuotas() Quotas {
 		MaxSubtasks:          16,
 		GuestMemoryBytes:     256 << 20,
 		CPUTimePerRecordMs:   1000,
+		GuestCPUMillicores:   1000,
 		MaxInFlightRecords:   10000,
 		HotTierBytes:         256 << 20,
 		StateBytes:           10 << 30,
@@ -48,6 +53,7 @@ type QuotaPatch struct {
 	MaxSubtasks          *int      `json:"max_subtasks"`
 	GuestMemoryBytes     *int64    `json:"guest_memory_bytes"`
 	CPUTimePerRecordMs   *int64    `json:"cpu_time_per_record_ms"`
+	GuestCPUMillicores   *int64    `json:"guest_cpu_millicores"`
 	MaxInFlightRecords   *int      `json:"max_in_flight_records"`
 	HotTierBytes         *int64    `json:"hot_tier_bytes"`
 	StateBytes           *int64    `json:"state_bytes"`
@@ -74,6 +80,7 @@ func (p QuotaPatch) Apply(q Quotas) Quotas {
 	set(&q.MaxSubtasks, p.MaxSubtasks)
 	set64(&q.GuestMemoryBytes, p.GuestMemoryBytes)
 	set64(&q.CPUTimePerRecordMs, p.CPUTimePerRecordMs)
+	set64(&q.GuestCPUMillicores, p.GuestCPUMillicores)
 	set(&q.MaxInFlightRecords, p.MaxInFlightRecords)
 	set64(&q.HotTierBytes, p.HotTierBytes)
 	set64(&q.StateBytes, p.StateBytes)
@@ -111,6 +118,7 @@ func (q Quotas) Validate(prefix string) error {
 	}{
 		{"max_pipelines", int64(q.MaxPipelines)}, {"max_subtasks", int64(q.MaxSubtasks)},
 		{"cpu_time_per_record_ms", q.CPUTimePerRecordMs}, {"max_in_flight_records", int64(q.MaxInFlightRecords)},
+		{"guest_cpu_millicores", q.GuestCPUMillicores},
 		{"hot_tier_bytes", q.HotTierBytes}, {"state_bytes", q.StateBytes},
 		{"lookup_requests_per_second", int64(q.LookupRequestsPerSec)}, {"api_requests_per_second", int64(q.APIRequestsPerSec)},
 		{"max_modules", int64(q.MaxModules)}, {"max_module_bytes", q.MaxModuleBytes},
