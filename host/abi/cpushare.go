@@ -87,7 +87,7 @@ func (c *CPUShare) charge(used, now time.Duration) time.Duration {
 
 // WithCPUShare makes the engine's guests run within share (see "CPU shares").
 func WithCPUShare(share *CPUShare) EngineOption {
-	return func(c *engineConfig) { c.share = share }
+	return engineOptionFunc(func(c *engineConfig) { c.share = share })
 }
 
 // chargeCPU charges the time since the instance's last charge to its engine's share, and

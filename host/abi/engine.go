@@ -70,8 +70,13 @@ func (e *Engine) memoryPages() uint32 {
 	return e.limits.MemoryPages
 }
 
-// EngineOption configures an Engine.
-type EngineOption func(*engineConfig)
+// EngineOption configures an Engine (see NewEngine). The same style as host/state,
+// host/scheduler and host/lookup: options apply in order, defaults are filled in once.
+type EngineOption interface{ apply(*engineConfig) }
+
+type engineOptionFunc func(*engineConfig)
+
+func (f engineOptionFunc) apply(c *engineConfig) { f(c) }
 
 type engineConfig struct {
 	limits   Limits
@@ -81,24 +86,26 @@ type engineConfig struct {
 }
 
 // WithLimits sets the limits the engine's instances run under.
-func WithLimits(l Limits) EngineOption { return func(c *engineConfig) { c.limits = l } }
+func WithLimits(l Limits) EngineOption {
+	return engineOptionFunc(func(c *engineConfig) { c.limits = l })
+}
 
 // WithCompilationCache shares compiled code with other engines.
 func WithCompilationCache(cc wazero.CompilationCache) EngineOption {
-	return func(c *engineConfig) { c.cache = cc }
+	return engineOptionFunc(func(c *engineConfig) { c.cache = cc })
 }
 
 // WithCompilationCacheDir persists compiled code in dir, so that a module compiles once per
 // machine rather than once per process.
 func WithCompilationCacheDir(dir string) EngineOption {
-	return func(c *engineConfig) { c.cacheDir = dir }
+	return engineOptionFunc(func(c *engineConfig) { c.cacheDir = dir })
 }
 
 // NewEngine returns an engine ready to load modules.
 func NewEngine(ctx context.Context, opts ...EngineOption) (*Engine, error) {
 	var cfg engineConfig
 	for _, o := range opts {
-		o(&cfg)
+		o.apply(&cfg)
 	}
 	cfg.limits = cfg.limits.withDefaults()
 	e := &Engine{limits: cfg.limits, cache: cfg.cache}

@@ -57,13 +57,6 @@ func overLimit(limit *atomic.Uint32, size uint64) bool {
 	return p > 0 && size > uint64(p)<<16
 }
 
-// memoryAllocator is the allocator of e's instances: growth stops at e's live memory limit.
-func (e *Engine) memoryAllocator() experimental.MemoryAllocator {
-	return experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
-		return newLimitedMemory(capBytes, maxBytes, &e.liveMemPages)
-	})
-}
-
 // mmapMemory is a linear memory in a reserved mapping; see "Linear memory" above.
 type mmapMemory struct {
 	res       []byte // the whole reservation, max bytes
@@ -117,3 +110,15 @@ func (m *heapMemory) Reallocate(size uint64) []byte {
 }
 
 func (m *heapMemory) Free() { m.buf = nil }
+
+// allocator returns the allocator in's linear memory is created with: growth stops at the
+// engine's live memory limit. It records whether the memory ended up on the Go heap (the
+// fallback), which the instance budget needs to know: heap growth during instantiation includes
+// the memory only then.
+func (in *Instance) allocator() experimental.MemoryAllocator {
+	return experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
+		lm := newLimitedMemory(capBytes, maxBytes, &in.m.e.liveMemPages)
+		_, in.memOnHeap = lm.(*heapMemory)
+		return lm
+	})
+}

@@ -57,6 +57,12 @@ type Env struct {
 	// OnCommitPhase, if set, is called at each step of a checkpoint commit (fault injection):
 	// an error fails the checkpoint, and so the attempt, at that point.
 	OnCommitPhase func(phase CommitPhase, checkpoint uint64) error
+	// Native, if set, runs the named operators as Go code instead of their modules (for the
+	// benchmarks that measure what the Wasm operator costs; see NativeOperator). The function
+	// is called once per subtask.
+	Native map[string]func() NativeOperator
+
+	flag *flagForm // the flag form's hooks (Run); nil for specs
 }
 
 func (e *Env) module(ctx context.Context, ref string) ([]byte, error) {
@@ -170,7 +176,7 @@ func Start(ctx context.Context, spec *Spec, env Env) (*Job, error) {
 		j.closeResources(ctx)
 		return nil, err
 	}
-	if j.records, err = openRecordStore(stateURL, spec.Tenant, spec.Name); err != nil {
+	if j.records, err = openJobRecords(j.store, stateURL, spec.Tenant, spec.Name); err != nil {
 		return fail(err)
 	}
 	if j.ops, err = loadOperators(ctx, spec, &env); err != nil {
@@ -355,6 +361,7 @@ func (j *Job) setAttempt(a *attempt) {
 }
 
 func (j *Job) noteCheckpoint(info CheckpointInfo) {
+	j.env.flag.checkpointDone(info)
 	j.mu.Lock()
 	j.last = &info
 	j.mu.Unlock()
@@ -375,7 +382,9 @@ func (j *Job) finish(s JobState, err error) {
 
 func (j *Job) closeResources(ctx context.Context) {
 	for _, o := range j.ops {
-		o.eng.Close(context.WithoutCancel(ctx))
+		if !o.borrowed {
+			o.eng.Close(context.WithoutCancel(ctx))
+		}
 	}
 	if j.ownsSt && j.store != nil {
 		j.store.Close()
