@@ -23,6 +23,7 @@ type Quotas struct {
 	StateBytes           int64    `json:"state_bytes"`           // durable state, per tenant
 	LookupRequestsPerSec int      `json:"lookup_requests_per_second"`
 	AllowedLookupHosts   []string `json:"allowed_lookup_hosts"`    // host or host:port; "*.example.com" for subdomains
+	AllowedKafkaBrokers  []string `json:"allowed_kafka_brokers"`   // the same forms, for Kafka sources and sinks
 	APIRequestsPerSec    int      `json:"api_requests_per_second"` // the REST API, per tenant
 	MaxModules           int      `json:"max_modules"`
 	MaxModuleBytes       int64    `json:"max_module_bytes"`
@@ -41,6 +42,7 @@ func DefaultQuotas() Quotas {
 		StateBytes:           10 << 30,
 		LookupRequestsPerSec: 100,
 		AllowedLookupHosts:   []string{},
+		AllowedKafkaBrokers:  []string{},
 		APIRequestsPerSec:    50,
 		MaxModules:           100,
 		MaxModuleBytes:       32 << 20,
@@ -59,6 +61,7 @@ type QuotaPatch struct {
 	StateBytes           *int64    `json:"state_bytes"`
 	LookupRequestsPerSec *int      `json:"lookup_requests_per_second"`
 	AllowedLookupHosts   *[]string `json:"allowed_lookup_hosts"`
+	AllowedKafkaBrokers  *[]string `json:"allowed_kafka_brokers"`
 	APIRequestsPerSec    *int      `json:"api_requests_per_second"`
 	MaxModules           *int      `json:"max_modules"`
 	MaxModuleBytes       *int64    `json:"max_module_bytes"`
@@ -87,6 +90,9 @@ func (p QuotaPatch) Apply(q Quotas) Quotas {
 	set(&q.LookupRequestsPerSec, p.LookupRequestsPerSec)
 	if p.AllowedLookupHosts != nil {
 		q.AllowedLookupHosts = append([]string{}, (*p.AllowedLookupHosts)...)
+	}
+	if p.AllowedKafkaBrokers != nil {
+		q.AllowedKafkaBrokers = append([]string{}, (*p.AllowedKafkaBrokers)...)
 	}
 	set(&q.APIRequestsPerSec, p.APIRequestsPerSec)
 	set(&q.MaxModules, p.MaxModules)
@@ -139,19 +145,30 @@ func (q Quotas) Validate(prefix string) error {
 			return &FieldError{fmt.Sprintf("%sallowed_lookup_hosts[%d]", prefix, i), fmt.Sprintf("%q is not a lower-case host name or host:port (no scheme, no path)", h)}
 		}
 	}
+	for i, h := range q.AllowedKafkaBrokers {
+		if !hostRE.MatchString(h) || len(h) > 260 {
+			return &FieldError{fmt.Sprintf("%sallowed_kafka_brokers[%d]", prefix, i), fmt.Sprintf("%q is not a lower-case host name or host:port", h)}
+		}
+	}
 	return nil
 }
 
 // HostAllowed reports whether host (host or host:port, as in a URL) is among the allowed hosts.
 // An entry without a port allows every port; "*.example.com" allows every subdomain of
 // example.com (not example.com itself).
-func (q Quotas) HostAllowed(hostport string) bool {
+func (q Quotas) HostAllowed(hostport string) bool { return hostIn(q.AllowedLookupHosts, hostport) }
+
+// BrokerAllowed reports whether a Kafka broker (host:port) is among the allowed brokers, with
+// the rules of HostAllowed.
+func (q Quotas) BrokerAllowed(hostport string) bool { return hostIn(q.AllowedKafkaBrokers, hostport) }
+
+func hostIn(allowed []string, hostport string) bool {
 	hostport = strings.ToLower(hostport)
 	host := hostport
 	if i := strings.LastIndexByte(hostport, ':'); i >= 0 && !strings.Contains(hostport[i:], "]") {
 		host = hostport[:i]
 	}
-	for _, a := range q.AllowedLookupHosts {
+	for _, a := range allowed {
 		target := host
 		if strings.Contains(a, ":") {
 			target = hostport

@@ -321,7 +321,7 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	}
 	logger := slog.New(captureHandler{Handler: s.log.Handler(), r: r}).With("tenant", p.Tenant, "pipeline", p.ID)
 	env := pipeline.Env{
-		Connectors: hostedConnectors(r.log, previewDir(r.dir)),
+		Connectors: s.hostedConnectors(r.log, previewDir(r.dir)),
 		StateURL:   r.stateURL,
 		Store:      r.store,
 		Restore:    "latest-if-any",
