@@ -18,7 +18,7 @@ func newServeCmd() *cobra.Command {
 	var (
 		listen, data, logFormat, logLevel string
 		maxModule, maxLag                 int64
-		runDir                            string
+		runDir, kafkaSecrets              string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -60,10 +60,16 @@ stored. CLINK_ADMIN_TOKEN sets the admin token instead (for scripts and tests).`
 			if err != nil {
 				return &exitError{exitFailure, err}
 			}
-			srv, created, err := server.New(ctx, ctl, server.Config{
+			cfg := server.Config{
 				MaxModuleBytes: maxModule, AdminToken: os.Getenv("CLINK_ADMIN_TOKEN"), Logger: log, Console: web.Dist(),
 				DataURL: data, RunDir: runDir, MaxIngestLagBytes: maxLag,
-			})
+			}
+			if kafkaSecrets != "" {
+				if cfg.KafkaSecrets, err = server.SecretsFromFile(kafkaSecrets); err != nil {
+					return &exitError{exitUsage, fmt.Errorf("--kafka-secrets: %w", err)}
+				}
+			}
+			srv, created, err := server.New(ctx, ctl, cfg)
 			if err != nil {
 				return &exitError{exitFailure, err}
 			}
@@ -87,6 +93,7 @@ stored. CLINK_ADMIN_TOKEN sets the admin token instead (for scripts and tests).`
 	f.Int64Var(&maxModule, "max-module-bytes", server.DefaultMaxModuleSize, "largest module upload accepted (a tenant's quota may be lower)")
 	f.StringVar(&runDir, "run-dir", "", "local directory of the pipelines' ingest logs and preview outputs (default: run/ under a local --data, else .clink/run)")
 	f.Int64Var(&maxLag, "max-ingest-lag-bytes", 64<<20, "how far ingest may run ahead of a pipeline before POST …/records answers 429")
+	f.StringVar(&kafkaSecrets, "kafka-secrets", "", "JSON file of per-tenant secrets for Kafka SASL ({\"TENANT\": {\"NAME\": \"VALUE\"}}); a spec names them in sasl.username_env/password_env")
 	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd

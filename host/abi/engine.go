@@ -34,6 +34,8 @@ type Engine struct {
 	liveCallTime atomic.Int64  // nanoseconds
 	liveMemPages atomic.Uint32 // at most limits.MemoryPages (the reservation)
 
+	share *CPUShare // nil: guests are not throttled (cpushare.go)
+
 	closeOnce sync.Once
 }
 
@@ -80,6 +82,7 @@ type engineConfig struct {
 	limits   Limits
 	cache    wazero.CompilationCache
 	cacheDir string
+	share    *CPUShare
 }
 
 // WithLimits sets the limits the engine's instances run under.
@@ -126,7 +129,12 @@ func NewEngine(ctx context.Context, opts ...EngineOption) (*Engine, error) {
 		}
 		return nil, err
 	}
-	e.wd = newWatchdog(cfg.limits.CallTime)
+	e.share = cfg.share
+	period := watchdogPeriod(cfg.limits.CallTime)
+	if e.share != nil {
+		period = min(period, cpuSharePeriod)
+	}
+	e.wd = newWatchdog(period)
 	return e, nil
 }
 

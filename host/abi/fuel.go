@@ -57,6 +57,7 @@ func fuelExhausted(ctx context.Context, stack []uint64) {
 		panic(err)
 	}
 	stack[0] = fuelRefill
+	in.yieldAtCheck()
 }
 
 func (in *Instance) checkBudget() error {
@@ -100,8 +101,8 @@ type watchdog struct {
 	}
 }
 
-func newWatchdog(callTime time.Duration) *watchdog {
-	w := &watchdog{period: watchdogPeriod(callTime), stop: make(chan struct{})}
+func newWatchdog(period time.Duration) *watchdog {
+	w := &watchdog{period: period, stop: make(chan struct{})}
 	w.mu.live = make(map[*Instance]api.MutableGlobal)
 	w.wake = sync.NewCond(&w.mu.Mutex)
 	go w.run()

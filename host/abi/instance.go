@@ -97,8 +97,9 @@ type Instance struct {
 	// resumes from a suspension; budgetSeq/budgetStart remember when the current run began.
 	seq, budgetSeq uint64
 	budgetStart    time.Duration
-	refills        uint64      // fuel checks that reached the host, for measuring (BenchmarkFuelRefill)
-	stopPoke       func() bool // stops the context.AfterFunc that forces a check on cancellation
+	lastCharge     time.Duration // when guest time was last charged to the engine's CPU share
+	refills        uint64        // fuel checks that reached the host, for measuring (BenchmarkFuelRefill)
+	stopPoke       func() bool   // stops the context.AfterFunc that forces a check on cancellation
 
 	broken bool // faulted: must not be called again
 	closed bool
@@ -154,6 +155,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 		WithEnv("CLINK_OPERATOR", m.Manifest.Name)
 	in.kind = callInit
 	in.seq++
+	in.lastCharge = monotonic() // the start function's time is charged too
 	// The allocator is looked up in the context only while the memory is created.
 	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(in.ctx, in.allocator()), m.compiled, cfg)
 	if err != nil {
@@ -198,7 +200,12 @@ func (in *Instance) Broken() bool { return in.broken }
 
 // NoteResumed tells the instance that its current call was suspended and has just resumed, so
 // that the time spent suspended does not count against the call's time budget.
-func (in *Instance) NoteResumed() { in.seq++ }
+func (in *Instance) NoteResumed() {
+	in.seq++
+	if in.m.e.share != nil {
+		in.lastCharge = monotonic() // suspended time is not guest time
+	}
+}
 
 // MemoryBytes returns the current size of the instance's linear memory.
 func (in *Instance) MemoryBytes() uint64 { return uint64(in.mem.Size()) }
@@ -433,11 +440,15 @@ func (in *Instance) begin(k callKind) {
 	in.lastError = in.lastError[:0]
 	in.stderr.first = in.stderr.first[:0]
 	in.seq++
+	if in.m.e.share != nil {
+		in.lastCharge = monotonic()
+	}
 }
 
 // end finishes an export call that returns an i32 status.
 func (in *Instance) end(err error) error {
 	k := in.kind
+	in.chargeCPU()
 	in.kind = callNone
 	in.hasPending = false
 	in.stdout.flush()

@@ -325,3 +325,24 @@ func TestQueueTimeout(t *testing.T) {
 		}
 	})
 }
+
+// TestRegistryBreakers: Registry.Breakers lists a tenant's shared breakers with their state,
+// and none of another tenant's.
+func TestRegistryBreakers(t *testing.T) {
+	r := NewRegistry()
+	cfg := EndpointConfig{Name: "geo", BaseURL: "http://127.0.0.1:9", Egress: EgressPolicy{AllowLoopback: true}}
+	a, err := r.Open("acme", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := r.Open("other", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	got := r.Breakers("acme")
+	if len(got) != 1 || got[0].Endpoint != "geo" || got[0].State != "closed" || got[0].Origin != "http://127.0.0.1:9" {
+		t.Fatalf("acme's breakers: %+v", got)
+	}
+}

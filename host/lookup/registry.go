@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -182,4 +184,33 @@ func injectedHeaders(cfg *EndpointConfig) (http.Header, map[string]bool, error) 
 		names[k] = true
 	}
 	return h, names, nil
+}
+
+// BreakerStatus is the state of one shared breaker (Registry.Breakers).
+type BreakerStatus struct {
+	Endpoint string `json:"endpoint"`
+	Origin   string `json:"origin"`
+	State    string `json:"state"` // closed, half-open, open
+}
+
+// Breakers returns the state of tenant's breakers now (those its open endpoints share), sorted
+// by endpoint and origin.
+func (r *Registry) Breakers(tenant string) []BreakerStatus {
+	r.mu.Lock()
+	var out []BreakerStatus
+	for key, sb := range r.breakers {
+		parts := strings.SplitN(key, "\x00", 4)
+		if len(parts) < 3 || parts[0] != tenant {
+			continue
+		}
+		out = append(out, BreakerStatus{Endpoint: parts[1], Origin: parts[2], State: sb.cb.State().String()})
+	}
+	r.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Endpoint != out[j].Endpoint {
+			return out[i].Endpoint < out[j].Endpoint
+		}
+		return out[i].Origin < out[j].Origin
+	})
+	return out
 }

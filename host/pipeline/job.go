@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/clink-wasm/clink-wasm/host/abi"
 	"github.com/clink-wasm/clink-wasm/host/lookup"
 	"github.com/clink-wasm/clink-wasm/host/state"
 )
@@ -47,6 +48,9 @@ type Env struct {
 	GuestLog io.Writer
 	// StuckAfter is how long a channel send may block before it is logged (default 5s).
 	StuckAfter time.Duration
+	// CPUShare, if set, bounds the guest execution time of every operator of the job (the
+	// hosted platform's per-tenant CPU quota; shared by a tenant's jobs).
+	CPUShare *abi.CPUShare
 	// LookupGate, if set, admits every lookup before it is sent (the hosted platform's
 	// per-tenant lookup rate; see live.go).
 	LookupGate LookupGate

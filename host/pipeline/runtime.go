@@ -511,6 +511,9 @@ func loadOperators(ctx context.Context, spec *Spec, env *Env) ([]*opNode, error)
 			if env.CacheDir != "" {
 				opts = append(opts, abi.WithCompilationCacheDir(env.CacheDir))
 			}
+			if env.CPUShare != nil {
+				opts = append(opts, abi.WithCPUShare(env.CPUShare))
+			}
 			eng, err := abi.NewEngine(ctx, opts...)
 			if err != nil {
 				return fail(err)

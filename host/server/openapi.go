@@ -133,11 +133,11 @@ func arr(items any) map[string]any { return map[string]any{"type": "array", "ite
 
 func schemas() map[string]any {
 	quotas := map[string]any{
-		"max_pipelines": integ, "max_subtasks": integ, "guest_memory_bytes": integ, "cpu_time_per_record_ms": integ,
+		"max_pipelines": integ, "max_subtasks": integ, "guest_memory_bytes": integ, "cpu_time_per_record_ms": integ, "guest_cpu_millicores": integ,
 		"max_in_flight_records": integ, "hot_tier_bytes": integ, "state_bytes": integ, "lookup_requests_per_second": integ,
-		"allowed_lookup_hosts": arr(str), "api_requests_per_second": integ, "max_modules": integ, "max_module_bytes": integ,
+		"allowed_lookup_hosts": arr(str), "allowed_kafka_brokers": arr(str), "api_requests_per_second": integ, "max_modules": integ, "max_module_bytes": integ,
 	}
-	usage := obj(map[string]any{"pipelines": integ, "subtasks": integ, "modules": integ, "module_bytes": integ})
+	usage := obj(map[string]any{"pipelines": integ, "subtasks": integ, "modules": integ, "module_bytes": integ, "state_bytes": integ})
 	tenant := map[string]any{"name": str, "quotas": ref("Quotas"), "usage": usage, "created_at": tim, "updated_at": tim}
 	tenantCreated := map[string]any{"token": str}
 	for k, v := range tenant {

@@ -299,7 +299,7 @@ func (s *Server) createPipeline(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		if err := validateRuntimeSpec(req.Name, tenant, req.Spec); err != nil {
+		if err := s.validateRuntimeSpec(req.Name, tenant, req.Spec); err != nil {
 			return err
 		}
 		now := s.ctl.Now()
@@ -451,7 +451,7 @@ func (s *Server) changePipeline(c echo.Context, tenant, id string, name *string,
 					return err
 				}
 			}
-			if err := validateRuntimeSpec(p.Name, tenant, merged); err != nil {
+			if err := s.validateRuntimeSpec(p.Name, tenant, merged); err != nil {
 				return err
 			}
 			p.Spec, p.Modules, p.Subtasks = compact(merged), ids, subtasks

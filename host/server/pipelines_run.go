@@ -277,11 +277,12 @@ func (s *Server) pipelineOutput(c echo.Context, p *control.Pipeline) error {
 
 func (s *Server) pipelineMetrics(c echo.Context, p *control.Pipeline) error {
 	r := s.rt.get(p.ID)
-	if r == nil {
-		return c.JSON(http.StatusOK, map[string]any{"pipeline": p.ID, "state": p.State})
+	out := map[string]any{"pipeline": p.ID, "state": p.State}
+	if r != nil {
+		out["job"], out["ingest_lag_bytes"], out["ingest_bytes"] = r.metrics(), r.log.Lag(), r.log.Durable()
 	}
-	m := r.metrics()
-	return c.JSON(http.StatusOK, map[string]any{"pipeline": p.ID, "state": p.State, "job": m, "ingest_lag_bytes": r.log.Lag(), "ingest_bytes": r.log.Durable()})
+	s.detailViews(p, r, out)
+	return c.JSON(http.StatusOK, out)
 }
 
 func (r *run) metrics() pipeline.JobMetrics {

@@ -22,7 +22,10 @@ import (
 //     takes no memory back from an instance that has it, and cannot rise past what the
 //     operator started with: that takes a restart);
 //   - hot_tier_bytes re-shares the run's hot tier at once (state.Store.SetHotBytes);
-//   - lookup_requests_per_second changes the tenant's lookup gate (below).
+//   - lookup_requests_per_second changes the tenant's lookup gate (below);
+//   - guest_cpu_millicores changes the tenant's CPU share (abi.CPUShare), one per tenant shared
+//     by all its operators: their guests run at most that many thousandths of a core on average,
+//     a call overdrawing it pausing at its next fuel check or return.
 //
 // max_pipelines and max_subtasks are admission quotas: they are checked when a pipeline is
 // created, started, changed or rescaled, and lowering them stops nothing that runs (the tenant
@@ -169,9 +172,24 @@ func liveLimits(r *run, q control.Quotas) (map[string]pipeline.LimitsSpec, error
 	return out, nil
 }
 
+// share returns tenant's CPU share, set to millicores.
+func (rt *runtime) share(tenant string, millicores int64) *abi.CPUShare {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	sh := rt.shares[tenant]
+	if sh == nil {
+		sh = abi.NewCPUShare(float64(millicores) / 1000)
+		rt.shares[tenant] = sh
+	} else {
+		sh.SetCores(float64(millicores) / 1000)
+	}
+	return sh
+}
+
 // tenantQuotasChanged gives tenant t's running pipelines its new quotas.
 func (rt *runtime) tenantQuotasChanged(t *control.Tenant) {
 	q := t.Quotas
+	rt.share(t.Name, q.GuestCPUMillicores)
 	rt.gate(t.Name, q.LookupRequestsPerSec).setRate(q.LookupRequestsPerSec)
 	rt.mu.Lock()
 	var runs []*run

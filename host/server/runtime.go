@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/clink-wasm/clink-wasm/host/abi"
 	"github.com/clink-wasm/clink-wasm/host/connector/ingest"
 	"github.com/clink-wasm/clink-wasm/host/control"
 	"github.com/clink-wasm/clink-wasm/host/lookup"
@@ -152,9 +153,10 @@ type runtime struct {
 	runs     map[string]*run
 	starting map[string]bool
 	closed   bool
-	gates    map[string]*lookupGate  // per tenant
-	usage    map[string]*tenantUsage // per tenant
-	ctx      context.Context         // runs outlive requests; cancelled by Close
+	gates    map[string]*lookupGate   // per tenant
+	shares   map[string]*abi.CPUShare // per tenant: guest_cpu_millicores
+	usage    map[string]*tenantUsage  // per tenant
+	ctx      context.Context          // runs outlive requests; cancelled by Close
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 }
@@ -162,7 +164,7 @@ type runtime struct {
 func newRuntime(s *Server) *runtime {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]bool{},
-		gates: map[string]*lookupGate{}, usage: map[string]*tenantUsage{}, ctx: ctx, cancel: cancel}
+		gates: map[string]*lookupGate{}, shares: map[string]*abi.CPUShare{}, usage: map[string]*tenantUsage{}, ctx: ctx, cancel: cancel}
 }
 
 func (rt *runtime) get(id string) *run {
@@ -319,12 +321,13 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	}
 	logger := slog.New(captureHandler{Handler: s.log.Handler(), r: r}).With("tenant", p.Tenant, "pipeline", p.ID)
 	env := pipeline.Env{
-		Connectors: hostedConnectors(r.log, previewDir(r.dir)),
+		Connectors: s.hostedConnectors(r.log, previewDir(r.dir)),
 		StateURL:   r.stateURL,
 		Store:      r.store,
 		Restore:    "latest-if-any",
 		Lookups:    rt.lookups,
 		LookupGate: gate,
+		CPUShare:   rt.share(p.Tenant, t.Quotas.GuestCPUMillicores),
 		Log:        logger,
 		Modules: func(ctx context.Context, ref string) ([]byte, error) {
 			m, err := resolveModule(s.ctl.Snapshot(), p.Tenant, ref, "module")

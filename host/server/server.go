@@ -86,6 +86,9 @@ type Config struct {
 	MaxIngestLagBytes int64
 	// MaxIngestBytes caps one POST …/records body (default 8 MiB; more is 413).
 	MaxIngestBytes int64
+	// KafkaSecrets resolves the secret names a tenant's Kafka specs use for SASL
+	// (sasl.username_env, sasl.password_env); nil refuses SASL. See SecretsFromFile.
+	KafkaSecrets func(tenant, name string) (string, bool)
 }
 
 // Server is the API over one control plane.

@@ -6,7 +6,7 @@
 //   CLINK_BIN=bin/clink-wasm node web/test/console.test.mjs     (make console-test)
 import { chromium } from "playwright-core";
 import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, rmSync } from "node:fs";
+import { mkdtempSync, mkdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -161,6 +161,15 @@ try {
     await page.waitForFunction(() => Number(document.querySelector("#detail-rate")?.textContent || 0) > 0, null, { timeout: 30000 });
     await page.waitForFunction(() => (document.querySelector("#detail-output")?.textContent || "").includes('{"count":'), null, { timeout: 30000 });
     await page.waitForSelector("#detail-checkpoints li");
+    // The operator graph: its three nodes and two edges; the hot tier's hit ratio.
+    await page.waitForSelector('#detail-graph g.node.source[data-node="in"]');
+    await page.waitForSelector('#detail-graph g.node.operator[data-node="count"]');
+    await page.waitForSelector('#detail-graph g.node.sink[data-node="out"]');
+    assert.equal(await page.$$eval("#detail-graph path.edge", (es) => es.map((e) => e.dataset.edge).sort().join(",")), "count>out,in>count");
+    assert.match(await page.textContent('#detail-graph g.node[data-node="count"]'), /counter@1 · \d+ rec/);
+    await page.waitForFunction(() => /^\d+(\.\d)?%$/.test(document.querySelector("#hot-ratio")?.textContent || ""));
+    assert.match(await page.textContent("#hot-detail"), /\d+ hits, \d+ misses/);
+    assert.match(await page.textContent("#breakers"), /no lookup endpoints/);
     await step(page, "6b-pipeline-running");
   } finally {
     clearInterval(feeder);
@@ -180,6 +189,36 @@ try {
   const pls = await call("GET", "/api/v1/pipelines?tenant=acme");
   const del = await fetch(base + "/api/v1/pipelines/" + pls.items[0].id + "?tenant=acme", { method: "DELETE", headers: { Authorization: "Bearer " + admin } });
   assert.equal(del.status, 204);
+
+  // 7c. A pipeline with a lookup endpoint on a closed loopback port: the detail's breaker panel
+  // shows the endpoint's breaker and its state.
+  await call("PATCH", "/api/v1/tenants/acme", { quotas: { allowed_lookup_hosts: ["127.0.0.1:9"] } });
+  const asTenant = (method, p, body, type = "application/json") => fetch(base + p, { method, headers: { Authorization: "Bearer " + tenant.token, "Content-Type": type }, body });
+  let r = await asTenant("POST", "/api/v1/modules?name=enrich", readFileSync(path.join(fixtures, "enrich.wasm")), "application/wasm");
+  assert.equal(r.status, 201, "enrich upload: " + (await r.text()));
+  r = await asTenant("POST", "/api/v1/pipelines", JSON.stringify({ name: "lookups", spec: {
+    sources: [{ name: "in", type: "http" }],
+    operators: [{ name: "enrich", module: "enrich", inputs: ["in"], key: "user",
+      endpoints: [{ name: "svc", base_url: "http://127.0.0.1:9", egress: { allow_loopback: true } }] }],
+    sinks: [{ name: "out", type: "preview", inputs: ["enrich"] }] } }));
+  const created = await r.text();
+  assert.equal(r.status, 201, "lookups pipeline: " + created);
+  const lid = JSON.parse(created).id;
+  assert.equal((await asTenant("POST", "/api/v1/pipelines/" + lid + "/start")).status, 202);
+  let lbody = "";
+  for (let i = 0; i < 40; i++) lbody += JSON.stringify({ user: "u" + i }) + "\n";
+  assert.equal((await asTenant("POST", "/api/v1/pipelines/" + lid + "/records", lbody, "application/x-ndjson")).status, 200);
+  await page.click('.tabs button[data-tab="pipelines"]');
+  await page.waitForFunction(() => /lookups/.test(document.querySelector("#pipelines-table tbody")?.textContent || ""));
+  await page.click('#pipelines-table tbody tr:has-text("lookups") button.open-pipeline');
+  await page.waitForSelector('#breakers li[data-endpoint="svc"]', { timeout: 30000 });
+  await page.waitForFunction(() => /svc\s*(closed|half-open|open)$/.test(document.querySelector("#breakers")?.textContent || ""), null, { timeout: 30000 });
+  console.log("  breaker svc:", await page.textContent('#breakers li[data-endpoint="svc"] span:last-child'));
+  await page.waitForSelector('#detail-graph g.node.operator[data-node="enrich"]');
+  await step(page, "6d-breaker-panel");
+  await asTenant("DELETE", "/api/v1/pipelines/" + lid);
+  assert.equal((await asTenant("DELETE", "/api/v1/modules/" + (await (await asTenant("GET", "/api/v1/modules")).json()).items.find((m) => m.name === "enrich").id)).status, 204);
+  await page.click("#detail-close").catch(() => {});
 
   // 8. Delete it.
   await page.click('.tabs button[data-tab="modules"]');

@@ -113,11 +113,13 @@ const quotaRows = [
   ["max_module_bytes", "Module size", fmtBytes],
   ["guest_memory_bytes", "Guest memory per instance", fmtBytes],
   ["cpu_time_per_record_ms", "CPU time per record", (v) => v + " ms"],
+  ["guest_cpu_millicores", "Guest CPU (all pipelines)", (v) => (v ? v / 1000 + " cores" : "unbounded")],
   ["max_in_flight_records", "In-flight records per pipeline", (v) => v],
   ["hot_tier_bytes", "Hot tier per pipeline", fmtBytes],
   ["state_bytes", "Durable state", fmtBytes],
   ["lookup_requests_per_second", "Lookups", (v) => v + " /s"],
   ["allowed_lookup_hosts", "Allowed lookup hosts", list],
+  ["allowed_kafka_brokers", "Allowed Kafka brokers", list],
   ["api_requests_per_second", "API requests", (v) => v + " /s"],
 ];
 
@@ -287,6 +289,75 @@ function drawChart() {
   g.fillText(Math.round(top) + "/s", 6, 12);
 }
 
+// The SVG namespace, from the HTML parser (no URL in the source: the console names no origin).
+const SVG = (() => { const t = document.createElement("template"); t.innerHTML = "<svg></svg>"; return t.content.firstChild.namespaceURI; })();
+function svg(tag, attrs, ...children) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const c of children) e.append(c);
+  return e;
+}
+
+// drawGraph lays the graph out in columns by depth (sources first) and draws each node with
+// its parallelism and records, each input as an edge (side outputs dashed).
+function drawGraph(g, job) {
+  const box = $("#detail-graph");
+  if (!g || !g.nodes || !g.nodes.length) { box.replaceChildren(el("span", { class: "muted" }, "no graph")); return; }
+  const depth = {};
+  const inputs = {};
+  for (const e of g.edges) (inputs[e.to] = inputs[e.to] || []).push(e.from);
+  const d = (n, seen = new Set()) => {
+    if (depth[n] !== undefined) return depth[n];
+    if (seen.has(n)) return 0;
+    seen.add(n);
+    const ins = inputs[n] || [];
+    return (depth[n] = ins.length ? 1 + Math.max(...ins.map((i) => d(i, seen))) : 0);
+  };
+  const cols = [];
+  for (const n of g.nodes) (cols[d(n.name)] = cols[d(n.name)] || []).push(n);
+  const W = 170, H = 52, GX = 60, GY = 18;
+  const pos = {};
+  cols.forEach((col, ci) => col.forEach((n, ri) => { pos[n.name] = { x: 10 + ci * (W + GX), y: 10 + ri * (H + GY) }; }));
+  const width = 20 + cols.length * (W + GX) - GX, height = 20 + Math.max(...cols.map((c) => c.length)) * (H + GY) - GY;
+  const recs = {};
+  for (const s of [...(job.Sources || []), ...(job.Operators || []), ...(job.Sinks || [])]) recs[s.Node] = (recs[s.Node] || 0) + (s.RecordsIn || 0);
+  const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
+  for (const e of g.edges) {
+    const a = pos[e.from], b = pos[e.to];
+    if (!a || !b) continue;
+    const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2;
+    root.append(svg("path", { class: "edge" + (e.side ? " side" : ""), d: `M${x1},${y1} C${x1 + GX / 2},${y1} ${x2 - GX / 2},${y2} ${x2},${y2}`, "data-edge": e.from + ">" + e.to }));
+  }
+  for (const n of g.nodes) {
+    const p = pos[n.name];
+    const label = n.kind === "operator" ? (n.module || "") : (n.type || n.kind);
+    const gEl = svg("g", { class: "node " + n.kind, transform: `translate(${p.x},${p.y})`, "data-node": n.name },
+      svg("rect", { width: W, height: H }),
+      svg("text", { x: 10, y: 20 }, n.name + (n.parallelism > 1 ? " ×" + n.parallelism : "")),
+      svg("text", { x: 10, y: 38, class: "sub" }, label + " · " + (recs[n.name] || 0) + " rec"));
+    gEl.append(svg("title", {}, n.kind + " " + n.name + (n.endpoints ? ", endpoints " + n.endpoints.join(", ") : "")));
+    root.append(gEl);
+  }
+  box.replaceChildren(root);
+}
+
+function showPanels(m) {
+  const h = m.hot_tier;
+  if (h && h.hits + h.misses > 0) {
+    const pct = Math.round(h.hit_ratio * 1000) / 10;
+    $("#hot-ratio").textContent = pct + "%";
+    $("#hot-bar span").style.width = pct + "%";
+    $("#hot-detail").textContent = `${h.hits} hits, ${h.misses} misses, ${h.evictions} evictions; ${fmtBytes(h.hot_bytes)} of ${h.hot_limit ? fmtBytes(h.hot_limit) : "unbounded"}`;
+  }
+  const bs = m.breakers || [];
+  $("#breakers").replaceChildren(...(bs.length ? bs.map((b) => el("li", { "data-endpoint": b.endpoint },
+    el("span", { title: b.origin }, b.endpoint), el("span", { class: "state-" + b.state }, b.state))) : [el("li", { class: "muted" }, "no lookup endpoints")]));
+  if (m.cpu) {
+    $("#cpu-figure").textContent = m.cpu.cores > 0 ? m.cpu.cores + " core" + (m.cpu.cores === 1 ? "" : "s") : "unbounded";
+    $("#cpu-detail").textContent = `${m.cpu.guest_seconds.toFixed(2)} s of guest time, ${m.cpu.paused_seconds.toFixed(2)} s paused by the share`;
+  }
+}
+
 async function pollDetail() {
   const id = detail.id;
   if (!id) return;
@@ -311,6 +382,8 @@ async function pollDetail() {
     $("#detail-inflight").textContent = sum(job.Operators, "InFlight");
     $("#detail-lag").textContent = fmtBytes(m.ingest_lag_bytes || 0);
     drawChart();
+    drawGraph(m.graph, job);
+    showPanels(m);
     const nodes = [...(job.Sources || []), ...(job.Operators || []), ...(job.Sinks || [])];
     $("#detail-nodes tbody").replaceChildren(...nodes.map((n) => el("tr", {},
       el("td", {}, n.Node), el("td", {}, n.Subtask), el("td", {}, n.RecordsIn), el("td", {}, n.RecordsOut),

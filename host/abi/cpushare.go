@@ -1,0 +1,126 @@
+package abi
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// # CPU shares
+//
+// A guest that computes without returning keeps its goroutine, and so one of GOMAXPROCS
+// processors, until Go preempts it (every 10 ms): a neighbour's goroutines (an HTTP handler, a
+// source, another tenant's operator) wait that long for each hop. Two things bound what a
+// busy guest takes from others:
+//
+//   - Every fuel check yields the processor (runtime.Gosched): a busy guest takes turns with
+//     whatever else is runnable at each check (at least every watchdog period, and every fuel
+//     refill, ~1-10 ms of a tight loop) instead of holding it for a whole preemption slice.
+//   - A CPUShare, shared by the engines of one tenant, bounds their guests' execution time to
+//     Cores cores on average: each call's running time is charged to it (at each fuel check
+//     and when the call returns), and a call that finds the share overdrawn pauses, off the
+//     processor, until the share is back in credit. Paused time does not count against the
+//     call's time limit. Engines with a share force a fuel check at least every
+//     cpuSharePeriod.
+//
+// Time is wall-clock time while the guest runs (between the host's own reads of the clock),
+// which is CPU time unless the OS deschedules the thread; a call shorter than a fuel refill is
+// charged when it returns.
+
+const (
+	cpuSharePeriod = 500 * time.Microsecond
+	cpuShareBurst  = 2 * time.Millisecond   // credit a share may build up while idle
+	minPause       = 200 * time.Microsecond // shorter debts are carried to the next charge
+)
+
+// CPUShare bounds the guest execution time of the engines that use it (WithCPUShare). It is a
+// virtual clock (GCRA): each charge of t of guest time advances it by t/cores, and a charger
+// pauses until the real clock catches up with it (less a small credit). Because the clock is
+// shared, two guests overdrawing one share resume one after the other rather than together:
+// a share of one core keeps its guests on about one processor at a time.
+type CPUShare struct {
+	mu     sync.Mutex
+	cores  float64
+	tat    time.Duration // the virtual clock, in monotonic time
+	paused atomic.Int64  // nanoseconds its guests have paused, in all
+	used   atomic.Int64  // nanoseconds of guest time charged, in all
+}
+
+// Used returns the guest time charged to the share in all.
+func (c *CPUShare) Used() time.Duration { return time.Duration(c.used.Load()) }
+
+// Paused returns how long the share's guests have been paused in all (throttled time).
+func (c *CPUShare) Paused() time.Duration { return time.Duration(c.paused.Load()) }
+
+// NewCPUShare returns a share of cores cores (<= 0: unlimited).
+func NewCPUShare(cores float64) *CPUShare { return &CPUShare{cores: cores} }
+
+// SetCores changes the share while its engines run (a live quota change).
+func (c *CPUShare) SetCores(cores float64) {
+	c.mu.Lock()
+	c.cores = cores
+	c.mu.Unlock()
+}
+
+// Cores returns the share's cores (<= 0: unlimited).
+func (c *CPUShare) Cores() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cores
+}
+
+// charge accounts used guest time at now and returns how long the caller should pause.
+func (c *CPUShare) charge(used, now time.Duration) time.Duration {
+	c.used.Add(int64(used))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cores <= 0 {
+		return 0
+	}
+	if floor := now - cpuShareBurst; c.tat < floor {
+		c.tat = floor // idle time earns at most cpuShareBurst of credit
+	}
+	c.tat += time.Duration(float64(used) / c.cores)
+	return max(c.tat-now, 0)
+}
+
+// WithCPUShare makes the engine's guests run within share (see "CPU shares").
+func WithCPUShare(share *CPUShare) EngineOption {
+	return engineOptionFunc(func(c *engineConfig) { c.share = share })
+}
+
+// chargeCPU charges the time since the instance's last charge to its engine's share, and
+// pauses the call (off the processor) while the share is overdrawn. It returns the time paused.
+func (in *Instance) chargeCPU() time.Duration {
+	sh := in.m.e.share
+	if sh == nil {
+		return 0
+	}
+	now := monotonic()
+	used := now - in.lastCharge
+	in.lastCharge = now
+	pause := sh.charge(used, now)
+	if pause < minPause {
+		return 0
+	}
+	t := time.NewTimer(pause)
+	select {
+	case <-t.C:
+	case <-in.ctx.Done():
+		t.Stop()
+	}
+	in.lastCharge = monotonic()
+	sh.paused.Add(int64(in.lastCharge - now))
+	return in.lastCharge - now
+}
+
+// yieldAtCheck runs at every fuel check: the processor is offered to other goroutines, and the
+// share is charged (the pause is not the call's running time).
+func (in *Instance) yieldAtCheck() {
+	if paused := in.chargeCPU(); paused > 0 {
+		in.budgetStart += paused
+		return
+	}
+	runtime.Gosched()
+}
