@@ -19,6 +19,7 @@ import (
 	"github.com/clink-wasm/clink-wasm/host/connector/file"
 	"github.com/clink-wasm/clink-wasm/host/connector/gen"
 	webhook "github.com/clink-wasm/clink-wasm/host/connector/http"
+	"github.com/clink-wasm/clink-wasm/host/connector/kafka"
 	"github.com/clink-wasm/clink-wasm/host/connector/stdout"
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
 )
@@ -75,6 +76,7 @@ func cmdRunPipeline(ctx context.Context, args []string, out, stderr io.Writer) e
 	}
 	conns := &pipeline.Connectors{}
 	file.Register(conns)
+	kafka.Register(conns)
 	gen.Register(conns)
 	webhook.Register(conns)
 	stdout.Register(conns, out)
@@ -93,6 +95,7 @@ func cmdRunPipeline(ctx context.Context, args []string, out, stderr io.Writer) e
 		}
 	}
 	installKillHook(&env)
+	installKafkaKillHook()
 	start := time.Now()
 	job, err := pipeline.Start(ctx, spec, env)
 	if err != nil {

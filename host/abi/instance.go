@@ -66,12 +66,15 @@ func (c *instanceCtx) Value(key any) any {
 // buffer, the pending result, and the current call. It is not safe for concurrent use, and is
 // never re-entered: a call suspended in an async import keeps its instance until it returns.
 type Instance struct {
-	m      *Module
-	mod    api.Module
-	mem    api.Memory
-	ctx    context.Context
-	h      Handler
-	limits *Limits
+	m   *Module
+	mod api.Module
+	mem api.Memory
+	ctx context.Context
+	// memOnHeap: the linear memory is a Go-heap slice (see MemoryOnHeap). Set while the
+	// memory is created, during instantiation.
+	memOnHeap bool
+	h         Handler
+	limits    *Limits
 
 	fnInput, fnProcess, fnTimer, fnOpen, fnClose, fnKey, fnManifest api.Function
 	fnProcTimer                                                     api.Function
@@ -152,7 +155,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 	in.kind = callInit
 	in.seq++
 	// The allocator is looked up in the context only while the memory is created.
-	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(in.ctx, memoryAllocator), m.compiled, cfg)
+	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(in.ctx, in.allocator()), m.compiled, cfg)
 	if err != nil {
 		in.kind = callNone
 		return nil, in.fault(callInit, err)
@@ -199,6 +202,11 @@ func (in *Instance) NoteResumed() { in.seq++ }
 
 // MemoryBytes returns the current size of the instance's linear memory.
 func (in *Instance) MemoryBytes() uint64 { return uint64(in.mem.Size()) }
+
+// MemoryOnHeap reports whether the instance's linear memory lives on the Go heap (grown by
+// append, as wazero does by default) rather than in its own mapping (memory_linux.go). Only
+// then does it show in the heap's growth, and carry append's spare capacity.
+func (in *Instance) MemoryOnHeap() bool { return in.memOnHeap }
 
 // Process delivers one record to clink_process. key and value are copied into guest memory,
 // followed by the frames of the prefetched values; after a successful call the frames the guest

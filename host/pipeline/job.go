@@ -47,6 +47,9 @@ type Env struct {
 	GuestLog io.Writer
 	// StuckAfter is how long a channel send may block before it is logged (default 5s).
 	StuckAfter time.Duration
+	// LookupGate, if set, admits every lookup before it is sent (the hosted platform's
+	// per-tenant lookup rate; see live.go).
+	LookupGate LookupGate
 	// OnCommitPhase, if set, is called at each step of a checkpoint commit (fault injection):
 	// an error fails the checkpoint, and so the attempt, at that point.
 	OnCommitPhase func(phase CommitPhase, checkpoint uint64) error
@@ -167,7 +170,7 @@ func Start(ctx context.Context, spec *Spec, env Env) (*Job, error) {
 		j.closeResources(ctx)
 		return nil, err
 	}
-	if j.records, err = openRecordStore(stateURL, spec.Tenant, spec.Name); err != nil {
+	if j.records, err = openJobRecords(j.store, stateURL, spec.Tenant, spec.Name); err != nil {
 		return fail(err)
 	}
 	if j.ops, err = loadOperators(ctx, spec, &env); err != nil {

@@ -229,11 +229,10 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		src.tap = opts.Record.Elements
 	}
 
-	ctrl, err := scheduler.New(scheduler.Config{
-		Module: mod, Backend: sched, Sink: schedSink, Lookup: lookupFn, Order: opts.Order,
-		Log: logTo(opts.Log, describe), MaxInFlight: opts.MaxInFlight, Describe: describe,
-		OnBarrier: onBarrier,
-	})
+	ctrl, err := scheduler.New(mod, sched, schedSink,
+		scheduler.WithLookup(lookupFn), scheduler.WithOrder(opts.Order),
+		scheduler.WithGuestLog(logTo(opts.Log, describe)), scheduler.WithMaxInFlight(opts.MaxInFlight),
+		scheduler.WithDescribe(describe), scheduler.WithOnBarrier(onBarrier))
 	if err != nil {
 		sink.close()
 		return sum, err

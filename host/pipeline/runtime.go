@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
@@ -52,6 +53,7 @@ type opNode struct {
 	sha       string
 	stateName string
 	ranges    []state.KeyGroupRange
+	live      atomic.Pointer[LimitsSpec] // limits changed while the job runs (live.go)
 }
 
 func (a *attempt) sourceSpec(name string) *SourceSpec {

@@ -269,6 +269,9 @@ func (t *operatorTask) run() error {
 		}
 		defer closeLookups()
 		lookupFn = fn
+		if g := a.env.LookupGate; g != nil {
+			lookupFn = gateLookups(g, fn)
+		}
 	}
 	order := scheduler.OrderPerKey
 	switch t.op.spec.Order {
@@ -280,16 +283,17 @@ func (t *operatorTask) run() error {
 	t.persistQ = make(chan persistJob, 4)
 	t.persistE = make(chan error, 1)
 	go t.persister(ctx)
-	ctrl, err := scheduler.New(scheduler.Config{
-		Module: t.op.mod, Backend: t.backend, Sink: t.out, Lookup: lookupFn, Order: order,
-		Log: a.env.guestLog(t.describe), MaxInFlight: t.op.spec.Limits.MaxInFlight, Describe: t.describe,
-		OnBarrier: t.onBarrier,
-	})
+	ctrl, err := scheduler.New(t.op.mod, t.backend, t.out,
+		scheduler.WithLookup(lookupFn), scheduler.WithOrder(order),
+		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.maxInFlight()),
+		scheduler.WithDescribe(t.describe), scheduler.WithOnBarrier(t.onBarrier),
+		scheduler.WithLogger(a.log.With("subtask", t.name())))
 	if err != nil {
 		close(t.persistQ)
 		return fmt.Errorf("operator %s: %w", t.name(), err)
 	}
 	t.ctrl.Store(ctrl)
+	t.applyLiveInFlight() // a SetLimits between maxInFlight() and the Store above
 	mergeErr := make(chan error, 1)
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()

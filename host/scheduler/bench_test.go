@@ -214,8 +214,8 @@ func (s *discardSink) Write(b *Batch) error {
 
 // runController pushes els through a controller and returns the time from the first record to
 // the end of Run.
-func runController(b *testing.B, cfg Config, els []Element) (time.Duration, *Controller) {
-	c, err := New(cfg)
+func runController(b *testing.B, m *abi.Module, be state.Backend, els []Element, opts ...Option) (time.Duration, *Controller) {
+	c, err := New(m, be, &discardSink{}, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func BenchmarkHotPath(b *testing.B) {
 	m := loadModule(b, counterAS)
 	els := benchRecords(50_000, 10_000)
 	ctrl := func() time.Duration {
-		d, _ := runController(b, Config{Module: m, Backend: state.NewMemory(), Sink: &discardSink{}}, els)
+		d, _ := runController(b, m, state.NewMemory(), els)
 		return d
 	}
 	for b.Loop() {
@@ -378,7 +378,7 @@ func coldPath(b *testing.B, m *abi.Module, records, syncRecords int) {
 	els := benchRecords(records, keys)
 	for b.Loop() {
 		tier := newColdTier(missRate, latency)
-		d, c := runController(b, Config{Module: m, Backend: tier, Sink: &discardSink{}, MaxInFlight: inFlight, ReadBatch: readBatchEnv()}, els)
+		d, c := runController(b, m, tier, els, WithMaxInFlight(inFlight), WithReadBatch(readBatchEnv(), 0))
 		s := c.Metrics()
 		achieved := float64(len(els)) / d.Seconds()
 		// The miss rate is what the remote tier actually served per record: reads inside
@@ -390,7 +390,7 @@ func coldPath(b *testing.B, m *abi.Module, records, syncRecords int) {
 		bound := float64(inFlight) / (measuredMiss * lat.Seconds())
 
 		syncTier := newColdTier(missRate, latency)
-		sd, _ := runController(b, Config{Module: m, Backend: syncTier, Sink: &discardSink{}, Synchronous: true}, els[:syncRecords])
+		sd, _ := runController(b, m, syncTier, els[:syncRecords], WithSynchronous(true))
 		syncRate := float64(syncRecords) / sd.Seconds()
 
 		b.ReportMetric(achieved, "async-rec/s")

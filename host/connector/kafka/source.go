@@ -122,8 +122,11 @@ type Source struct {
 	opened bool
 
 	mu  sync.Mutex
-	pos Positions   // next offset per assigned split; INVARIANT: covers every assigned split
-	wm  *Watermarks // guarded by mu too: Positions and Watermark may run beside Poll
+	pos Positions // next offset per assigned split; INVARIANT: covers every assigned split
+	// stop, if set (StopAt), is where each split ends: records at or after it are not
+	// returned and its position never passes it.
+	stop Positions
+	wm   *Watermarks // guarded by mu too: Positions and Watermark may run beside Poll
 
 	now func() time.Time
 }
@@ -237,6 +240,9 @@ func (s *Source) AddSplits(ctx context.Context, splits []Split, from Positions) 
 			kgo.FetchMaxBytes(fetchMax),
 			kgo.FetchMaxPartitionBytes(min(fetchMax, 1<<20)),
 			kgo.BrokerMaxReadBytes(max(fetchMax*2, 100<<20)),
+			// Transaction markers too, so that a position moves past them: a partition whose
+			// log ends with a commit marker is then read to its end (StopAt, Done).
+			kgo.KeepControlRecords(),
 		}
 		if !s.cfg.ReadUncommitted {
 			opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
@@ -431,7 +437,16 @@ func (s *Source) Poll(ctx context.Context, wait time.Duration, max int) ([]Recor
 			return // fetched before RemoveSplits: no longer ours
 		}
 		maxTime, seen := int64(0), false
+		stop, bounded := s.stop[sp]
+		next := s.pos[sp]
 		for _, r := range p.Records {
+			if bounded && r.Offset >= stop {
+				break
+			}
+			next = r.Offset + 1
+			if r.Attrs.IsControl() {
+				continue
+			}
 			rec := Record{Split: sp, Offset: r.Offset, Key: r.Key, Value: r.Value, Time: r.Timestamp.UnixMilli()}
 			s.decode(&rec)
 			if rec.Err == nil && (!seen || rec.Time > maxTime) {
@@ -442,7 +457,7 @@ func (s *Source) Poll(ctx context.Context, wait time.Duration, max int) ([]Recor
 		if seen {
 			s.wm.Observe(sp, maxTime, now)
 		}
-		s.pos[sp] = p.Records[len(p.Records)-1].Offset + 1
+		s.pos[sp] = next
 	})
 	return out, nil
 }
@@ -480,6 +495,69 @@ func (s *Source) decode(r *Record) {
 			r.Err = fmt.Errorf("time field %q: %w", f, err)
 		}
 	}
+}
+
+// StopAt makes the source bounded: each split in end stops there (the offsets EndOffsets
+// returns, typically), and Done reports when every split has reached its end.
+func (s *Source) StopAt(end Positions) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop = end.Clone()
+}
+
+// EndOffsets returns the current end of each split: the last stable offset when reading
+// committed records (so that a transaction still open is not waited for), else the high
+// watermark.
+func (s *Source) EndOffsets(ctx context.Context, splits []Split) (Positions, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout())
+	defer cancel()
+	topics := slices.Compact(slices.Sorted(func(yield func(string) bool) {
+		for _, sp := range splits {
+			if !yield(sp.Topic) {
+				return
+			}
+		}
+	}))
+	adm := kadm.NewClient(s.adm)
+	var (
+		ends kadm.ListedOffsets
+		err  error
+	)
+	if s.cfg.ReadUncommitted {
+		ends, err = adm.ListEndOffsets(ctx, topics...)
+	} else {
+		ends, err = adm.ListCommittedOffsets(ctx, topics...)
+	}
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, brokersErr(s.cfg.Config, classify("list end offsets", err))
+	}
+	out := make(Positions, len(splits))
+	for _, sp := range splits {
+		e, ok := ends.Lookup(sp.Topic, sp.Partition)
+		if !ok {
+			return nil, &Error{Op: "list end offsets", Kind: ErrMissingTopic, Err: fmt.Errorf("partition %v", sp)}
+		}
+		out[sp] = e.Offset
+	}
+	return out, nil
+}
+
+// Done reports whether every split has reached its StopAt offset (false without StopAt).
+func (s *Source) Done() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop == nil {
+		return false
+	}
+	for sp, off := range s.pos {
+		if end, ok := s.stop[sp]; !ok || off < end {
+			return false
+		}
+	}
+	return true
 }
 
 // Positions returns a copy of the next offset of every assigned split: the source's part of
