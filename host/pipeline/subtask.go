@@ -62,7 +62,14 @@ func (t *sourceTask) run() error {
 		t.splitMax[i] = math.MinInt64
 		t.lastSeen[i] = time.Now()
 	}
-	buf := make([]SourceRecord, batchRecords)
+	// Read enough per call that, spread over the downstream subtasks, each channel still gets
+	// batches of about batchRecords: at parallelism 2 a read of batchRecords sent two
+	// half-full batches, twice the channel operations per record.
+	fan := 1
+	for _, e := range t.out.all() {
+		fan = max(fan, len(e.chans))
+	}
+	buf := make([]SourceRecord, batchRecords*min(fan, 8))
 	eof := len(t.splits) == 0
 	c := t.a.coord
 	for {

@@ -106,7 +106,7 @@ func (c *Controller) completeBarrier() {
 	}
 }
 
-// SaveTimers stores the timer queue in the backend's operator state; used before a final
+// SaveTimers stores the timer queues in the backend's operator state; used before a final
 // savepoint when no barrier passed.
 func (c *Controller) SaveTimers() { c.saveTimers() }
 
