@@ -49,7 +49,7 @@ type Metrics struct {
 	CheckpointDuration     time.Duration // total
 
 	// Spills: deltas of dirty entries written to the pool between checkpoints because they
-	// reached half the hot budget (adopted by the next checkpoint; see Tiered.spill).
+	// reached a third of the hot budget (adopted by the next checkpoint; see Tiered.spill).
 	Spills     int64
 	SpillBytes int64
 	// Backpressure is the time the runner waited for deltas to persist before it could spill

@@ -138,7 +138,7 @@ func TestEvictionAndColdRead(t *testing.T) {
 	for i := range 2000 {
 		b.Put(key(0, fmt.Sprint("k", i), ""), val)
 	}
-	// Dirty keys cannot be evicted: at half the budget they spill, so the tier stays in it.
+	// Dirty keys cannot be evicted: at a third of the budget they spill, so the tier stays in it.
 	m := b.Metrics()
 	if m.HotBytes > 8<<10+2*int64(100+entryOverhead+8) || m.HotOverflow != 0 || m.Spills == 0 {
 		t.Fatalf("dirty keys must spill within the budget: %+v", m)
