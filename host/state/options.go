@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
@@ -31,6 +32,7 @@ type config struct {
 	ioConcurrency     int           // concurrent remote requests per Store
 	prefetchIndexes   bool          // after a restore, load segment indexes in the background
 	rebalanceInterval time.Duration // how often the global budget is re-shared
+	logger            *slog.Logger  // background failures (compaction, GC); never nil
 
 	// file://
 	fsync        bool
@@ -62,6 +64,7 @@ func defaultConfig() config {
 		ioConcurrency:     unsetByPool,
 		prefetchIndexes:   true,
 		rebalanceInterval: 200 * time.Millisecond,
+		logger:            slog.New(slog.DiscardHandler),
 		fsync:             true,
 		maxOpenFiles:      256,
 		s3MaxConns:        unsetByPool,
@@ -289,6 +292,17 @@ func WithS3HTTPClient(hc *http.Client) Option {
 // WithUring makes the file pool read blocks through io_uring (experimental; see host/uring).
 // URL: uring=true.
 func WithUring(on bool) Option { return optionFunc(func(c *config) { c.useUring = on }) }
+
+// WithLogger sets where the Store logs what fails in the background, where no caller sees an
+// error: compaction and garbage collection (both retried later). Default: discarded. A nil
+// logger keeps the default.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if l != nil {
+			c.logger = l
+		}
+	})
+}
 
 // withTestIntervals shortens background intervals (tests).
 func withIntervals(gc, rebalance time.Duration) Option {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"testing"
@@ -706,5 +707,57 @@ func testConcurrentFetchesShareReads(t *testing.T) {
 	}
 	if gets > 16 {
 		t.Fatalf("%d block GETs (%d blocks) for 64 concurrent Fetches of one segment", gets, blocks)
+	}
+}
+
+// failWholeGets fails every read of a whole object (what compaction does), not ranged ones.
+type failWholeGets struct{ objectStore }
+
+func (f failWholeGets) get(ctx context.Context, name string, off, n int64) ([]byte, error) {
+	if n < 0 && strings.Contains(name, "segments/") {
+		return nil, &Error{Op: "get", Object: name, Retryable: true, Err: errors.New("injected")}
+	}
+	return f.objectStore.get(ctx, name, off, n)
+}
+
+// chanHandler sends each record's message to a channel.
+type chanHandler struct{ ch chan slog.Record }
+
+func (h chanHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h chanHandler) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h.ch <- r:
+	default:
+	}
+	return nil
+}
+func (h chanHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h chanHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestBackgroundFailureLogged: a compaction that fails (no caller sees its error) is logged
+// through WithLogger, naming the operator.
+func TestBackgroundFailureLogged(t *testing.T) {
+	ch := make(chan slog.Record, 16)
+	s := openTest(t, "mem://", WithMaxSegments(2), WithLogger(slog.New(chanHandler{ch})))
+	s.os = failWholeGets{s.os}
+	b := operator(t, s, OperatorOptions{Name: "logged"})
+	for c := uint64(1); c <= 4; c++ {
+		b.Put(key(0, fmt.Sprint("k", c), ""), []byte("v"))
+		checkpoint(t, b, c)
+	}
+	select {
+	case r := <-ch:
+		var op string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "operator" {
+				op = a.Value.String()
+			}
+			return true
+		})
+		if r.Level != slog.LevelWarn || !strings.Contains(r.Message, "compaction failed") || op != "logged" {
+			t.Fatalf("logged %v %q operator=%q", r.Level, r.Message, op)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the failed compaction was not logged")
 	}
 }
