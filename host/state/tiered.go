@@ -530,8 +530,9 @@ func (b *Tiered) spill() {
 	s.startChain(b.ctx) // its outcome is observed by poll
 }
 
-// Fetch implements Backend. The keys are encoded on the runner; the reads run on a new
-// goroutine against the committed version current at the call.
+// Fetch implements Backend. The keys are encoded on the runner; the reads run off it, in a
+// lookup against the newest committed version, together with the other Fetches that queued
+// while maxLookups lookups were running (see lookups).
 func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 	b.poll()
 	if b.ctx.Err() != nil {
