@@ -67,7 +67,7 @@ FUZZ_TARGETS := \
 	./host/pipeline:FuzzSourceCSV \
 	./host/pipeline:FuzzIsJSONNumber \
 	./host/pipeline:FuzzParseSpec \
-	./host/connector/kafka:FuzzTopField \
+	./internal/jsonfield:FuzzTop \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
@@ -97,8 +97,12 @@ soak:
 	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestRunawayGuestRSS' -timeout 10m ./host/abi/
 	# Pipelines: 60 crash rounds (>= 60 SIGKILLs) of `run --pipeline`, one and two operators.
 	CLINK_SOAK=1 $(GO) test -count=1 -run 'TestPipelineCrash' -timeout 60m ./cmd/clink-wasm/
+	# Kafka pipelines: 40 crash rounds (>= 50 SIGKILLs) of `run --pipeline`, Kafka -> counter -> Kafka.
+	CLINK_KAFKA_SOAK=1 $(GO) test -count=1 -run 'TestKafkaPipelineCrash' -timeout 30m ./cmd/clink-wasm/
 	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestMemSoak' -timeout 30m -v ./host/scheduler/
 	CLINK_KAFKA_SOAK=100 $(GO) test -race -count=1 -run 'TestCrashSoak' -timeout 60m ./host/connector/kafka/
+	# Scale-out: 100 chaos rounds of worker processes (SIGKILL, join, leave, SIGSTOP zombies).
+	CLINK_WORKER_SOAK=100 AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 -run 'TestWorkerChaos' -timeout 60m -v ./cmd/clink-wasm/
 
 s3-up:
 	@scripts/s3-up.sh

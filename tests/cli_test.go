@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -247,23 +249,48 @@ func TestManifestEmbed(t *testing.T) {
 }
 
 // TestDurableStateRestore: a run commits a final checkpoint to the file pool; a second run with
-// --restore latest continues from it; an unknown checkpoint is a clear error.
+// --restore latest continues from it (the same input file: nothing left to read; another file:
+// from its start, on the restored state); an unknown checkpoint is a clear error.
 func TestDurableStateRestore(t *testing.T) {
 	pool := "file://" + t.TempDir()
 	in := writeFile(t, "in.jsonl", "{\"u\":\"a\"}\n{\"u\":\"b\"}\n{\"u\":\"a\"}\n")
-	args := []string{"run", "--module", abiFixtures + "counter.wasm", "--input", in, "--key", "u", "--state", pool}
+	day2 := writeFile(t, "day2.jsonl", "{\"u\":\"a\"}\n{\"u\":\"b\"}\n{\"u\":\"a\"}\n")
+	base := []string{"run", "--module", abiFixtures + "counter.wasm", "--key", "u", "--state", pool}
+	args := append(append([]string{}, base...), "--input", in)
+	committed := regexp.MustCompile(`checkpoint (\d+) committed`)
+	id := func(what string, r result) uint64 {
+		t.Helper()
+		m := committed.FindStringSubmatch(r.stderr)
+		if m == nil {
+			t.Fatalf("%s: no committed checkpoint in: %s", what, r.stderr)
+		}
+		n, _ := strconv.ParseUint(m[1], 10, 64)
+		return n
+	}
 	r := clink(t, "", args...)
-	if r.code != 0 || r.stdout != "{\"count\":1}\n{\"count\":1}\n{\"count\":2}\n" || !strings.Contains(r.stderr, "checkpoint 1 committed") {
+	if r.code != 0 || r.stdout != "{\"count\":1}\n{\"count\":1}\n{\"count\":2}\n" {
 		t.Fatalf("first run: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
 	}
+	first := id("first run", r)
+	// The same file again: the checkpoint covers all of it, so nothing is read twice.
 	r = clink(t, "", append(args, "--restore", "latest")...)
-	if r.code != 0 || r.stdout != "{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n" || !strings.Contains(r.stderr, "checkpoint 2 committed") {
-		t.Fatalf("restored run: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
+	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "0 records in") {
+		t.Fatalf("restored run, same file: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
 	}
+	second := id("restored run, same file", r)
+	// Another file is read from its start on top of the restored counts.
+	r = clink(t, "", append(append(append([]string{}, base...), "--input", day2), "--restore", "latest")...)
+	if r.code != 0 || r.stdout != "{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n" {
+		t.Fatalf("restored run, day2: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
+	}
+	third := id("restored run, day2", r)
 	// Without --restore a run starts empty, and its checkpoint ids go on after the old ones.
 	r = clink(t, "", args...)
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "{\"count\":1}") || !strings.Contains(r.stderr, "checkpoint 3 committed") {
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "{\"count\":1}") {
 		t.Fatalf("fresh run: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
+	}
+	if fourth := id("fresh run", r); !(first < second && second < third && third < fourth) {
+		t.Fatalf("checkpoint ids %d, %d, %d, %d do not increase", first, second, third, fourth)
 	}
 	r = clink(t, "", append(args, "--restore", "42")...)
 	if r.code != 1 || !strings.Contains(r.stderr, "checkpoint 42") {
@@ -320,7 +347,11 @@ func TestS3State(t *testing.T) {
 	if r := clink(t, "", args...); r.code != 0 || r.stdout != "{\"count\":1}\n{\"count\":2}\n" {
 		t.Fatalf("first run: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
 	}
-	if r := clink(t, "", append(args, "--restore", "latest")...); r.code != 0 || r.stdout != "{\"count\":3}\n{\"count\":4}\n" {
+	// A second file, read from its start on the restored state (the first file's checkpoint
+	// covers all of it).
+	day2 := writeFile(t, "day2.jsonl", "{\"u\":\"a\"}\n{\"u\":\"a\"}\n")
+	args2 := []string{"run", "--module", abiFixtures + "counter.wasm", "--input", day2, "--key", "u", "--state", pool, "--restore", "latest"}
+	if r := clink(t, "", args2...); r.code != 0 || r.stdout != "{\"count\":3}\n{\"count\":4}\n" {
 		t.Fatalf("restored run: exit %d, out %q, err %s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -40,6 +40,8 @@ Usage:
   clink-wasm module push|ls|get|rm   tenant create|ls|quota   pipeline create|ls|get|rm|start|stop|savepoint
         client commands for a server (--server/CLINK_SERVER, --token/CLINK_TOKEN)
   clink-wasm completion bash|zsh|fish|powershell
+  clink-wasm worker --pipeline SPEC.yaml --state s3://BUCKET/PREFIX [flags]
+        one of several workers sharing a Kafka pipeline's partitions (docs/SCALING.md)
   clink-wasm dev kafka [--port N] [--topic NAME:PARTITIONS]...
         run a Kafka cluster (kfake) on loopback to try Kafka pipelines on one machine
   clink-wasm version
@@ -98,6 +100,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return cobraMain(ctx, args, stdin, stdout, stderr)
 	case "dev":
 		err = cmdDev(ctx, args[1:], stdout, stderr)
+	case "worker":
+		err = cmdWorker(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "clink-wasm", version())
 		return 0

@@ -34,12 +34,13 @@ const (
 	callProcess
 	callTimer
 	callClose
+	callProcTimer // clink_on_processing_timer: the permissions of callTimer
 )
 
 var callExport = [...]string{
 	callNone: "", callInit: ExportInitialize, callManifest: ExportManifest, callInput: ExportInput,
 	callKey: ExportKey, callOpen: ExportOpen, callProcess: ExportProcess, callTimer: ExportOnTimer,
-	callClose: ExportClose,
+	callClose: ExportClose, callProcTimer: ExportOnProcessingTimer,
 }
 
 // instanceCtx is the context every call of an instance runs with: its parent context plus the
@@ -65,14 +66,18 @@ func (c *instanceCtx) Value(key any) any {
 // buffer, the pending result, and the current call. It is not safe for concurrent use, and is
 // never re-entered: a call suspended in an async import keeps its instance until it returns.
 type Instance struct {
-	m      *Module
-	mod    api.Module
-	mem    api.Memory
-	ctx    context.Context
-	h      Handler
-	limits *Limits
+	m   *Module
+	mod api.Module
+	mem api.Memory
+	ctx context.Context
+	// memOnHeap: the linear memory is a Go-heap slice (see MemoryOnHeap). Set while the
+	// memory is created, during instantiation.
+	memOnHeap bool
+	h         Handler
+	limits    *Limits
 
 	fnInput, fnProcess, fnTimer, fnOpen, fnClose, fnKey, fnManifest api.Function
+	fnProcTimer                                                     api.Function
 	stack                                                           []uint64
 
 	inPtr, inCap uint32 // guest-owned input buffer from clink_input
@@ -150,7 +155,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 	in.kind = callInit
 	in.seq++
 	// The allocator is looked up in the context only while the memory is created.
-	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(in.ctx, memoryAllocator), m.compiled, cfg)
+	mod, err := m.e.rt.InstantiateModule(experimental.WithMemoryAllocator(in.ctx, in.allocator()), m.compiled, cfg)
 	if err != nil {
 		in.kind = callNone
 		return nil, in.fault(callInit, err)
@@ -168,6 +173,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 	in.fnInput = mod.ExportedFunction(ExportInput)
 	in.fnProcess = mod.ExportedFunction(ExportProcess)
 	in.fnTimer = mod.ExportedFunction(ExportOnTimer)
+	in.fnProcTimer = mod.ExportedFunction(ExportOnProcessingTimer)
 	in.fnOpen = mod.ExportedFunction(ExportOpen)
 	in.fnClose = mod.ExportedFunction(ExportClose)
 	in.fnKey = mod.ExportedFunction(ExportKey)
@@ -196,6 +202,11 @@ func (in *Instance) NoteResumed() { in.seq++ }
 
 // MemoryBytes returns the current size of the instance's linear memory.
 func (in *Instance) MemoryBytes() uint64 { return uint64(in.mem.Size()) }
+
+// MemoryOnHeap reports whether the instance's linear memory lives on the Go heap (grown by
+// append, as wazero does by default) rather than in its own mapping (memory_linux.go). Only
+// then does it show in the heap's growth, and carry append's spare capacity.
+func (in *Instance) MemoryOnHeap() bool { return in.memOnHeap }
 
 // Process delivers one record to clink_process. key and value are copied into guest memory,
 // followed by the frames of the prefetched values; after a successful call the frames the guest
@@ -241,11 +252,24 @@ func (in *Instance) afterKeyed(k callKind) error {
 	return nil
 }
 
-// OnTimer fires the timer (key, ts) through clink_on_timer.
+// OnTimer fires the event-time timer (key, ts) through clink_on_timer.
 func (in *Instance) OnTimer(key []byte, ts int64) error {
 	if in.fnTimer == nil {
 		return &Fault{Operator: in.m.Manifest.Name, Export: ExportOnTimer, Kind: FaultTrap, Err: errors.New("a timer fired but the module does not export clink_on_timer")}
 	}
+	return in.fireTimer(in.fnTimer, callTimer, key, ts)
+}
+
+// OnProcessingTimer fires the processing-time timer (key, ts) through
+// clink_on_processing_timer. The call has the permissions of clink_on_timer.
+func (in *Instance) OnProcessingTimer(key []byte, ts int64) error {
+	if in.fnProcTimer == nil {
+		return &Fault{Operator: in.m.Manifest.Name, Export: ExportOnProcessingTimer, Kind: FaultTrap, Err: errors.New("a processing-time timer fired but the module does not export clink_on_processing_timer")}
+	}
+	return in.fireTimer(in.fnProcTimer, callProcTimer, key, ts)
+}
+
+func (in *Instance) fireTimer(fn api.Function, kind callKind, key []byte, ts int64) error {
 	need := len(key)
 	if len(in.pf.ids) > 0 {
 		var err error
@@ -261,13 +285,13 @@ func (in *Instance) OnTimer(key []byte, ts int64) error {
 	} else {
 		in.mem.Write(in.inPtr, key)
 	}
-	in.begin(callTimer)
+	in.begin(kind)
 	in.stack[0] = uint64(len(key))
 	in.stack[1] = uint64(ts)
-	if err := in.end(in.fnTimer.CallWithStack(in.ctx, in.stack)); err != nil {
+	if err := in.end(fn.CallWithStack(in.ctx, in.stack)); err != nil {
 		return err
 	}
-	return in.afterKeyed(callTimer)
+	return in.afterKeyed(kind)
 }
 
 // ErrKeyRejected is returned by Key when the guest's key function rejects a record.

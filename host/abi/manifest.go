@@ -26,7 +26,16 @@ type Manifest struct {
 	States    []string `json:"states,omitempty"`
 	Prefetch  []string `json:"prefetch,omitempty"`
 	Endpoints []string `json:"endpoints,omitempty"`
+	// StateVersion is the version of the format of the module's state values (0: unversioned).
+	// A checkpoint records it; a restore into another version needs MigratesFrom.
+	StateVersion int `json:"state_version,omitempty"`
+	// MigratesFrom lists the state versions the module reads and converts as it meets them
+	// (its own migration), so that it may restore their checkpoints.
+	MigratesFrom []int `json:"migrates_from,omitempty"`
 }
+
+// MaxMigratesFrom bounds a manifest's migrates_from.
+const MaxMigratesFrom = 64
 
 var (
 	operatorNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
@@ -72,7 +81,42 @@ func (m Manifest) Validate() error {
 			return fmt.Errorf("manifest prefetches %q, which is not among its states", p)
 		}
 	}
-	return checkNames("endpoints", m.Endpoints, MaxEndpoints)
+	if err := checkNames("endpoints", m.Endpoints, MaxEndpoints); err != nil {
+		return err
+	}
+	if m.StateVersion < 0 {
+		return fmt.Errorf("manifest state_version %d is negative", m.StateVersion)
+	}
+	if len(m.MigratesFrom) > MaxMigratesFrom {
+		return fmt.Errorf("manifest migrates_from lists %d versions; the limit is %d", len(m.MigratesFrom), MaxMigratesFrom)
+	}
+	seen := map[int]bool{}
+	for _, v := range m.MigratesFrom {
+		switch {
+		case v < 0:
+			return fmt.Errorf("manifest migrates_from lists %d, a negative version", v)
+		case v == m.StateVersion:
+			return fmt.Errorf("manifest migrates_from lists %d, its own state_version", v)
+		case seen[v]:
+			return fmt.Errorf("manifest migrates_from lists %d twice", v)
+		}
+		seen[v] = true
+	}
+	return nil
+}
+
+// Migrates reports whether the module may restore state written at version from: its own
+// version, or one it migrates from.
+func (m Manifest) Migrates(from int) bool {
+	if from == m.StateVersion {
+		return true
+	}
+	for _, v := range m.MigratesFrom {
+		if v == from {
+			return true
+		}
+	}
+	return false
 }
 
 func (m Manifest) stateIndex(name string) int {

@@ -21,6 +21,9 @@ func TestLinearMemoryOffHeap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer in.Close(context.Background())
+	if in.MemoryOnHeap() {
+		t.Fatal("MemoryOnHeap: the memory is mapped, not on the Go heap")
+	}
 	runtime.GC()
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)

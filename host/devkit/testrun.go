@@ -417,10 +417,8 @@ func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case, share
 		b.Release()
 		return nil
 	})
-	ctrl, err := scheduler.New(scheduler.Config{
-		Module: m, Backend: mem, Sink: sink, Lookup: sl.do,
-		Describe: func(pos int64) string { return fmt.Sprintf("input %d", pos) },
-	})
+	ctrl, err := scheduler.New(m, mem, sink, scheduler.WithLookup(sl.do),
+		scheduler.WithDescribe(func(pos int64) string { return fmt.Sprintf("input %d", pos) }))
 	if err != nil {
 		return nil, err
 	}

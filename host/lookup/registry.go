@@ -27,29 +27,34 @@ type Registry struct {
 	breakers map[string]*sharedBreaker // guarded by mu
 }
 
-// Option configures a Registry.
-type Option func(*Registry)
+// Option configures a Registry (see NewRegistry). The same style as host/state and
+// host/scheduler: options apply in order, defaults are filled in once by NewRegistry.
+type Option interface{ apply(*Registry) }
+
+type optionFunc func(*Registry)
+
+func (f optionFunc) apply(r *Registry) { f(r) }
 
 // WithDialer replaces the function that opens connections (the default is a net.Dialer). It
 // is only ever called with a literal IP address that the endpoint's egress policy admitted,
 // which makes it the place to plug in another transport (io_uring) or, in tests, a dialer
 // that proves no connection leaves loopback.
-func WithDialer(d DialFunc) Option { return func(r *Registry) { r.dial = d } }
+func WithDialer(d DialFunc) Option { return optionFunc(func(r *Registry) { r.dial = d }) }
 
 // WithResolver replaces DNS resolution (the default is net.DefaultResolver).
-func WithResolver(f ResolveFunc) Option { return func(r *Registry) { r.resolve = f } }
+func WithResolver(f ResolveFunc) Option { return optionFunc(func(r *Registry) { r.resolve = f }) }
 
 // WithLogger sets where the endpoints log (the default discards): refusals, with the rule
 // that refused (at most one line per rule and endpoint a second, with the running count),
 // and the shared breakers' state changes. Lines carry "tenant" and "endpoint" attributes;
 // they never carry header values, bodies or query strings.
-func WithLogger(l *slog.Logger) Option { return func(r *Registry) { r.log = l } }
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(r *Registry) { r.log = l }) }
 
 // NewRegistry returns an empty Registry.
 func NewRegistry(opts ...Option) *Registry {
 	r := &Registry{breakers: make(map[string]*sharedBreaker)}
 	for _, o := range opts {
-		o(r)
+		o.apply(r)
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)

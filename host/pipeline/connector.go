@@ -152,12 +152,20 @@ type ConnectorOptions struct {
 	m    map[string]any
 	used map[string]bool
 	p    problems
+
+	// job and tenant name the job whose spec holds the options (set by the runtime).
+	job, tenant string
 }
 
 // NewOptions wraps a source's or sink's options; path prefixes error paths ("sources[0]").
 func NewOptions(path string, m map[string]any) *ConnectorOptions {
 	return &ConnectorOptions{path: path, m: m, used: map[string]bool{}}
 }
+
+// Job returns the tenant and name of the job the connector belongs to (empty outside a job's
+// spec): a connector that names things outside the pipeline (Kafka transactional IDs) derives
+// them from it.
+func (o *ConnectorOptions) Job() (tenant, name string) { return o.tenant, o.job }
 
 // Path returns the field path of an option.
 func (o *ConnectorOptions) Path(k string) string { return join(o.path, k) }
@@ -226,6 +234,10 @@ func (o *ConnectorOptions) Bool(k string, def bool) bool {
 	}
 	return b
 }
+
+// Raw returns option k as the spec decoded it (a string, number, bool, list or map), for a
+// connector with structured options to decode itself.
+func (o *ConnectorOptions) Raw(k string) (any, bool) { return o.get(k) }
 
 // Finish reports unknown options and every problem recorded.
 func (o *ConnectorOptions) Finish() error {
@@ -313,6 +325,7 @@ func (c *Connectors) build(spec *Spec, env *Env) (map[string]Source, map[string]
 			continue
 		}
 		o := NewOptions(path, s.Options)
+		o.job, o.tenant = spec.Name, spec.Tenant
 		src, err := f(s, o, env)
 		collect(o.Finish())
 		if err != nil {
@@ -331,6 +344,7 @@ func (c *Connectors) build(spec *Spec, env *Env) (map[string]Source, map[string]
 			continue
 		}
 		o := NewOptions(path, s.Options)
+		o.job, o.tenant = spec.Name, spec.Tenant
 		sk, err := f(s, o, env)
 		collect(o.Finish())
 		if err != nil {

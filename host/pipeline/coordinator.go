@@ -337,7 +337,7 @@ func (c *coordinator) commit(ctx context.Context, p *pendingCheckpoint) (Checkpo
 		info.Positions[s.Name] = all
 	}
 	for _, op := range a.ops {
-		oc := &OperatorCheckpoint{ModuleSHA256: op.sha, Module: op.mod.Name(), States: op.mod.Manifest.States,
+		oc := &OperatorCheckpoint{ModuleSHA256: op.sha, Module: op.mod.Name(), States: op.mod.Manifest.States, StateVersion: op.mod.Manifest.StateVersion,
 			Parallelism: op.spec.Parallelism, StateName: op.stateName, StateCheckpoint: p.id, Bytes: p.opBytes[op.spec.Name]}
 		for i := range op.spec.Parallelism {
 			r := op.ranges[i]

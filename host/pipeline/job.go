@@ -47,9 +47,18 @@ type Env struct {
 	GuestLog io.Writer
 	// StuckAfter is how long a channel send may block before it is logged (default 5s).
 	StuckAfter time.Duration
+	// LookupGate, if set, admits every lookup before it is sent (the hosted platform's
+	// per-tenant lookup rate; see live.go).
+	LookupGate LookupGate
 	// OnCommitPhase, if set, is called at each step of a checkpoint commit (fault injection):
 	// an error fails the checkpoint, and so the attempt, at that point.
 	OnCommitPhase func(phase CommitPhase, checkpoint uint64) error
+	// Native, if set, runs the named operators as Go code instead of their modules (for the
+	// benchmarks that measure what the Wasm operator costs; see NativeOperator). The function
+	// is called once per subtask.
+	Native map[string]func() NativeOperator
+
+	flag *flagForm // the flag form's hooks (Run); nil for specs
 }
 
 func (e *Env) module(ctx context.Context, ref string) ([]byte, error) {
@@ -163,7 +172,7 @@ func Start(ctx context.Context, spec *Spec, env Env) (*Job, error) {
 		j.closeResources(ctx)
 		return nil, err
 	}
-	if j.records, err = openRecordStore(stateURL, spec.Tenant, spec.Name); err != nil {
+	if j.records, err = openJobRecords(j.store, stateURL, spec.Tenant, spec.Name); err != nil {
 		return fail(err)
 	}
 	if j.ops, err = loadOperators(ctx, spec, &env); err != nil {
@@ -327,7 +336,7 @@ func (j *Job) loop(restore *CheckpointRecord) {
 // away by restarting.
 func restartable(err error) bool {
 	var se *SpecError
-	return !errors.As(err, &se)
+	return !errors.As(err, &se) && !errors.Is(err, ErrStateVersion)
 }
 
 func (j *Job) runAttempt(ctx context.Context, restore *CheckpointRecord) error {
@@ -348,6 +357,7 @@ func (j *Job) setAttempt(a *attempt) {
 }
 
 func (j *Job) noteCheckpoint(info CheckpointInfo) {
+	j.env.flag.checkpointDone(info)
 	j.mu.Lock()
 	j.last = &info
 	j.mu.Unlock()
@@ -368,7 +378,9 @@ func (j *Job) finish(s JobState, err error) {
 
 func (j *Job) closeResources(ctx context.Context) {
 	for _, o := range j.ops {
-		o.eng.Close(context.WithoutCancel(ctx))
+		if !o.borrowed {
+			o.eng.Close(context.WithoutCancel(ctx))
+		}
 	}
 	if j.ownsSt && j.store != nil {
 		j.store.Close()
@@ -466,10 +478,12 @@ type SubtaskMetrics struct {
 	// InputDepth is the number of batches waiting in the subtask's input channels.
 	InputDepth int
 	// Late counts late records diverted or dropped at the operator's input.
-	Late      int64
-	Skipped   int64
-	InFlight  int64
-	Suspended int64
+	Late    int64
+	Skipped int64
+	// DeadLetters counts records whose guest call faulted and that went to NAME.errors.
+	DeadLetters int64 `json:",omitempty"`
+	InFlight    int64
+	Suspended   int64
 }
 
 // Metrics returns a snapshot of the job.
@@ -496,7 +510,7 @@ func (j *Job) Metrics() JobMetrics {
 			RecordsOut: t.out.records.Load(), Skipped: t.skipped.Load()})
 	}
 	for _, t := range a.opTasks {
-		sm := SubtaskMetrics{Node: t.op.spec.Name, Subtask: t.subtask, RecordsOut: t.out.records.Load(), InputDepth: t.in.depth(), Late: t.in.dropped.Load()}
+		sm := SubtaskMetrics{Node: t.op.spec.Name, Subtask: t.subtask, RecordsOut: t.out.records.Load(), InputDepth: t.in.depth(), Late: t.in.dropped.Load(), DeadLetters: t.deadLetters.Load()}
 		if c := t.ctrl.Load(); c != nil {
 			cm := c.Metrics()
 			sm.RecordsIn, sm.InFlight, sm.Suspended = cm.Records, cm.InFlight, cm.Suspended

@@ -51,7 +51,9 @@ type OperatorCheckpoint struct {
 	ModuleSHA256 string   `json:"module_sha256"`
 	Module       string   `json:"module_name"`
 	States       []string `json:"states"`
-	Parallelism  int      `json:"parallelism"`
+	// StateVersion is the module's manifest state_version (0: unversioned).
+	StateVersion int `json:"state_version,omitempty"`
+	Parallelism  int `json:"parallelism"`
 	// StateName is the operator's uid in the state pool; StateCheckpoint the checkpoint of it
 	// (one manifest per key-group range, listed in KeyGroupRanges).
 	StateName       string   `json:"state_name"`
@@ -69,7 +71,7 @@ type SinkCheckpoint struct {
 // recordStore keeps a job's checkpoint records and attempt claims. Commit is create-once: the
 // record's existence is the commit point. The file store writes a temporary file, fsyncs it
 // and links it into place (link fails if the name exists), then fsyncs the directory; an S3
-// store would use a conditional PUT (If-None-Match: *).
+// store uses a conditional PUT (If-None-Match: *): see poolRecords.
 type recordStore interface {
 	// ClaimAttempt creates the next attempt number (create-once), fencing older attempts'
 	// checkpoint ids.
@@ -118,7 +120,7 @@ func openRecordStore(stateURL, tenant, job string) (recordStore, error) {
 		}
 		return m, nil
 	}
-	return nil, fmt.Errorf("checkpoint records on %s:// pools are not supported yet (use file:// or mem://)", u.Scheme)
+	return nil, fmt.Errorf("checkpoint records on %s:// pools are not supported (use file://, s3:// or mem://)", u.Scheme)
 }
 
 // --- file:// ---

@@ -148,6 +148,13 @@ type OperatorSpec struct {
 	// Late records (event time at or before the operator's watermark): drop (default) or
 	// side-output (to NAME.late).
 	Late string `json:"late,omitempty"`
+	// OnError: fail (default) fails the job when the guest faults on a record; dead-letter
+	// sends a record whose call faulted without changing anything to the side output
+	// NAME.errors, with a reason naming the operator and the record, and goes on.
+	OnError string `json:"on_error,omitempty"`
+	// Retries runs a record whose call faulted without changing anything again, up to this
+	// many times (0-10, default 0), before on_error applies.
+	Retries int `json:"retries,omitempty"`
 }
 
 // KeySpec says how records are keyed for an operator.
@@ -277,7 +284,7 @@ const (
 // sideOutputs are the side outputs each kind of node has.
 var (
 	sourceSideOutputs   = []string{"malformed"}
-	operatorSideOutputs = []string{"late"}
+	operatorSideOutputs = []string{"late", "errors"}
 )
 
 // ApplyDefaults fills in every default. ParseSpec calls it; a spec built in Go should call it
@@ -349,6 +356,9 @@ func (s *Spec) ApplyDefaults() {
 		}
 		if op.Late == "" {
 			op.Late = "drop"
+		}
+		if op.OnError == "" {
+			op.OnError = "fail"
 		}
 	}
 	for i := range s.Sinks {
@@ -449,6 +459,14 @@ func (s *Spec) Validate() error {
 		case "drop", "side-output":
 		default:
 			p.add(path+".late", "%q is not one of drop, side-output", op.Late)
+		}
+		switch op.OnError {
+		case "fail", "dead-letter":
+		default:
+			p.add(path+".on_error", "%q is not one of fail, dead-letter", op.OnError)
+		}
+		if op.Retries < 0 || op.Retries > 10 {
+			p.add(path+".retries", "must be in [0, 10]")
 		}
 		if k := op.Key; k != nil {
 			n := 0
@@ -566,6 +584,19 @@ func (s *Spec) Validate() error {
 			p.add(fmt.Sprintf("operators[%d]", i), "the output of %q goes nowhere: add it to a sink's inputs", n)
 		}
 	}
+	for i := range s.Operators {
+		op := &s.Operators[i]
+		if op.OnError != "dead-letter" {
+			continue
+		}
+		read := false
+		for _, in := range s.allInputs() {
+			read = read || in == op.Name+".errors"
+		}
+		if !read {
+			p.add(fmt.Sprintf("operators[%d].on_error", i), "dead letters go to %s.errors, which nothing reads: add it to a sink's inputs", op.Name)
+		}
+	}
 	if len(p.list) == 0 {
 		if cyc := s.cycle(); cyc != nil {
 			p.add("operators", "the graph has a cycle: %s", strings.Join(cyc, " -> "))
@@ -638,6 +669,18 @@ func (s *Spec) cycle() []string {
 		}
 	}
 	return nil
+}
+
+// allInputs lists every input of every operator and sink.
+func (s *Spec) allInputs() []string {
+	var all []string
+	for _, op := range s.Operators {
+		all = append(all, op.Inputs...)
+	}
+	for _, sk := range s.Sinks {
+		all = append(all, sk.Inputs...)
+	}
+	return all
 }
 
 // Operator returns the operator named name, or nil.

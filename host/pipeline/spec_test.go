@@ -98,7 +98,7 @@ sinks: [{name: out, type: stdout, inputs: [op]}]
 		{"duplicate", strings.Replace(base, "name: out", "name: op", 1), "sinks[0].name", "already the name of a operator"},
 		{"unknown input", strings.Replace(base, "inputs: [s]", "inputs: [t]", 1), "operators[0].inputs[0]", `"t" names no source`},
 		{"sink as input", strings.Replace(base, "inputs: [s]", "inputs: [out]", 1), "operators[0].inputs[0]", "is a sink"},
-		{"side output", strings.Replace(base, "inputs: [op]", "inputs: [op.errors]", 1), "sinks[0].inputs[0]", `no side output "errors"`},
+		{"side output", strings.Replace(base, "inputs: [op]", "inputs: [op.bogus]", 1), "sinks[0].inputs[0]", `no side output "bogus"`},
 		{"unused operator", strings.Replace(base, "inputs: [op]", "inputs: [s]", 1), "operators[0]", "goes nowhere"},
 		{"cycle", strings.Replace(base, "operators: [{name: op, module: m.wasm, inputs: [s]}]",
 			"operators: [{name: op, module: m.wasm, inputs: [s, op2]}, {name: op2, module: m.wasm, inputs: [op]}]", 1), "operators", "cycle: op -> op2 -> op"},

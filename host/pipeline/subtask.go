@@ -2,6 +2,10 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +13,7 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/clink-wasm/clink-wasm/host/lookup"
 	"github.com/clink-wasm/clink-wasm/host/scheduler"
@@ -238,6 +243,8 @@ type operatorTask struct {
 
 	persistQ chan persistJob
 	persistE chan error
+
+	deadLetters atomic.Int64
 }
 
 type persistJob struct {
@@ -248,12 +255,18 @@ type persistJob struct {
 func (t *operatorTask) name() string { return fmt.Sprintf("%s[%d]", t.op.spec.Name, t.subtask) }
 
 func (t *operatorTask) describe(pos int64) string {
+	if f := t.a.env.flag; f != nil {
+		return f.describe(pos)
+	}
 	return fmt.Sprintf("the record at source position %d (operator %s)", pos, t.name())
 }
 
 func (t *operatorTask) run() error {
 	ctx := t.out.ctx
 	a := t.a
+	if newOp := a.env.Native[t.op.spec.Name]; newOp != nil {
+		return t.runNative(ctx, newOp())
+	}
 	var lookupFn scheduler.LookupFunc
 	if len(t.op.spec.Endpoints) > 0 {
 		reg := a.env.Lookups
@@ -264,8 +277,23 @@ func (t *operatorTask) run() error {
 		if err != nil {
 			return fmt.Errorf("operator %s: %w", t.name(), err)
 		}
-		defer closeLookups()
+		defer func() { t.a.env.flag.lookupsDone(closeLookups()) }()
 		lookupFn = fn
+		if g := a.env.LookupGate; g != nil {
+			lookupFn = gateLookups(g, fn)
+		}
+	}
+	var backend state.Backend = t.backend
+	var sink scheduler.Sink = t.out
+	var in <-chan []scheduler.Element = t.in.out
+	var tapErr func() error
+	if f := a.env.flag; f != nil && f.record != nil {
+		backend, sink = f.record.Backend(t.backend), f.record.Sink(t.out)
+		if err := backend.Open(t.op.mod.Manifest.States); err != nil { // the recording learns the state names
+			return fmt.Errorf("operator %s: %w", t.name(), err)
+		}
+		lookupFn = f.record.Lookup(lookupFn, t.op.mod.Manifest.Endpoints)
+		in, tapErr = tapInput(in, f.record.Elements)
 	}
 	order := scheduler.OrderPerKey
 	switch t.op.spec.Order {
@@ -277,29 +305,35 @@ func (t *operatorTask) run() error {
 	t.persistQ = make(chan persistJob, 4)
 	t.persistE = make(chan error, 1)
 	go t.persister(ctx)
-	ctrl, err := scheduler.New(scheduler.Config{
-		Module: t.op.mod, Backend: t.backend, Sink: t.out, Lookup: lookupFn, Order: order,
-		Log: a.env.guestLog(t.describe), MaxInFlight: t.op.spec.Limits.MaxInFlight, Describe: t.describe,
-		OnBarrier: t.onBarrier,
-	})
+	ctrl, err := scheduler.New(t.op.mod, backend, sink,
+		scheduler.WithLookup(lookupFn), scheduler.WithOrder(order),
+		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.maxInFlight()),
+		scheduler.WithDescribe(t.describe), scheduler.WithOnBarrier(t.onBarrier),
+		scheduler.WithLogger(a.log.With("subtask", t.name())), scheduler.WithLookupContext(t.lookupContext),
+		scheduler.WithOnRecordFailure(t.onRecordFailure), scheduler.WithRecordRetries(t.op.spec.Retries))
 	if err != nil {
 		close(t.persistQ)
 		return fmt.Errorf("operator %s: %w", t.name(), err)
 	}
 	t.ctrl.Store(ctrl)
+	t.applyLiveInFlight() // a SetLimits between maxInFlight() and the Store above
 	mergeErr := make(chan error, 1)
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
 	go func() { mergeErr <- t.in.run(mctx) }()
-	runErr := ctrl.Run(ctx, t.in.out)
+	runErr := ctrl.Run(ctx, in)
 	if runErr != nil {
 		mcancel() // an endless input would never let the merger finish on its own
 	}
-	for range t.in.out { // let the merger finish if the controller stopped early
+	for range in { // let the merger finish if the controller stopped early
 	}
 	mErr := <-mergeErr
 	close(t.persistQ)
 	pErr := <-t.persistE
+	t.a.env.flag.operatorDone(ctrl, t.backend)
+	if runErr == nil && tapErr != nil {
+		runErr = tapErr()
+	}
 	if runErr != nil {
 		return runErr
 	}
@@ -313,6 +347,77 @@ func (t *operatorTask) run() error {
 		return nil
 	}
 	return t.out.close()
+}
+
+// onRecordFailure takes a record whose guest call faulted without effect: with on_error
+// dead-letter it goes to the side output NAME.errors (on the runner, which owns t.out), and the
+// job goes on; otherwise the fault fails the job.
+func (t *operatorTask) onRecordFailure(f scheduler.RecordFailure) error {
+	side := t.out.side["errors"]
+	if t.op.spec.OnError != "dead-letter" || len(side) == 0 {
+		return f.Err
+	}
+	var rec struct {
+		Operator  string  `json:"operator"`
+		Subtask   int     `json:"subtask"`
+		Pos       int64   `json:"pos"`
+		Key       string  `json:"key"`
+		Attempts  int     `json:"attempts"`
+		Reason    string  `json:"reason"`
+		Raw       *string `json:"raw,omitempty"`
+		RawBase64 *string `json:"raw_base64,omitempty"`
+	}
+	rec.Operator, rec.Subtask, rec.Pos, rec.Key, rec.Attempts, rec.Reason = t.op.spec.Name, t.subtask, f.Pos, string(f.Key), f.Attempts, f.Err.Error()
+	if utf8.Valid(f.Value) {
+		r := string(f.Value)
+		rec.Raw = &r
+	} else {
+		r := base64.StdEncoding.EncodeToString(f.Value)
+		rec.RawBase64 = &r
+	}
+	b, err := json.Marshal(&rec)
+	if err != nil {
+		return err
+	}
+	t.deadLetters.Add(1)
+	return t.out.route(side, f.Key, b, f.TS, f.Pos)
+}
+
+// lookupContext gives each lookup an idempotency key derived from the job, the operator, the
+// record that makes it (its source position, key and value; a timer's key and time) and the
+// lookup's index in that call. A record replayed after a restore makes the same calls and so
+// presents the same keys; host/lookup sends the key with non-idempotent requests (POST,
+// PATCH) as the Idempotency-Key header.
+func (t *operatorTask) lookupContext(ctx context.Context, c scheduler.LookupCall) context.Context {
+	return lookup.WithIdempotencyKey(ctx, lookupIdempotencyKey(t.a.spec.Tenant, t.a.spec.Name, t.op.spec.Name, c))
+}
+
+func lookupIdempotencyKey(tenant, job, operator string, c scheduler.LookupCall) string {
+	h := sha256.New()
+	var n [8]byte
+	field := func(b []byte) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	field([]byte(tenant))
+	field([]byte(job))
+	field([]byte(operator))
+	if c.Timer {
+		field([]byte("timer"))
+		binary.LittleEndian.PutUint64(n[:], uint64(c.TS))
+	} else {
+		field([]byte("record"))
+		binary.LittleEndian.PutUint64(n[:], uint64(c.Pos))
+	}
+	h.Write(n[:])
+	field(c.Key)
+	if !c.Timer {
+		field(c.Value)
+	}
+	binary.LittleEndian.PutUint64(n[:], uint64(c.Index))
+	h.Write(n[:])
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // onBarrier runs on the runner after the barrier drained: capture, and hand the persist to
@@ -381,7 +486,9 @@ func (t *sinkTask) run() error { return t.loop(t.a.ctx) }
 
 func (t *sinkTask) loop(ctx context.Context) error {
 	mergeErr := make(chan error, 1)
-	go func() { mergeErr <- t.in.run(ctx) }()
+	mctx, mcancel := context.WithCancel(ctx)
+	defer mcancel()
+	go func() { mergeErr <- t.in.run(mctx) }()
 	var recs []SinkRecord
 	flush := func() error {
 		if len(recs) == 0 {
@@ -393,6 +500,7 @@ func (t *sinkTask) loop(ctx context.Context) error {
 		return err
 	}
 	fail := func(err error) error {
+		mcancel() // as an operator does: an input that never ends would hold the failure back
 		for range t.in.out {
 		}
 		<-mergeErr

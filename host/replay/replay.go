@@ -187,10 +187,10 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	if err := st.Open(mod.Manifest.States); err != nil {
 		return nil, err
 	}
-	ctrl, err := scheduler.New(scheduler.Config{
-		Module: mod, Backend: st, Sink: scheduler.SinkFunc(got.write), Lookup: lookupFn, Order: order,
-		Log: logTo(opts.Log, describe), Describe: describe, Synchronous: true,
-	})
+	ctrl, err := scheduler.New(mod, st, scheduler.SinkFunc(got.write),
+		scheduler.WithLookup(lookupFn), scheduler.WithOrder(order),
+		scheduler.WithGuestLog(logTo(opts.Log, describe)), scheduler.WithDescribe(describe),
+		scheduler.WithSynchronous(true))
 	if err != nil {
 		return nil, err
 	}

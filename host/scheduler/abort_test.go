@@ -98,7 +98,7 @@ func TestFailureWithLookupsInFlight(t *testing.T) {
 	}()
 
 	m := loadModule(t, "testdata/enrichtrap.wasm")
-	c, err := New(Config{Module: m, Backend: state.NewMemory(), Sink: &collectSink{}, Lookup: lookupFn, MaxInFlight: 2 * waiting})
+	c, err := New(m, state.NewMemory(), &collectSink{}, WithLookup(lookupFn), WithMaxInFlight(2*waiting))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ package scheduler
 // BenchmarkHotPath              all hits: controller vs a plain synchronous loop (target <= 1.15x)
 // BenchmarkColdPath             50% cold reads at 2 ms, 512 in flight (targets: >= 85% of the
 //                               Little's-law bound, >= 200x synchronous, >= 10 keys per read)
+// BenchmarkEnrichPath           the whole enrichment path through a real lookup endpoint and a
+//                               loopback upstream in its own process (enrich_bench_test.go)
 
 import (
 	"bytes"
@@ -214,8 +216,8 @@ func (s *discardSink) Write(b *Batch) error {
 
 // runController pushes els through a controller and returns the time from the first record to
 // the end of Run.
-func runController(b *testing.B, cfg Config, els []Element) (time.Duration, *Controller) {
-	c, err := New(cfg)
+func runController(b *testing.B, m *abi.Module, be state.Backend, els []Element, opts ...Option) (time.Duration, *Controller) {
+	c, err := New(m, be, &discardSink{}, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -239,7 +241,7 @@ func BenchmarkHotPath(b *testing.B) {
 	m := loadModule(b, counterAS)
 	els := benchRecords(50_000, 10_000)
 	ctrl := func() time.Duration {
-		d, _ := runController(b, Config{Module: m, Backend: state.NewMemory(), Sink: &discardSink{}}, els)
+		d, _ := runController(b, m, state.NewMemory(), els)
 		return d
 	}
 	for b.Loop() {
@@ -378,7 +380,7 @@ func coldPath(b *testing.B, m *abi.Module, records, syncRecords int) {
 	els := benchRecords(records, keys)
 	for b.Loop() {
 		tier := newColdTier(missRate, latency)
-		d, c := runController(b, Config{Module: m, Backend: tier, Sink: &discardSink{}, MaxInFlight: inFlight, ReadBatch: readBatchEnv()}, els)
+		d, c := runController(b, m, tier, els, WithMaxInFlight(inFlight), WithReadBatch(readBatchEnv(), 0))
 		s := c.Metrics()
 		achieved := float64(len(els)) / d.Seconds()
 		// The miss rate is what the remote tier actually served per record: reads inside
@@ -390,7 +392,7 @@ func coldPath(b *testing.B, m *abi.Module, records, syncRecords int) {
 		bound := float64(inFlight) / (measuredMiss * lat.Seconds())
 
 		syncTier := newColdTier(missRate, latency)
-		sd, _ := runController(b, Config{Module: m, Backend: syncTier, Sink: &discardSink{}, Synchronous: true}, els[:syncRecords])
+		sd, _ := runController(b, m, syncTier, els[:syncRecords], WithSynchronous(true))
 		syncRate := float64(syncRecords) / sd.Seconds()
 
 		b.ReportMetric(achieved, "async-rec/s")

@@ -10,22 +10,27 @@
 //   - Per-key gate: at most one in-flight task per key; later records of a busy key park FIFO
 //     and are promoted when the key frees, so same-key reads always see same-key writes.
 //   - In-flight cap: admitted tasks (running, suspended, parked, waiting for prefetched values
-//     or for an instance) never exceed MaxInFlight; at the cap the runner stops pulling input,
-//     so backpressure reaches the source.
-//   - Instance budget: instances (held only by running or suspended calls) are bounded by
-//     InstanceMemoryBudget at each one's footprint; a task that needs one beyond it waits
-//     without one. A record's prefetched values are held hot (state.Holder) until its call has
+//     or for an instance) never exceed the cap (WithMaxInFlight); at the cap the runner stops
+//     pulling input, so backpressure reaches the source.
+//   - Instance budget: instances (held only by running or suspended calls) are bounded by the
+//     budget (WithInstanceMemoryBudget) at each one's footprint; a task that needs one beyond
+//     it waits without one. A record's prefetched values are held hot (state.Holder) until its call has
 //     run, so eviction takes only values no admitted record needs.
 //   - Epochs: records are tagged with the epoch they arrived in; a watermark closes the epoch.
 //     Its release (fire due timers, then forward the watermark) runs only after every task of
 //     that epoch and of every earlier epoch has finished, in epoch order. Timers fire as tasks
 //     through the same gate, so a timer callback that reads cold state suspends like a record.
+//   - Processing-time timers: when the wall clock passes the earliest one, the open epoch is
+//     closed as a watermark would close it, but with the watermark unchanged; its release
+//     fires the processing-time timers due by then (after every record admitted before), and
+//     forwards nothing. While records flow the clock is read once per runner iteration, and
+//     only while such timers exist; an idle runner sleeps until the earliest one.
 //   - Barrier drain: a checkpoint barrier stops admission until every admitted task has finished
 //     and every closed epoch has been released, then captures state: a consistent cut.
 //   - Read coalescing: pending cold reads go to the backend as one batched Fetch when any of
-//     three triggers fires: the batch reaches ReadBatch keys (default 32); its oldest read has
-//     waited ReadBatchWait (default 1/20 of the observed fetch latency, at least 10 µs); or the
-//     runner is stuck (every in-flight task waiting, nothing ready, no input it may take). The
+//     three triggers fires: the batch reaches WithReadBatch keys (default 32); its oldest read
+//     has waited WithReadBatchWait (default 1/20 of the observed fetch latency, at least
+//     10 µs); or the runner is stuck (every in-flight task waiting, nothing ready, no input it may take). The
 //     gate guarantees the keys are for distinct record keys.
 //   - Faults: the first failed task is recorded and the run's context cancelled; its key is
 //     released and its epoch still advances; then the controller stops admitting, aborts
@@ -33,15 +38,26 @@
 //     *OperatorError naming the operator, the record and the key.
 //
 // See carrier.go for how the runner role moves between goroutines.
+//
+// # Files
+//
+//   - controller.go: the Controller, New, Run, the runner loop, input and shutdown;
+//   - options.go: Option and its With… constructors, the one place defaults live;
+//   - gate.go: the per-key gate; execute.go: running a task's guest call and finishing it;
+//   - instances.go: the instance pool and its memory budget; epochs.go: epochs, timers' release
+//     and barriers; ordered.go: outputs held in input order (OrderInput);
+//   - fetch.go: the prefetch check, cold reads and their coalescing; lookups.go: lookups;
+//   - completions.go: the hand-back from IO goroutines to the runner, and resuming;
+//   - carrier.go and coro.go: how a suspended call waits (carriers, coroutines);
+//   - task.go: tasks and the abi.Handler the guest calls; output.go: batched output; metrics.go.
 package scheduler
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,70 +105,8 @@ const (
 	OrderNone
 )
 
-// LookupFunc sends an ABI-framed lookup request through an endpoint and calls done exactly once,
-// from any goroutine (or synchronously, for a cached response). A guest-visible failure is an
-// abi.Code error; any other error fails the pipeline.
-type LookupFunc func(ctx context.Context, endpoint uint32, request []byte, done func(status int, body []byte, err error))
-
 // LogFunc receives guest log lines. src is nil outside a record or timer call.
 type LogFunc func(operator string, level abi.LogLevel, msg []byte, src *Source)
-
-// Config configures a Controller.
-type Config struct {
-	Module  *abi.Module
-	Backend state.Backend
-	Sink    Sink
-	Lookup  LookupFunc // nil: lookups fail with LOOKUP_UNAVAILABLE
-	Log     LogFunc
-
-	// MaxInFlight caps admitted tasks (running, suspended, parked, waiting for prefetched
-	// values or for an instance). Default DefaultMaxInFlight.
-	MaxInFlight int
-	// InstanceMemoryBudget bounds the host memory of the instance pool: each instance counts
-	// its linear memory as Go holds it (append growth keeps up to a quarter more) plus
-	// wazero's own per-instance structures, measured on the first instance. A task that needs
-	// an instance when the pool is empty and another would exceed the budget waits, without
-	// one, until one is released. Default DefaultInstanceMemoryBudget().
-	InstanceMemoryBudget int64
-
-	// Cold reads are coalesced into batched Fetches (set NoCoalesce to issue each read at
-	// once). A batch goes out when it reaches ReadBatch keys (default 32), or earlier when the
-	// runner is stuck: every in-flight task waiting, nothing ready, no input it may take.
-	// Waiting for bigger batches would hold every miss back by the time it takes to fill one,
-	// and leave a single batch in flight; 32 keeps tens of batches overlapping at 512 in
-	// flight while each remote request still serves many keys. MaxReadBatch caps what a stuck
-	// runner sends at once (default 4096).
-	//
-	// A batch also goes out once its oldest read has waited ReadBatchWait: by default 1/20 of
-	// the observed fetch latency (at least 10 µs), so a miss never waits long for company
-	// relative to the fetch it will make anyway.
-	NoCoalesce    bool
-	ReadBatch     int
-	MaxReadBatch  int
-	ReadBatchWait time.Duration
-
-	// Synchronous makes every cold read and lookup block the runner: the baseline the async
-	// path is measured against. It implies MaxInFlight 1.
-	Synchronous bool
-
-	ResumeOrder ResumeOrder
-
-	// Order is the output order guarantee (default OrderPerKey).
-	Order Order
-
-	// ExecMode chooses between direct and coroutine guest calls (default: adaptive).
-	ExecMode ExecMode
-
-	// TimerLimit bounds timers per key (default 65536).
-	TimerLimit int
-
-	// OnBarrier runs on the runner once a barrier has drained, after timers are saved to the
-	// backend's operator state: capture state there.
-	OnBarrier func(id uint64) error
-
-	// Describe names a record position in errors, e.g. "input line 42". Default "record #N".
-	Describe func(pos int64) string
-}
 
 // ElementKind distinguishes the elements of the input stream.
 type ElementKind uint8
@@ -205,8 +159,9 @@ var ErrAborted = errors.New("scheduler: call aborted because the pipeline is sto
 
 // Controller is the async execution controller of one operator subtask.
 type Controller struct {
-	cfg    Config
+	cfg    config
 	name   string
+	log    *slog.Logger
 	ctx    context.Context // Run's, as given (the loop polls it: a plain Background costs nothing)
 	ioCtx  context.Context // what lookups are sent with: ctx, cancelled on the first failure
 	cancel context.CancelCauseFunc
@@ -221,11 +176,12 @@ type Controller struct {
 	inbuf     []Element
 	inputDone bool
 
-	maxInFlight int
-	admitted    int // tasks admitted and not complete: running, suspended, parked, runnable
-	running     int // tasks holding an instance
-	parked      int
-	seq         uint64
+	maxInFlight    int
+	maxInFlightSet atomic.Int64 // a new cap from SetMaxInFlight, applied by the runner (any goroutine writes)
+	admitted       int          // tasks admitted and not complete: running, suspended, parked, runnable
+	running        int          // tasks holding an instance
+	parked         int
+	seq            uint64
 
 	gate     map[string]*gateEntry
 	gatePool []*gateEntry
@@ -246,6 +202,10 @@ type Controller struct {
 	barrier   *uint64
 	barrierAt time.Time // when the barrier arrived: its drain starts
 	timers    *timerService
+	ptimers   *timerService // processing-time timers
+	ptUsed    bool          // a processing-time timer was registered or restored: persist them
+	ptClosing bool          // an epoch closed for processing-time timers is not released yet
+	ptWake    *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
 	pendingSince time.Time     // when the oldest pending read joined the batch
@@ -274,105 +234,26 @@ type Controller struct {
 	mode    execMode // direct or coroutine calls (coro.go)
 }
 
-type gateEntry struct{ queue []*task }
-
-type epoch struct {
-	pending int   // admitted tasks of this epoch not yet complete
-	startWM int64 // watermark its records see
-	closeWM int64
-	closed  bool
-	firing  bool
-	due     []timerEntry
-}
-
-// completions is the hand-back from IO goroutines to the runner.
-type completions struct {
-	n    atomic.Int32 // len(q), readable without the lock: the loop checks it every iteration
-	mu   sync.Mutex
-	q    []completion
-	wake chan struct{} // cap 1
-}
-
-type completion struct {
-	batch *readBatch
-	task  *task // a finished lookup
-	at    time.Time
-}
-
-type readBatch struct {
-	reads   []pendingRead
-	results []state.Fetched
-	err     error
-	issued  time.Time
-}
-
-// pfValue is a hot prefetched value found by the prefetch check. value aliases backend memory.
-type pfValue struct {
-	state uint32
-	value []byte
-	found bool
-}
-
-// pendingRead is one cold key waiting for the next batched Fetch: either the read of a task
-// suspended inside its guest call, or a prefetched value a task needs before its call starts.
-type pendingRead struct {
-	t        *task
-	key      state.Key
-	prefetch bool
-}
-
-func (q *completions) post(c completion) {
-	q.mu.Lock()
-	q.q = append(q.q, c)
-	q.n.Store(int32(len(q.q)))
-	q.mu.Unlock()
-	select {
-	case q.wake <- struct{}{}:
-	default:
+// New returns a controller that runs module over backend and writes to sink. Instances are
+// created lazily, the first one at once (in Run) so that its memory footprint can size the pool.
+func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (*Controller, error) {
+	if module == nil || backend == nil || sink == nil {
+		return nil, errors.New("scheduler: a module, a backend and a sink are required")
 	}
-}
-
-func (q *completions) take(dst []completion) []completion {
-	if q.n.Load() == 0 {
-		return dst
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o.apply(&cfg)
 	}
-	q.mu.Lock()
-	q.n.Store(0)
-	dst = append(dst, q.q...)
-	clear(q.q)
-	q.q = q.q[:0]
-	q.mu.Unlock()
-	return dst
-}
-
-// New returns a controller for cfg. Instances are created lazily, the first one at once so that
-// its memory footprint can size the pool.
-func New(cfg Config) (*Controller, error) {
-	if cfg.Module == nil || cfg.Backend == nil || cfg.Sink == nil {
-		return nil, errors.New("scheduler: Module, Backend and Sink are required")
-	}
-	if cfg.TimerLimit <= 0 {
-		cfg.TimerLimit = 65536
-	}
-	if cfg.MaxReadBatch <= 0 {
-		cfg.MaxReadBatch = 4096
-	}
-	if cfg.ReadBatch <= 0 {
-		cfg.ReadBatch = 32
-	}
-	cfg.ReadBatch = min(cfg.ReadBatch, cfg.MaxReadBatch)
-	if cfg.InstanceMemoryBudget <= 0 {
-		cfg.InstanceMemoryBudget = DefaultInstanceMemoryBudget()
-	}
-	if cfg.Describe == nil {
-		cfg.Describe = func(pos int64) string { return fmt.Sprintf("record #%d", pos) }
-	}
+	cfg.Module, cfg.Backend, cfg.Sink = module, backend, sink
+	cfg.normalize()
 	c := &Controller{
 		cfg:       cfg,
 		name:      cfg.Module.Name(),
+		log:       cfg.Logger.With("operator", cfg.Module.Name()),
 		gate:      make(map[string]*gateEntry),
 		suspended: make(map[*task]struct{}),
 		timers:    newTimerService(cfg.TimerLimit),
+		ptimers:   newTimerService(cfg.TimerLimit),
 		maxBatch:  cfg.ReadBatch,
 		watermark: math.MinInt64,
 		lastWM:    math.MinInt64,
@@ -388,6 +269,10 @@ func New(cfg Config) (*Controller, error) {
 	if err := c.timers.unmarshal(cfg.Backend.OperatorState(timersStateName)); err != nil {
 		return nil, err
 	}
+	if err := c.ptimers.unmarshal(cfg.Backend.OperatorState(procTimersStateName)); err != nil {
+		return nil, err
+	}
+	c.ptUsed = c.ptimers.len() > 0
 	return c, nil
 }
 
@@ -407,103 +292,47 @@ func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
 	if err := c.sizePool(); err != nil {
 		return err
 	}
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		c.log.LogAttrs(ctx, slog.LevelDebug, "controller started",
+			slog.Int("max_in_flight", c.maxInFlight), slog.Int64("instance_bytes", c.nextCost),
+			slog.Int64("instance_overhead_bytes", c.overhead), slog.Int64("instance_budget_bytes", c.cfg.InstanceMemoryBudget),
+			slog.Bool("synchronous", c.cfg.Synchronous))
+	}
 	self := newCarrier()
 	c.cur = self
 	c.loop(self)
 	c.carrierW.Wait()
+	if c.log.Enabled(ctx, slog.LevelDebug) {
+		s := c.metrics.snapshot()
+		c.log.LogAttrs(ctx, slog.LevelDebug, "controller stopped", slog.Int64("records", s.Records),
+			slog.Int64("suspensions", s.Suspensions), slog.Int64("peak_instances", s.PeakInstances),
+			slog.Int64("instance_waits", s.InstanceWaits), slog.Bool("failed", c.err != nil))
+	}
 	return c.err
-}
-
-func (c *Controller) sizePool() error {
-	if c.cfg.Synchronous {
-		c.maxInFlight = 1
-		return nil
-	}
-	before := heapAllocated()
-	s, err := c.newSlot()
-	if err != nil {
-		return err
-	}
-	// Everything the first instantiation allocated, linear memory included: an upper bound
-	// (it counts the garbage instantiation leaves, and whatever other goroutines allocated
-	// meanwhile), which errs on the side of fewer instances.
-	mem := int64(s.inst.MemoryBytes())
-	c.overhead = max(heapAllocated()-before-mem, 32<<10)
-	c.instBytes -= s.cost
-	s.cost = c.footprint(s)
-	c.instBytes += s.cost
-	c.nextCost = s.cost
-	c.pool = append(c.pool, s)
-	if c.cfg.MaxInFlight > 0 {
-		c.maxInFlight = c.cfg.MaxInFlight
-	} else {
-		// Records waiting for prefetched values, parked behind their key or waiting for an
-		// instance hold none: the cap bounds the bookkeeping, the budget bounds instances.
-		c.maxInFlight = DefaultMaxInFlight
-	}
-	return nil
-}
-
-// slotFree reports whether a task could take an instance now: an idle one is pooled, or the
-// instance budget allows another.
-func (c *Controller) slotFree() bool {
-	return len(c.pool) > 0 || c.instances == 0 || c.nextCost == 0 ||
-		c.instBytes+c.nextCost <= c.cfg.InstanceMemoryBudget
-}
-
-// footprint is what instance s costs the host: its linear memory with the spare capacity Go's
-// append growth leaves (wazero grows memory by appending), plus wazero's own structures.
-func (c *Controller) footprint(s *slot) int64 {
-	return int64(s.inst.MemoryBytes())*5/4 + c.overhead
-}
-
-// waitForSlot queues t until an instance frees. Its prefetched values are held meanwhile, so
-// that it still finds them hot when it runs.
-func (c *Controller) waitForSlot(t *task) {
-	if c.pfTask == t {
-		c.pfTask = nil // the stashed answers are valid only until the backend is used again
-	}
-	for _, id := range c.prefetch {
-		c.hold(t, state.Key{State: state.StateID(id), Record: t.key})
-	}
-	t.slotWaited, t.async = true, true
-	c.metrics.InstanceWaits.Add(1)
-	c.slotWait = append(c.slotWait, t)
-}
-
-// hold asks the backend to keep k, a prefetched value of t, hot until t's call has run (or the
-// key's next call, see keyDone): otherwise a burst of other fills could evict it and the call
-// would read it again, cold, inside the guest, holding an instance while it waits.
-func (c *Controller) hold(t *task, k state.Key) {
-	if c.holder == nil {
-		return
-	}
-	i := slices.Index(c.prefetch, uint32(k.State))
-	if i < 0 || i >= 64 || t.holds&(1<<i) != 0 {
-		return
-	}
-	if c.holder.Hold(k) {
-		t.holds |= 1 << i
-	}
-}
-
-func (c *Controller) releaseHolds(t *task) {
-	for i := 0; t.holds != 0 && i < len(c.prefetch); i++ {
-		if t.holds&(1<<i) != 0 {
-			t.holds &^= 1 << i
-			c.holder.Release(state.Key{State: state.StateID(c.prefetch[i]), Record: t.key})
-		}
-	}
 }
 
 // MaxInFlight returns the in-flight cap in force (after Run has started).
 func (c *Controller) MaxInFlight() int { return c.maxInFlight }
+
+// SetMaxInFlight changes the in-flight cap of a running controller (a live quota change); safe
+// from any goroutine. The runner applies it at its next iteration: a lower cap admits nothing
+// until the tasks in flight fall below it (none is aborted), a higher one admits more once the
+// runner next wakes (a completion or new input). n < 1 is ignored; a Synchronous controller
+// keeps its cap of 1.
+func (c *Controller) SetMaxInFlight(n int) {
+	if n >= 1 {
+		c.maxInFlightSet.Store(int64(n))
+	}
+}
 
 // loop is the runner loop. It runs on whichever carrier holds the runner role; every piece of
 // state it keeps between iterations lives in c, so a carrier can pick it up at any hand-off.
 func (c *Controller) loop(self *carrier) {
 	var comps []completion
 	for !c.stopped {
+		if n := c.maxInFlightSet.Swap(0); n > 0 && !c.cfg.Synchronous {
+			c.maxInFlight = int(n)
+		}
 		comps = c.comp.take(comps[:0])
 		for _, cp := range comps {
 			c.complete(cp)
@@ -549,6 +378,9 @@ func (c *Controller) loop(self *carrier) {
 			continue
 		}
 		if c.releaseStep() {
+			continue
+		}
+		if c.ptUsed && c.procTimersDue() {
 			continue
 		}
 		if c.barrier != nil {
@@ -616,7 +448,21 @@ func (c *Controller) wait() {
 	if !c.inputDone && c.barrier == nil && c.admitted < c.maxInFlight && len(c.inbuf) == 0 {
 		in = c.input
 	}
+	var clock <-chan time.Time
+	if c.ptUsed && !c.ptClosing && c.barrier == nil {
+		if next, ok := c.ptimers.next(); ok {
+			d := time.Duration(next-time.Now().UnixMilli()) * time.Millisecond
+			if c.ptWake == nil {
+				c.ptWake = time.NewTimer(d)
+			} else {
+				c.ptWake.Reset(d)
+			}
+			clock = c.ptWake.C
+			defer c.ptWake.Stop()
+		}
+	}
 	select {
+	case <-clock:
 	case <-c.comp.wake:
 	case b, ok := <-in:
 		if !ok {
@@ -663,204 +509,14 @@ func (c *Controller) handle(el *Element) {
 	}
 }
 
-// keyOf runs the guest key function on a pooled instance.
-func (c *Controller) keyOf(value []byte) ([]byte, error) {
-	s, err := c.acquireSlot()
-	if err != nil {
-		return nil, err
-	}
-	k, err := s.inst.Key(value)
-	if err == nil {
-		k = bytes.Clone(k)
-	}
-	c.releaseSlot(s)
-	return k, err
-}
-
-// submit runs t now if its key is free, or parks it behind the key's in-flight task. A fired
-// timer goes to the front of the queue: it belongs to an earlier epoch than any parked record.
-func (c *Controller) submit(t *task, front bool) {
-	if c.cfg.Order != OrderPerKey {
-		if c.cfg.Order == OrderInput && t.kind == kindRecord {
-			t.held, t.async = &heldOutput{}, true
-			c.reorder = append(c.reorder, t.held)
-		}
-		c.execute(t)
-		return
-	}
-	// The gate holds only keys whose task suspended: while nothing is suspended or parked (the
-	// all-hits path) it is empty and the lookup is skipped.
-	if len(c.gate) == 0 {
-		c.execute(t)
-		return
-	}
-	if g, ok := c.gate[string(t.key)]; ok {
-		if front {
-			g.queue = slices.Insert(g.queue, 0, t)
-		} else {
-			g.queue = append(g.queue, t)
-		}
-		c.parked++
-		t.waitFrom, t.async = time.Now(), true
-		return
-	}
-	c.execute(t)
-}
-
-// markKeyBusy enters t's key into the gate. A task that completes without suspending never
-// needs an entry: nothing else runs while it does.
-func (c *Controller) markKeyBusy(t *task) {
-	if t.inGate || c.cfg.Order != OrderPerKey {
-		return
-	}
-	t.inGate = true
-	var g *gateEntry
-	if n := len(c.gatePool); n > 0 {
-		g = c.gatePool[n-1]
-		c.gatePool = c.gatePool[:n-1]
-	} else {
-		g = &gateEntry{}
-	}
-	c.gate[string(t.key)] = g
-}
-
-// keyDone releases t's key: the next parked task of the key becomes runnable, keeping the key.
-func (c *Controller) keyDone(t *task) {
-	if !t.inGate {
-		return
-	}
-	t.inGate = false
-	g := c.gate[string(t.key)]
-	if len(g.queue) > 0 {
-		next := g.queue[0]
-		g.queue[0] = nil
-		g.queue = g.queue[1:]
-		next.inGate = true
-		next.holds, t.holds = t.holds, 0 // the values stay held for the key's next call
-		c.parked--
-		c.metrics.GateWaits.Add(1)
-		c.metrics.GateWaitNanos.Add(int64(time.Since(next.waitFrom)))
-		c.runnable = append(c.runnable, next)
-		return
-	}
-	delete(c.gate, string(t.key))
-	g.queue = g.queue[:0]
-	c.gatePool = append(c.gatePool, g)
-}
-
-// execute runs t's guest call on the current carrier. If the call suspends, this carrier parks
-// inside it and returns here, holding the runner role again, once the call has completed.
-func (c *Controller) execute(t *task) {
-	if c.err != nil {
-		c.finish(t, nil)
-		return
-	}
-	if len(c.prefetch) > 0 && !t.prefetched && c.awaitPrefetch(t) {
-		return // runnable again once its prefetched values are loaded
-	}
-	if (len(c.pool) == 0 || len(c.slotWait) > 0) && (!c.slotFree() || len(c.slotWait) > 0 && !t.slotWaited) {
-		c.waitForSlot(t)
-		return
-	}
-	s, err := c.acquireSlot()
-	if err != nil {
-		c.finish(t, err)
-		return
-	}
-	s.t, t.slot = t, s
-	c.running++
-	if !c.mode.coro && t.kind == kindRecord {
-		// The all-hits path, written out: the guest call and its completion.
-		c.hot.records++
-		err = s.inst.Process(t.key, t.value, t.ts)
-		c.afterCall(t, s, err)
-		return
-	}
-	if c.mode.coro {
-		t.inCoro = true
-		c.metrics.CoroutineCalls.Add(1)
-		if c.runInCoroutine(s) {
-			c.afterCall(t, s, s.co.err)
-		}
-		return // otherwise suspended inside the coroutine: resumeTask continues it
-	}
-	c.afterCall(t, s, c.callGuest(s))
-}
-
-// callGuest runs the guest call of s's task, on the current carrier or inside s's coroutine.
-func (c *Controller) callGuest(s *slot) error {
-	t := s.t
-	if t.kind == kindTimer {
-		c.hot.timers++
-		return s.inst.OnTimer(t.key, t.ts)
-	}
-	c.hot.records++
-	return s.inst.Process(t.key, t.value, t.ts)
-}
-
-// afterCall accounts a finished guest call and completes its task.
-func (c *Controller) afterCall(t *task, s *slot, err error) {
-	c.noteExecution(t.suspendedOnce)
-	c.running--
-	s.t, t.slot = nil, nil
-	c.releaseSlot(s)
-	c.finish(t, err)
-}
-
-// finish accounts a completed task: the key frees, the epoch advances, the first error sticks.
-func (c *Controller) finish(t *task, err error) {
-	if err != nil && c.err == nil {
-		where := c.cfg.Describe(t.pos)
-		if t.kind == kindTimer {
-			where = fmt.Sprintf("timer at %d", t.ts)
-		}
-		c.fail(&OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err, Lookup: t.lookupErr})
-	}
-	c.keyDone(t)
-	if t.holds != 0 {
-		c.releaseHolds(t)
-	}
-	if t.held != nil {
-		t.held.done = true
-		c.releaseHeld()
-	}
-	t.ep.pending--
-	c.admitted--
-	c.freeTask(t)
-}
-
-// heldOutput holds a record's outputs in OrderInput mode until every earlier record is done.
-type heldOutput struct {
-	done bool
-	outs []Output // owned copies
-}
-
-func (h *heldOutput) add(key, value []byte, ts int64, src Source) {
-	kv := make([]byte, 0, len(key)+len(value)+len(src.Key))
-	kv = append(append(append(kv, key...), value...), src.Key...)
-	src.Key = kv[len(key)+len(value):]
-	h.outs = append(h.outs, Output{Kind: OutputData, Key: kv[:len(key):len(key)], Value: kv[len(key) : len(key)+len(value)], TS: ts, Src: src})
-}
-
-// releaseHeld passes on the outputs of the longest prefix of completed records.
-func (c *Controller) releaseHeld() {
-	n := 0
-	for ; n < len(c.reorder) && c.reorder[n].done; n++ {
-		for _, o := range c.reorder[n].outs {
-			if err := c.out.emit(o.Key, o.Value, o.TS, o.Src); err != nil {
-				c.fail(err)
-			}
-		}
-		c.reorder[n] = nil
-	}
-	c.reorder = c.reorder[n:]
-}
-
 // fail records the first failure and cancels the run's context, so that the lookups and
 // fetches still out give up instead of running until their endpoints are closed.
 func (c *Controller) fail(err error) {
 	if c.err == nil {
 		c.err = err
+		// Info, not Warn: the error itself is Run's result, and the caller reports it.
+		c.log.LogAttrs(c.ctx, slog.LevelInfo, "run failing: aborting suspended calls",
+			slog.String("error", err.Error()), slog.Int("admitted", c.admitted), slog.Int("outstanding", c.outstanding))
 		if c.cancel != nil {
 			c.cancel(err)
 		}
@@ -871,418 +527,6 @@ func (c *Controller) fail(err error) {
 		clear(c.pendingReads)
 		c.pendingReads = c.pendingReads[:0]
 	}
-}
-
-// releaseStep advances the oldest closed epoch: once its tasks are done it fires its due timers
-// (as tasks of that epoch, as capacity allows), and once those are done too it forwards the
-// watermark. It reports whether it did anything.
-func (c *Controller) releaseStep() bool {
-	if len(c.epochs) < 2 {
-		return false
-	}
-	e := c.epochs[0]
-	if !e.closed || (e.pending > 0 && !e.firing) {
-		return false
-	}
-	if !e.firing {
-		e.firing = true
-		e.due = c.timers.popDue(e.closeWM)
-	}
-	if len(e.due) > 0 {
-		if c.admitted >= c.maxInFlight {
-			return false
-		}
-		te := e.due[0]
-		e.due = e.due[1:]
-		t := c.newTask()
-		t.kind = kindTimer
-		t.key, t.ts, t.pos = []byte(te.key), te.ts, -1
-		t.ep, t.wm = e, e.closeWM
-		e.pending++
-		c.admitted++
-		c.submit(t, true)
-		return true
-	}
-	if e.pending > 0 {
-		return false
-	}
-	// Timers registered during this release for times at or before the watermark fire at the
-	// next one (docs/abi.md). At end of input there is no next one: fire them now, bounded.
-	if e.closeWM == math.MaxInt64 && c.timers.hasDue(e.closeWM) {
-		e.due = c.timers.popDue(e.closeWM)
-		return true
-	}
-	c.epochs[0] = nil
-	c.epochs = c.epochs[1:]
-	c.watermark = e.closeWM
-	c.metrics.Watermarks.Add(1)
-	if err := c.out.mark(OutputWatermark, e.closeWM); err != nil {
-		c.fail(err)
-	}
-	return true
-}
-
-func (c *Controller) completeBarrier() {
-	id := *c.barrier
-	c.barrier = nil
-	drained := time.Now()
-	c.metrics.BarrierDrainNanos.Add(int64(drained.Sub(c.barrierAt)))
-	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())
-	if c.cfg.OnBarrier != nil {
-		err := c.cfg.OnBarrier(id)
-		c.metrics.BarrierCaptureNanos.Add(int64(time.Since(drained)))
-		if err != nil {
-			c.fail(fmt.Errorf("checkpoint %d: %w", id, err))
-			return
-		}
-	}
-	c.metrics.Barriers.Add(1)
-	if err := c.out.mark(OutputBarrier, int64(id)); err != nil {
-		c.fail(err)
-	}
-}
-
-// SaveTimers stores the timer queue in the backend's operator state; used before a final
-// savepoint when no barrier passed.
-func (c *Controller) SaveTimers() {
-	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())
-}
-
-// PendingTimers returns the number of registered timers.
-func (c *Controller) PendingTimers() int { return c.timers.len() }
-
-// --- async imports ---
-
-// queueRead adds a cold key to the pending batch and sends the batch when it is full or its
-// oldest read has waited long enough (see Config.ReadBatchWait).
-func (c *Controller) queueRead(r pendingRead) {
-	if len(c.pendingReads) == 0 {
-		c.pendingSince = time.Now()
-	}
-	r.t.io++
-	c.pendingReads = append(c.pendingReads, r)
-	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch || time.Since(c.pendingSince) >= c.batchWait() {
-		c.flushReads()
-	}
-}
-
-func (c *Controller) batchWait() time.Duration {
-	if c.cfg.ReadBatchWait > 0 {
-		return c.cfg.ReadBatchWait
-	}
-	return max(c.fetchEWMA/20, 10*time.Microsecond)
-}
-
-// awaitPrefetch checks that t's prefetched values are hot. If some are cold it queues their
-// loads, enters t's key in the gate (later records of the key park behind it) and reports true:
-// t waits without an instance, and goes to the runnable queue when the loads complete.
-func (c *Controller) awaitPrefetch(t *task) bool {
-	t.prefetched = true
-	if len(c.prefetch) == 1 {
-		// The common case, without the loop's bookkeeping.
-		k := state.Key{State: state.StateID(c.prefetch[0]), Record: t.key}
-		v, found, hot := c.cfg.Backend.Get(k)
-		if hot {
-			c.pfHot = append(c.pfHot[:0], pfValue{state: c.prefetch[0], value: v, found: found})
-			c.pfTask, c.pfNext = t, 0
-			return false
-		}
-		t.prefetchWait, t.async = 1, true
-		c.metrics.PrefetchWaits.Add(1)
-		c.markKeyBusy(t)
-		c.queueRead(pendingRead{t: t, key: k, prefetch: true})
-		return true
-	}
-	c.pfHot = c.pfHot[:0]
-	for _, id := range c.prefetch {
-		k := state.Key{State: state.StateID(id), Record: t.key}
-		v, found, hot := c.cfg.Backend.Get(k)
-		if !hot {
-			t.io++
-			c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
-			if len(c.pendingReads) == 1 {
-				c.pendingSince = time.Now()
-			}
-			t.prefetchWait++
-			t.async = true
-			continue
-		}
-		c.pfHot = append(c.pfHot, pfValue{state: id, value: v, found: found})
-	}
-	if t.prefetchWait == 0 {
-		// All hot: the call starts right away, and the frames can take these answers instead
-		// of asking the backend again (nothing touches it in between).
-		c.pfTask, c.pfNext = t, 0
-		return false
-	}
-	c.metrics.PrefetchWaits.Add(1)
-	c.markKeyBusy(t)
-	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch {
-		c.flushReads()
-	}
-	return true
-}
-
-// readCold suspends t until k has been loaded. It runs on the holder, inside t's guest call.
-func (c *Controller) readCold(t *task, k state.Key) ([]byte, bool, error) {
-	t.async = true
-	t.readKey = state.Key{State: k.State, Record: t.key, Entry: bytes.Clone(k.Entry)}
-	if c.cfg.Synchronous {
-		ch := make(chan readBatch, 1)
-		c.cfg.Backend.Fetch([]state.Key{t.readKey}, func(res []state.Fetched, err error) {
-			ch <- readBatch{results: res, err: err}
-		})
-		b := <-ch
-		if b.err != nil {
-			return nil, false, fmt.Errorf("state read: %w", b.err)
-		}
-		c.cfg.Backend.Fill(b.results)
-		return b.results[0].Value, b.results[0].Found, nil
-	}
-	c.queueRead(pendingRead{t: t, key: t.readKey})
-	c.suspend(t)
-	if t.aborted != nil {
-		return nil, false, t.aborted
-	}
-	v, found := t.fetched.Value, t.fetched.Found
-	t.fetched = state.Fetched{}
-	return v, found, nil
-}
-
-// flushReads issues every pending cold read as one batched Fetch.
-func (c *Controller) flushReads() {
-	reads := c.pendingReads
-	c.pendingReads = nil
-	keys := make([]state.Key, len(reads))
-	for i, r := range reads {
-		keys[i] = r.key
-	}
-	n := int64(len(reads))
-	c.metrics.ReadBatches.Add(1)
-	c.metrics.ReadBatchKeys.Add(n)
-	if n > c.metrics.MaxReadBatch.Load() {
-		c.metrics.MaxReadBatch.Store(n)
-	}
-	b := &readBatch{reads: reads, issued: time.Now()}
-	c.outstanding++
-	c.cfg.Backend.Fetch(keys, func(res []state.Fetched, err error) {
-		if err == nil && len(res) != len(reads) {
-			err = fmt.Errorf("state backend returned %d results for %d keys", len(res), len(reads))
-		}
-		b.results, b.err = res, err
-		c.comp.post(completion{batch: b, at: time.Now()})
-	})
-}
-
-// complete installs a completion on the runner and queues its tasks for resumption.
-func (c *Controller) complete(cp completion) {
-	c.outstanding--
-	if b := cp.batch; b != nil {
-		if b.err != nil {
-			c.fail(fmt.Errorf("state backend: %w", b.err))
-		} else {
-			c.fill(b)
-			if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
-				c.fetchEWMA = lat
-			} else {
-				c.fetchEWMA += (lat - c.fetchEWMA) / 8
-			}
-		}
-		for i, r := range b.reads {
-			t := r.t
-			if c.delivered(t) || b.err != nil {
-				continue // its task was aborted, or is aborted with everything else
-			}
-			if r.prefetch {
-				if c.holder != nil {
-					t.holds |= 1 << slices.Index(c.prefetch, uint32(r.key.State)) // FillHold held it
-				}
-				if t.prefetchWait--; t.prefetchWait == 0 {
-					c.runnable = append(c.runnable, t)
-				}
-				continue
-			}
-			t.fetched = b.results[i]
-			t.waitFrom = cp.at
-			c.ready = append(c.ready, t)
-		}
-		return
-	}
-	if c.delivered(cp.task) {
-		return
-	}
-	cp.task.waitFrom = cp.at
-	c.ready = append(c.ready, cp.task)
-}
-
-// delivered accounts one async operation of t as delivered, and reports whether t was aborted
-// and freed while it was out: then the operation has nothing left to deliver to, and the task
-// goes back to the pool once its last operation is in (see freeTask).
-func (c *Controller) delivered(t *task) bool {
-	t.io--
-	if !t.orphan {
-		return false
-	}
-	if t.io == 0 {
-		t.orphan = false
-		c.recycle(t)
-	}
-	return true
-}
-
-// fill installs a batch's results in the backend. Through a Holder it skips the backend's guard
-// against stale fetches, because the gate rules out what the guard is for: a task holds its key
-// from the moment Get found it cold until its call has run, so nothing wrote the key in between
-// (under heavy eviction the guard refuses every fetch that waited long, and each refused
-// prefetch becomes a suspension inside the call, which holds an instance). It also holds the
-// prefetched values until their calls have run.
-func (c *Controller) fill(b *readBatch) {
-	if c.holder == nil {
-		c.cfg.Backend.Fill(b.results)
-		return
-	}
-	hold := c.holdBuf[:0]
-	for _, r := range b.reads {
-		i := slices.Index(c.prefetch, uint32(r.key.State))
-		hold = append(hold, r.prefetch && i >= 0 && i < 64 && r.t.holds&(1<<i) == 0 && !r.t.orphan)
-	}
-	c.holder.FillHold(b.results, hold)
-	c.holdBuf = hold[:0]
-}
-
-func (c *Controller) nextReady() *task {
-	if len(c.ready) == 0 {
-		return nil
-	}
-	if c.cfg.ResumeOrder == ResumePriority && len(c.ready) > 1 {
-		slices.SortStableFunc(c.ready, func(a, b *task) int {
-			switch {
-			case a.order < b.order:
-				return -1
-			case a.order > b.order:
-				return 1
-			}
-			return 0
-		})
-	}
-	t := c.ready[0]
-	c.ready[0] = nil
-	c.ready = c.ready[1:]
-	return t
-}
-
-func (c *Controller) anySuspended() *task {
-	for t := range c.suspended {
-		return t
-	}
-	return nil
-}
-
-// resumeTask hands the runner role to suspended task t.
-func (c *Controller) resumeTask(self *carrier, t *task) {
-	if !t.suspended {
-		return
-	}
-	c.metrics.Resumes.Add(1)
-	if !t.waitFrom.IsZero() {
-		c.metrics.ResumeLatencyNanos.Add(int64(time.Since(t.waitFrom)))
-	}
-	if t.inCoro {
-		c.resumeCoroutine(t)
-		return
-	}
-	c.resume(self, t)
-}
-
-// lookupAsync sends a lookup and suspends t until it answers (or returns at once for a response
-// the lookup layer answers synchronously, e.g. from its cache).
-func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []byte, error) {
-	c.metrics.Lookups.Add(1)
-	t.async = true
-	if c.cfg.Synchronous {
-		status, body, err := c.lookupBlocking(endpoint, req)
-		if err != nil {
-			t.lookupErr = err
-		}
-		return status, body, err
-	}
-	t.done.Store(0)
-	t.io++
-	c.outstanding++
-	c.cfg.Lookup(c.ioCtx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
-		t.lookup = lookupResult{status: status, body: body, err: err}
-		if t.done.CompareAndSwap(0, 2) {
-			return // answered before the caller suspended: it reads t.lookup directly
-		}
-		c.comp.post(completion{task: t, at: time.Now()})
-	})
-	if t.done.CompareAndSwap(0, 1) {
-		c.suspend(t)
-		if t.aborted != nil {
-			return 0, nil, t.aborted
-		}
-	} else {
-		t.io-- // delivered already, and no completion was posted
-		c.outstanding--
-	}
-	r := t.lookup
-	t.lookup = lookupResult{}
-	if r.err != nil {
-		t.lookupErr = r.err
-	}
-	return r.status, r.body, r.err
-}
-
-func (c *Controller) lookupBlocking(endpoint uint32, req []byte) (int, []byte, error) {
-	ch := make(chan lookupResult, 1)
-	c.cfg.Lookup(c.ioCtx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
-		ch <- lookupResult{status, body, err}
-	})
-	r := <-ch
-	return r.status, r.body, r.err
-}
-
-// --- instances ---
-
-func (c *Controller) newSlot() (*slot, error) {
-	s := &slot{c: c}
-	inst, err := c.cfg.Module.Instantiate(c.ctx, s)
-	if err != nil {
-		return nil, err
-	}
-	s.inst = inst
-	s.cost = c.footprint(s)
-	c.instBytes += s.cost
-	c.instances++
-	if int64(c.instances) > c.metrics.PeakInstances.Load() {
-		c.metrics.PeakInstances.Store(int64(c.instances))
-	}
-	return s, nil
-}
-
-func (c *Controller) acquireSlot() (*slot, error) {
-	if n := len(c.pool); n > 0 {
-		s := c.pool[n-1]
-		c.pool = c.pool[:n-1]
-		return s, nil
-	}
-	return c.newSlot()
-}
-
-// releaseSlot returns an instance to the pool, or discards it after a fault.
-func (c *Controller) releaseSlot(s *slot) {
-	if s.inst.Broken() {
-		s.stopCoroutine()
-		_ = s.inst.Close(c.ctx)
-		c.instances--
-		c.instBytes -= s.cost
-		return
-	}
-	if cost := c.footprint(s); cost != s.cost { // its memory grew
-		c.instBytes += cost - s.cost
-		s.cost = cost
-	}
-	c.pool = append(c.pool, s)
 }
 
 // shutdown retires every instance (clink_close on a clean finish), flushes output and wakes the
@@ -1311,42 +555,4 @@ func (c *Controller) shutdown() {
 		idle.wake <- struct{}{}
 	}
 	c.idle = nil
-}
-
-func (c *Controller) newTask() *task {
-	c.seq++
-	if n := len(c.taskPool); n > 0 {
-		t := c.taskPool[n-1]
-		c.taskPool = c.taskPool[:n-1]
-		t.seq = c.seq
-		return t
-	}
-	return &task{seq: c.seq}
-}
-
-// freeTask is the end of a task. The struct is reused for a later task, except while an
-// async operation can still deliver to it.
-//
-// INVARIANT: a task returns to the pool only when t.io is zero: every lookup it sent and every
-// read it queued has delivered and its completion has been taken on the runner (or the read
-// was dropped unsent by fail). A task aborted with operations out (the run failed while its
-// lookup or fetch was in flight) is marked orphan instead, and delivered() pools it when the
-// last one comes in. Without this, a late lookup callback would write t.lookup into a task
-// that reset had cleared and a new record was using. Run, for its part, returns only when
-// c.outstanding is zero, so no callback outlives it.
-func (c *Controller) freeTask(t *task) {
-	if c.pfTask == t {
-		c.pfTask = nil // its stashed prefetch answers must not reach the task struct's next use
-	}
-	if t.io > 0 {
-		t.orphan = true
-		return
-	}
-	t.reset()
-	c.taskPool = append(c.taskPool, t)
-}
-
-func (c *Controller) recycle(t *task) {
-	t.reset()
-	c.taskPool = append(c.taskPool, t)
 }

@@ -167,16 +167,10 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 				tier := newFakeTier(seed, 0, time.Duration(1+rng.IntN(3))*time.Millisecond, evict)
 				sink := &collectSink{}
 				var barrierErr error
-				cfg := Config{
-					Module:      m,
-					Backend:     tier,
-					Sink:        sink,
-					MaxInFlight: 1 + rng.IntN(64),
-					NoCoalesce:  seed%3 == 0,
-					ResumeOrder: ResumeOrder(seed % 2),
-					ExecMode:    ExecMode(seed % 3),
-				}
-				cfg.OnBarrier = func(id uint64) error {
+				maxInFlight := 1 + rng.IntN(64)
+				coalesce := seed%3 != 0
+				mode := ExecMode(seed % 3)
+				onBarrier := func(id uint64) error {
 					// Consistent cut: state must count exactly the records before the barrier.
 					for k, want := range w.barriers[id] {
 						v, ok := tier.view(state.Key{Record: []byte(k)})
@@ -191,7 +185,8 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 					_, err := tier.Capture(id)
 					return err
 				}
-				c, err := New(cfg)
+				c, err := New(m, tier, sink, WithMaxInFlight(maxInFlight), WithCoalescing(coalesce),
+					WithResumeOrder(ResumeOrder(seed%2)), WithExecMode(mode), WithOnBarrier(onBarrier))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -219,14 +214,14 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 				}
 				// Batching needs something to batch: a workload whose keys all stay hot after their
 				// first read makes a handful of cold reads in all.
-				if !cfg.NoCoalesce && cfg.MaxInFlight > 8 && s.ReadBatchKeys >= 100 && s.MeanReadBatch < 1.5 {
+				if coalesce && maxInFlight > 8 && s.ReadBatchKeys >= 100 && s.MeanReadBatch < 1.5 {
 					t.Errorf("coalescing did not batch: mean %.2f keys per read", s.MeanReadBatch)
 				}
-				if cfg.ExecMode == ExecCoroutine && s.CoroutineCalls == 0 || cfg.ExecMode == ExecDirect && s.CoroutineCalls != 0 {
-					t.Errorf("mode %d: %d coroutine calls", cfg.ExecMode, s.CoroutineCalls)
+				if mode == ExecCoroutine && s.CoroutineCalls == 0 || mode == ExecDirect && s.CoroutineCalls != 0 {
+					t.Errorf("mode %d: %d coroutine calls", mode, s.CoroutineCalls)
 				}
 				t.Logf("cap %d coalesce %v mode %d: %d suspensions (%d coroutine calls), %d gate waits, %d read batches (mean %.1f keys), %d timers",
-					cfg.MaxInFlight, !cfg.NoCoalesce, cfg.ExecMode, s.Suspensions, s.CoroutineCalls, s.GateWaits, s.ReadBatches, s.MeanReadBatch, s.Timers)
+					maxInFlight, coalesce, mode, s.Suspensions, s.CoroutineCalls, s.GateWaits, s.ReadBatches, s.MeanReadBatch, s.Timers)
 			})
 		})
 	}
@@ -373,7 +368,7 @@ func TestCancellationLeaksNothing(t *testing.T) {
 		w := genWorkload(rng, 3000, 500)
 		tier := newFakeTier(3, 50*time.Millisecond, 100*time.Millisecond, 0)
 		ctx, cancel := context.WithCancel(context.Background())
-		c, err := New(Config{Module: m, Backend: tier, Sink: &collectSink{}, MaxInFlight: 256, ExecMode: ExecCoroutine})
+		c, err := New(m, tier, &collectSink{}, WithMaxInFlight(256), WithExecMode(ExecCoroutine))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -405,8 +400,7 @@ func TestCancellationLeaksNothing(t *testing.T) {
 func TestFaultNamesRecord(t *testing.T) {
 	m := loadModule(t, "../abi/testdata/trap.wasm")
 	synctest.Test(t, func(t *testing.T) {
-		c, err := New(Config{Module: m, Backend: state.NewMemory(), Sink: &collectSink{},
-			Describe: func(pos int64) string { return fmt.Sprintf("input line %d", pos) }})
+		c, err := New(m, state.NewMemory(), &collectSink{}, WithDescribe(func(pos int64) string { return fmt.Sprintf("input line %d", pos) }))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -429,7 +423,7 @@ func TestFetchErrorFailsPipeline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tier := newFakeTier(1, time.Millisecond, 2*time.Millisecond, 0)
 		tier.fetchErr = errors.New("s3: connection refused")
-		c, err := New(Config{Module: m, Backend: tier, Sink: &collectSink{}, MaxInFlight: 8})
+		c, err := New(m, tier, &collectSink{}, WithMaxInFlight(8))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -450,7 +444,7 @@ func TestBackpressure(t *testing.T) {
 	m := loadModule(t, "testdata/accum.wasm")
 	synctest.Test(t, func(t *testing.T) {
 		tier := newFakeTier(1, 10*time.Millisecond, 10*time.Millisecond, 0)
-		c, err := New(Config{Module: m, Backend: tier, Sink: &collectSink{}, MaxInFlight: 4})
+		c, err := New(m, tier, &collectSink{}, WithMaxInFlight(4))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -487,6 +481,48 @@ func TestBackpressure(t *testing.T) {
 	})
 }
 
+// TestSetMaxInFlight: a cap changed while the controller runs (a live quota) applies at the
+// runner's next iteration: lowered, it admits no more than the new cap; raised, more at once.
+func TestSetMaxInFlight(t *testing.T) {
+	m := loadModule(t, "testdata/accum.wasm")
+	synctest.Test(t, func(t *testing.T) {
+		tier := newFakeTier(1, 10*time.Millisecond, 10*time.Millisecond, 0)
+		c, err := New(m, tier, &collectSink{}, WithMaxInFlight(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make(chan []Element)
+		done := make(chan error)
+		go func() { done <- c.Run(context.Background(), in) }()
+		c.SetMaxInFlight(2)
+		for i := range 2 {
+			in <- []Element{rec(fmt.Sprint("key", i), 0, 1, int64(i))}
+		}
+		synctest.Wait()
+		select {
+		case in <- []Element{rec("key2", 0, 1, 2)}:
+			t.Fatal("a 3rd record was admitted at a cap lowered to 2")
+		default:
+		}
+		c.SetMaxInFlight(8)
+		for i := 2; i < 8; i++ {
+			in <- []Element{rec(fmt.Sprint("key", i), 0, 1, int64(i))}
+		}
+		synctest.Wait()
+		if got := c.Metrics().InFlight; got != 6 {
+			t.Errorf("in flight %d after raising the cap to 8 and sending 6 more, want 6", got)
+		}
+		if got := c.MaxInFlight(); got != 8 {
+			t.Errorf("MaxInFlight %d, want 8", got)
+		}
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		tier.pending.Wait()
+	})
+}
+
 // TestResumePriority: records whose reads land in one coalesced batch resume in order-key order
 // when the pipeline asks for priority resumption, and in arrival order otherwise.
 func TestResumePriority(t *testing.T) {
@@ -497,7 +533,7 @@ func TestResumePriority(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			tier := newFakeTier(1, 5*time.Millisecond, 5*time.Millisecond, 0)
 			sink := &collectSink{}
-			c, err := New(Config{Module: m, Backend: tier, Sink: sink, MaxInFlight: 16, ResumeOrder: order})
+			c, err := New(m, tier, sink, WithMaxInFlight(16), WithResumeOrder(order))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -186,14 +186,14 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 			}
 		}
 	}()
-	c, err := New(Config{Module: m, Backend: be, Sink: &discardSink{}, OnBarrier: func(id uint64) error {
+	c, err := New(m, be, &discardSink{}, WithOnBarrier(func(id uint64) error {
 		s, err := be.Capture(id)
 		if err != nil {
 			return err
 		}
 		persist <- s
 		return nil
-	}})
+	}))
 	if err != nil {
 		b.Fatal(err)
 	}

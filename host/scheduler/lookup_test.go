@@ -78,7 +78,7 @@ func enrichRun(t *testing.T, order Order, n, keys int) ([]out, *fakeLookup, []El
 			}
 		}
 		els = append(els, Element{Kind: ElementWatermark, TS: math.MaxInt64})
-		c, err := New(Config{Module: m, Backend: state.NewMemory(), Sink: sink, Lookup: fl.do, MaxInFlight: 64, Order: order})
+		c, err := New(m, state.NewMemory(), sink, WithLookup(fl.do), WithMaxInFlight(64), WithOrder(order))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,8 @@ type metrics struct {
 	StateHits      atomic.Int64
 	StateMisses    atomic.Int64
 	Lookups        atomic.Int64
+	RecordFailures atomic.Int64 // faulted records taken by OnRecordFailure (dead letters)
+	RecordRetries  atomic.Int64 // faulted calls run again (WithRecordRetries)
 
 	GateWaits     atomic.Int64 // records that parked behind a busy key
 	GateWaitNanos atomic.Int64 // total time parked
@@ -54,6 +56,8 @@ type Snapshot struct {
 	Suspensions, StateHits, StateMisses      int64
 	PrefetchWaits, CoroutineCalls            int64
 	Lookups                                  int64
+	RecordFailures                           int64
+	RecordRetries                            int64
 	GateWaits                                int64
 	GateWait                                 time.Duration // mean
 	Resumes                                  int64
@@ -70,7 +74,7 @@ func (m *metrics) snapshot() Snapshot {
 		Records: m.Records.Load(), Timers: m.Timers.Load(),
 		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), Suspended: m.Suspended.Load(),
 		Instances: m.Instances.Load(), PeakInstances: m.PeakInstances.Load(), InstanceWaits: m.InstanceWaits.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
-		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(),
+		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(), RecordFailures: m.RecordFailures.Load(), RecordRetries: m.RecordRetries.Load(),
 		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
 		ReadBatches: m.ReadBatches.Load(), ReadBatchKeys: m.ReadBatchKeys.Load(), MaxReadBatch: m.MaxReadBatch.Load(),
 		Watermarks: m.Watermarks.Load(), Barriers: m.Barriers.Load(),

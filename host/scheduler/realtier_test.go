@@ -36,15 +36,14 @@ func TestPropertiesRealTier(t *testing.T) {
 			w := genWorkload(rng, 3000, 400)
 			var last uint64
 			sink := &collectSink{}
-			c, err := New(Config{Module: m, Backend: b, Sink: sink, MaxInFlight: 1 + rng.IntN(128),
-				OnBarrier: func(id uint64) error {
-					snap, err := b.Capture(id)
-					if err != nil {
-						return err
-					}
-					last = id
-					return snap.Persist(ctx)
-				}})
+			c, err := New(m, b, sink, WithMaxInFlight(1+rng.IntN(128)), WithOnBarrier(func(id uint64) error {
+				snap, err := b.Capture(id)
+				if err != nil {
+					return err
+				}
+				last = id
+				return snap.Persist(ctx)
+			}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -215,22 +215,16 @@ func TestErrorsAreErrno(t *testing.T) {
 func TestTimeout(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, force Option) {
 		r := newReactor(t, force)
-		start := time.Now()
 		if n, err := r.Do(context.Background(), Timeout(30*time.Millisecond)); n != 0 || err != nil {
 			t.Fatalf("Timeout = %d, %v", n, err)
 		}
-		if el := time.Since(start); el < 30*time.Millisecond {
-			t.Fatalf("Timeout(30ms) fired after %v", el)
-		}
 
-		// Cancellation through the context: the hour-long timer ends at once.
-		start = time.Now()
-		_, err := r.Do(ctxTimeout(t, 20*time.Millisecond), Timeout(time.Hour))
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("cancelled Timeout: %v, want context.DeadlineExceeded", err)
-		}
-		if el := time.Since(start); el > 5*time.Second {
-			t.Fatalf("cancelled Timeout took %v", el)
+		// Cancellation through the context: the hour-long timer ends when the context does
+		// (were it not cancelled, the test would hang until go test's own timeout).
+		ctx := ctxTimeout(t, 20*time.Millisecond)
+		_, err := r.Do(ctx, Timeout(time.Hour))
+		if !errors.Is(err, context.DeadlineExceeded) || ctx.Err() == nil {
+			t.Fatalf("cancelled Timeout: %v (context: %v), want context.DeadlineExceeded", err, ctx.Err())
 		}
 	})
 }

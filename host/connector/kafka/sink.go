@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -106,9 +107,9 @@ func (id Identity) validate() error {
 func (id Identity) parallelism() int { return max(id.Parallelism, id.Subtask+1) }
 
 // TransactionalID returns the transactional ID of slot (0 or 1) of this subtask. A subtask
-// alternates between two transactional producers, epoch n using slot n%2, so that epoch
-// n+1's outputs can be written while epoch n's transaction waits for its commit (Flink's
-// transactional ID pool, of size two).
+// alternates between two transactional producers, the slots taking turns epoch by epoch, so
+// that epoch n+1's outputs can be written while epoch n's transaction waits for its commit
+// (Flink's transactional ID pool, of size two).
 func (id Identity) TransactionalID(slot int) string {
 	return "clink." + id.Job + "." + id.Sink + "." + strconv.Itoa(id.Subtask) + "." + strconv.Itoa(slot)
 }
@@ -137,6 +138,33 @@ type Marker struct {
 	// they let Kafka tools show lag, and the scale-out workers resume from them).
 	Group   string
 	Offsets Positions
+	// Groups are more groups' offsets, committed the same way (a job whose sources read
+	// for several groups).
+	Groups map[string]Positions
+}
+
+// groups returns every group's offsets of m, in a stable order.
+func (m Marker) groups() []struct {
+	group   string
+	offsets Positions
+} {
+	var out []struct {
+		group   string
+		offsets Positions
+	}
+	add := func(g string, o Positions) {
+		if g != "" && len(o) > 0 {
+			out = append(out, struct {
+				group   string
+				offsets Positions
+			}{g, o})
+		}
+	}
+	add(m.Group, m.Offsets)
+	for _, g := range slices.Sorted(maps.Keys(m.Groups)) {
+		add(g, m.Groups[g])
+	}
+	return out
 }
 
 // Prepared is a sink subtask's pre-committed transaction: the pipeline stores it in the
@@ -152,7 +180,7 @@ type Prepared struct {
 
 // Sink is one subtask of a Kafka sink. In exactly-once mode its protocol per epoch n is:
 //
-//	Write...           outputs of epoch n, into transaction n (slot n%2)
+//	Write...           outputs of epoch n, into transaction n (the slots alternate)
 //	PreCommit(n, m)    marker and offsets into transaction n, flush; epoch n+1 begins
 //	                   on the other slot; returns Prepared for the pending manifest
 //	Commit(n)          commit transaction n (after the state delta and the pending
@@ -169,7 +197,8 @@ type Sink struct {
 	mu struct {
 		sync.Mutex
 		epoch   uint64 // the epoch Write writes to
-		pending bool   // epoch-1 is pre-committed and not yet committed
+		slot    int    // the slot of epoch: the slots alternate at every PreCommit
+		pending uint64 // the pre-committed epoch not yet committed (0: none), on slot 1-slot
 		err     error  // first asynchronous produce error; the sink is unusable after one
 	}
 	cls [2]*kgo.Client // exactly once: slot clients; at least once: cls[0] only
@@ -193,6 +222,9 @@ func NewSink(ctx context.Context, sc SinkConfig, id Identity, first uint64) (*Si
 	}
 	s := &Sink{sc: sc, id: id, marker: sc.markerTopic(id)}
 	s.mu.epoch = first
+	if sc.exactlyOnce() {
+		s.mu.slot = int(first % 2)
+	}
 	maxBuf := sc.MaxBufferedRecords
 	if maxBuf == 0 {
 		maxBuf = 10000
@@ -251,7 +283,7 @@ func NewSink(ctx context.Context, sc SinkConfig, id Identity, first uint64) (*Si
 		}
 	}
 	if sc.exactlyOnce() {
-		if err := s.cls[first%2].BeginTransaction(); err != nil {
+		if err := s.cls[s.mu.slot].BeginTransaction(); err != nil {
 			s.Close()
 			return nil, classify("begin transaction", err)
 		}
@@ -271,13 +303,6 @@ func (p sinkPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 	return p.keyed.ForTopic(t)
 }
 
-func (s *Sink) slot(epoch uint64) int {
-	if !s.sc.exactlyOnce() {
-		return 0
-	}
-	return int(epoch % 2)
-}
-
 // Write hands one output to the current epoch's transaction. It blocks only when the
 // producer's buffer is full (backpressure). A produce error is returned by a later Write or
 // by PreCommit.
@@ -287,8 +312,7 @@ func (s *Sink) Write(ctx context.Context, o Output) error {
 		s.mu.Unlock()
 		return err
 	}
-	epoch := s.mu.epoch
-	slot := s.slot(epoch)
+	slot := s.mu.slot
 	s.mu.Unlock()
 	r := &kgo.Record{Key: o.Key, Value: o.Value}
 	if o.Time != 0 {
@@ -306,24 +330,26 @@ func (s *Sink) Write(ctx context.Context, o Output) error {
 	return nil
 }
 
-// PreCommit ends epoch m.Epoch for writing: in exactly-once mode it adds the source offsets
-// and the marker to its transaction and flushes it, then begins the next epoch's
-// transaction on the other slot; in at-least-once mode it flushes. Once it returns nil,
-// every output of the epoch is durable in Kafka (in an open transaction, in exactly-once
-// mode), and Prepared says how to finish that transaction from another process.
+// PreCommit ends epoch m.Epoch for writing (m.Epoch may be later than the epoch the sink was
+// created with or last pre-committed: a pipeline's checkpoint ids jump between attempts). In
+// exactly-once mode it adds the source offsets and the marker to its transaction and flushes
+// it, then begins the next epoch's transaction on the other slot; in at-least-once mode it
+// flushes. Once it returns nil, every output of the epoch is durable in Kafka (in an open
+// transaction, in exactly-once mode), and Prepared says how to finish that transaction from
+// another process.
 func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 	s.mu.Lock()
-	epoch, pending, werr := s.mu.epoch, s.mu.pending, s.mu.err
+	epoch, slot, pending, werr := s.mu.epoch, s.mu.slot, s.mu.pending, s.mu.err
 	s.mu.Unlock()
 	switch {
-	case m.Epoch != epoch:
+	case m.Epoch < epoch:
 		return Prepared{}, fmt.Errorf("kafka sink %s/%d: PreCommit of epoch %d while writing epoch %d", s.id.Sink, s.id.Subtask, m.Epoch, epoch)
-	case pending:
-		return Prepared{}, fmt.Errorf("kafka sink %s/%d: PreCommit of epoch %d before Commit of epoch %d", s.id.Sink, s.id.Subtask, epoch, epoch-1)
+	case pending != 0:
+		return Prepared{}, fmt.Errorf("kafka sink %s/%d: PreCommit of epoch %d before Commit of epoch %d", s.id.Sink, s.id.Subtask, m.Epoch, pending)
 	case werr != nil:
 		return Prepared{}, werr
 	}
-	slot := s.slot(epoch)
+	epoch = m.Epoch
 	cl := s.cls[slot]
 	p := Prepared{Subtask: s.id.Subtask, Epoch: epoch}
 	ctx, cancel := context.WithTimeout(ctx, s.sc.requestTimeout())
@@ -334,21 +360,31 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 			return p, err
 		}
 		rec := &kgo.Record{Topic: s.marker, Partition: int32(s.id.Subtask), Key: []byte(s.id.TransactionalID(0)), Value: val}
-		// Synchronously, before the flush. Produced asynchronously, to go out with the
-		// epoch's last outputs in one request, the marker got OUT_OF_ORDER_SEQUENCE_NUMBER
-		// about once in 30 restarted runs under -race: franz-go had not reset the marker
-		// partition's sequence after the previous EndTxn bumped the epoch (its log shows the
-		// reset for the output partition of the same request only). Sent alone it did not
-		// fail in 1,400 runs. The cost is up to one linger (5 ms) per checkpoint.
-		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		// The epoch's outputs first, then the marker alone, each hurried by a Flush, which
+		// sends at once instead of waiting out the linger (two round trips, no 5 ms sleeps:
+		// at small epochs the lingers were most of the cost of exactly once). Produced with
+		// the epoch's last outputs in one request, the marker got
+		// OUT_OF_ORDER_SEQUENCE_NUMBER about once in 30 restarted runs under -race: franz-go
+		// had not reset the marker partition's sequence after the previous EndTxn bumped the
+		// epoch (its log shows the reset for the output partition of the same request only).
+		// Sent alone it did not fail in 1,400 runs.
+		if err := cl.Flush(ctx); err != nil {
+			return p, brokersErr(s.sc.Config, classify("flush", err))
+		}
+		merr := make(chan error, 1)
+		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { merr <- err })
+		if err := cl.Flush(ctx); err != nil {
+			return p, brokersErr(s.sc.Config, classify("flush", err))
+		}
+		if err := <-merr; err != nil {
 			return p, brokersErr(s.sc.Config, classify("produce marker", err))
 		}
 		pid, pepoch, err := cl.ProducerID(ctx)
 		if err != nil {
 			return p, brokersErr(s.sc.Config, classify("producer id", err))
 		}
-		if m.Group != "" && len(m.Offsets) > 0 {
-			if err := s.txnCommitOffsets(ctx, cl, s.id.TransactionalID(slot), pid, pepoch, m.Group, m.Offsets); err != nil {
+		for _, g := range m.groups() {
+			if err := s.txnCommitOffsets(ctx, cl, s.id.TransactionalID(slot), pid, pepoch, g.group, g.offsets); err != nil {
 				return p, brokersErr(s.sc.Config, err)
 			}
 		}
@@ -364,19 +400,18 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 	}
 	if !s.sc.exactlyOnce() {
 		// Offsets go to the group outside any transaction: informational only.
-		if m.Group != "" && len(m.Offsets) > 0 {
-			if err := commitOffsets(ctx, cl, m.Group, m.Offsets); err != nil {
+		for _, g := range m.groups() {
+			if err := commitOffsets(ctx, cl, g.group, g.offsets); err != nil {
 				return p, brokersErr(s.sc.Config, err)
 			}
 		}
-		s.mu.epoch++
+		s.mu.epoch = epoch + 1
 		return p, nil
 	}
 	if err := s.cls[1-slot].BeginTransaction(); err != nil {
 		return p, classify("begin transaction", err)
 	}
-	s.mu.epoch++
-	s.mu.pending = true
+	s.mu.epoch, s.mu.slot, s.mu.pending = epoch+1, 1-slot, epoch
 	return p, nil
 }
 
@@ -390,21 +425,29 @@ func (s *Sink) Commit(ctx context.Context, epoch uint64) error {
 		return nil
 	}
 	s.mu.Lock()
-	if !s.mu.pending || s.mu.epoch != epoch+1 {
+	if s.mu.pending != epoch {
 		cur, pend := s.mu.epoch, s.mu.pending
 		s.mu.Unlock()
-		return fmt.Errorf("kafka sink %s/%d: Commit of epoch %d, but writing %d (pending %v)", s.id.Sink, s.id.Subtask, epoch, cur, pend)
+		return fmt.Errorf("kafka sink %s/%d: Commit of epoch %d, but writing %d (pending %d)", s.id.Sink, s.id.Subtask, epoch, cur, pend)
 	}
+	slot := 1 - s.mu.slot
 	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, s.sc.requestTimeout())
 	defer cancel()
-	if err := s.cls[s.slot(epoch)].EndTransaction(ctx, kgo.TryCommit); err != nil {
+	if err := s.cls[slot].EndTransaction(ctx, kgo.TryCommit); err != nil {
 		return brokersErr(s.sc.Config, classify("commit", err))
 	}
 	s.mu.Lock()
-	s.mu.pending = false
+	s.mu.pending = 0
 	s.mu.Unlock()
 	return nil
+}
+
+// pendingEpoch returns the epoch pre-committed and not yet committed (0: none).
+func (s *Sink) pendingEpoch() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.pending
 }
 
 // Close releases the producers. Open transactions are left to the next incarnation's

@@ -97,8 +97,23 @@ func TestSinkExactlyOnce(t *testing.T) {
 	if got := len(readTopic(t, c, "out", true)); got != 13 {
 		t.Fatalf("read_committed after epoch 2: %d records, want 13", got)
 	}
-	if _, err := s2.PreCommit(ctx, Marker{Epoch: 5}); err == nil {
-		t.Fatal("PreCommit of the wrong epoch accepted")
+	if _, err := s2.PreCommit(ctx, Marker{Epoch: 2}); err == nil {
+		t.Fatal("PreCommit of an epoch already pre-committed accepted")
+	}
+	// A later epoch than the next one is fine (a pipeline's checkpoint ids jump between
+	// attempts); Commit names it.
+	writeN(t, ctx, s2, 5, 2)
+	if _, err := s2.PreCommit(ctx, Marker{Epoch: 5, Manifest: "m5"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Commit(ctx, 4); err == nil {
+		t.Fatal("Commit of an epoch not pre-committed accepted")
+	}
+	if err := s2.Commit(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(readTopic(t, c, "out", true)); got != 15 {
+		t.Fatalf("read_committed after epoch 5: %d records, want 15", got)
 	}
 }
 

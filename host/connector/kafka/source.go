@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/clink-wasm/clink-wasm/internal/jsonfield"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -122,8 +123,11 @@ type Source struct {
 	opened bool
 
 	mu  sync.Mutex
-	pos Positions   // next offset per assigned split; INVARIANT: covers every assigned split
-	wm  *Watermarks // guarded by mu too: Positions and Watermark may run beside Poll
+	pos Positions // next offset per assigned split; INVARIANT: covers every assigned split
+	// stop, if set (StopAt), is where each split ends: records at or after it are not
+	// returned and its position never passes it.
+	stop Positions
+	wm   *Watermarks // guarded by mu too: Positions and Watermark may run beside Poll
 
 	now func() time.Time
 }
@@ -237,6 +241,9 @@ func (s *Source) AddSplits(ctx context.Context, splits []Split, from Positions) 
 			kgo.FetchMaxBytes(fetchMax),
 			kgo.FetchMaxPartitionBytes(min(fetchMax, 1<<20)),
 			kgo.BrokerMaxReadBytes(max(fetchMax*2, 100<<20)),
+			// Transaction markers too, so that a position moves past them: a partition whose
+			// log ends with a commit marker is then read to its end (StopAt, Done).
+			kgo.KeepControlRecords(),
 		}
 		if !s.cfg.ReadUncommitted {
 			opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
@@ -431,7 +438,16 @@ func (s *Source) Poll(ctx context.Context, wait time.Duration, max int) ([]Recor
 			return // fetched before RemoveSplits: no longer ours
 		}
 		maxTime, seen := int64(0), false
+		stop, bounded := s.stop[sp]
+		next := s.pos[sp]
 		for _, r := range p.Records {
+			if bounded && r.Offset >= stop {
+				break
+			}
+			next = r.Offset + 1
+			if r.Attrs.IsControl() {
+				continue
+			}
 			rec := Record{Split: sp, Offset: r.Offset, Key: r.Key, Value: r.Value, Time: r.Timestamp.UnixMilli()}
 			s.decode(&rec)
 			if rec.Err == nil && (!seen || rec.Time > maxTime) {
@@ -442,7 +458,7 @@ func (s *Source) Poll(ctx context.Context, wait time.Duration, max int) ([]Recor
 		if seen {
 			s.wm.Observe(sp, maxTime, now)
 		}
-		s.pos[sp] = p.Records[len(p.Records)-1].Offset + 1
+		s.pos[sp] = next
 	})
 	return out, nil
 }
@@ -456,12 +472,12 @@ func (s *Source) decode(r *Record) {
 		return
 	}
 	if f := s.cfg.KeyField; f != "" {
-		raw, ok, err := topField(r.Value, f)
+		raw, ok, err := jsonfield.Top(r.Value, f)
 		if err == nil && !ok {
 			err = fmt.Errorf("no key field %q", f)
 		}
 		if err == nil {
-			r.Key, err = keyBytes(raw)
+			r.Key, err = jsonfield.Key(raw)
 		}
 		if err != nil {
 			r.Err = fmt.Errorf("key field %q: %w", f, err)
@@ -469,17 +485,80 @@ func (s *Source) decode(r *Record) {
 		}
 	}
 	if f := s.cfg.TimeField; f != "" {
-		raw, ok, err := topField(r.Value, f)
+		raw, ok, err := jsonfield.Top(r.Value, f)
 		if err == nil && !ok {
 			err = fmt.Errorf("no time field %q", f)
 		}
 		if err == nil {
-			r.Time, err = eventTime(raw)
+			r.Time, err = jsonfield.Time(raw)
 		}
 		if err != nil {
 			r.Err = fmt.Errorf("time field %q: %w", f, err)
 		}
 	}
+}
+
+// StopAt makes the source bounded: each split in end stops there (the offsets EndOffsets
+// returns, typically), and Done reports when every split has reached its end.
+func (s *Source) StopAt(end Positions) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop = end.Clone()
+}
+
+// EndOffsets returns the current end of each split: the last stable offset when reading
+// committed records (so that a transaction still open is not waited for), else the high
+// watermark.
+func (s *Source) EndOffsets(ctx context.Context, splits []Split) (Positions, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.requestTimeout())
+	defer cancel()
+	topics := slices.Compact(slices.Sorted(func(yield func(string) bool) {
+		for _, sp := range splits {
+			if !yield(sp.Topic) {
+				return
+			}
+		}
+	}))
+	adm := kadm.NewClient(s.adm)
+	var (
+		ends kadm.ListedOffsets
+		err  error
+	)
+	if s.cfg.ReadUncommitted {
+		ends, err = adm.ListEndOffsets(ctx, topics...)
+	} else {
+		ends, err = adm.ListCommittedOffsets(ctx, topics...)
+	}
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, brokersErr(s.cfg.Config, classify("list end offsets", err))
+	}
+	out := make(Positions, len(splits))
+	for _, sp := range splits {
+		e, ok := ends.Lookup(sp.Topic, sp.Partition)
+		if !ok {
+			return nil, &Error{Op: "list end offsets", Kind: ErrMissingTopic, Err: fmt.Errorf("partition %v", sp)}
+		}
+		out[sp] = e.Offset
+	}
+	return out, nil
+}
+
+// Done reports whether every split has reached its StopAt offset (false without StopAt).
+func (s *Source) Done() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stop == nil {
+		return false
+	}
+	for sp, off := range s.pos {
+		if end, ok := s.stop[sp]; !ok || off < end {
+			return false
+		}
+	}
+	return true
 }
 
 // Positions returns a copy of the next offset of every assigned split: the source's part of

@@ -1,4 +1,7 @@
-package kafka
+// Package jsonfield reads top-level fields of JSON objects without decoding them: the sources
+// run it on every record to find the key and the event time. It agrees with encoding/json
+// decoding into a map, the last of duplicate names winning (FuzzTop checks it).
+package jsonfield
 
 import (
 	"bytes"
@@ -9,11 +12,11 @@ import (
 	"unicode/utf8"
 )
 
-// topField returns the raw JSON value of the top-level field name of obj, which must be valid
+// Top returns the raw JSON value of the top-level field name of obj, which must be valid
 // JSON (the source checks json.Valid first). Like encoding/json decoding into a map, the last
 // of duplicate names wins. It scans bytes instead of decoding: the source runs it on every
 // record.
-func topField(obj []byte, name string) (json.RawMessage, bool, error) {
+func Top(obj []byte, name string) (json.RawMessage, bool, error) {
 	i := skipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
 		return nil, false, errors.New("not a JSON object")
@@ -119,9 +122,9 @@ func skipValue(b []byte, i int) int {
 	return i
 }
 
-// keyBytes turns a JSON field value into key bytes: strings unquoted, numbers and booleans
+// Key turns a JSON field value into key bytes: strings unquoted, numbers and booleans
 // as written.
-func keyBytes(raw json.RawMessage) ([]byte, error) {
+func Key(raw json.RawMessage) ([]byte, error) {
 	switch {
 	case len(raw) == 0:
 		return nil, errors.New("empty value")
@@ -139,8 +142,8 @@ func keyBytes(raw json.RawMessage) ([]byte, error) {
 	return raw, nil
 }
 
-// eventTime reads a time field: epoch milliseconds, or an RFC 3339 string.
-func eventTime(raw json.RawMessage) (int64, error) {
+// Time reads a time field: epoch milliseconds, or an RFC 3339 string.
+func Time(raw json.RawMessage) (int64, error) {
 	if len(raw) > 0 && raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
@@ -148,7 +151,7 @@ func eventTime(raw json.RawMessage) (int64, error) {
 		}
 		t, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
-			return 0, errors.New("a time must be epoch milliseconds or an RFC 3339 string")
+			return 0, &timeError{err} // errors.As still finds the *time.ParseError
 		}
 		return t.UnixMilli(), nil
 	}
@@ -161,3 +164,9 @@ func eventTime(raw json.RawMessage) (int64, error) {
 	}
 	return int64(f), nil
 }
+
+// timeError is a time string that does not parse, with the one message of Time's errors.
+type timeError struct{ err error }
+
+func (e *timeError) Error() string { return "a time must be epoch milliseconds or an RFC 3339 string" }
+func (e *timeError) Unwrap() error { return e.err }

@@ -1,4 +1,4 @@
-package kafka
+package jsonfield
 
 import (
 	"bytes"
@@ -6,23 +6,23 @@ import (
 	"testing"
 )
 
-// FuzzTopField checks topField against encoding/json decoding into a map: for every valid
+// FuzzTop checks Top against encoding/json decoding into a map: for every valid
 // JSON object both find the same fields with the same raw values (the last duplicate wins),
-// and topField refuses valid JSON that is not an object.
-func FuzzTopField(f *testing.F) {
+// and Top refuses valid JSON that is not an object.
+func FuzzTop(f *testing.F) {
 	for _, s := range []string{`{"k":"a"}`, `{"k":1,"k":2}`, `{"a":{"k":3},"k":[1]}`, ` {"k" : "\u00e9"} `, `[1]`, `{"k":}`, `{}`, `{"k":"a"}x`} {
 		f.Add([]byte(s), "k")
 	}
 	f.Fuzz(func(t *testing.T, obj []byte, name string) {
 		if !json.Valid(obj) {
-			return // topField's precondition; the source checks it first
+			return // Top's precondition; the source checks it first
 		}
-		got, ok, err := topField(obj, name)
+		got, ok, err := Top(obj, name)
 		var m map[string]json.RawMessage
 		stdErr := json.Unmarshal(obj, &m)
 		if stdErr != nil || m == nil {
 			if err == nil {
-				t.Fatalf("%q: std refused (%v) what topField took as an object", obj, stdErr)
+				t.Fatalf("%q: std refused (%v) what Top took as an object", obj, stdErr)
 			}
 			return
 		}

@@ -1,0 +1,179 @@
+package scheduler
+
+// Admission and the task lifecycle: a task's guest call, its completion, and the task pool.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
+)
+
+// execute runs t's guest call on the current carrier. If the call suspends, this carrier parks
+// inside it and returns here, holding the runner role again, once the call has completed.
+func (c *Controller) execute(t *task) {
+	if c.err != nil {
+		c.finish(t, nil)
+		return
+	}
+	if len(c.prefetch) > 0 && !t.prefetched && c.awaitPrefetch(t) {
+		return // runnable again once its prefetched values are loaded
+	}
+	if (len(c.pool) == 0 || len(c.slotWait) > 0) && (!c.slotFree() || len(c.slotWait) > 0 && !t.slotWaited) {
+		c.waitForSlot(t)
+		return
+	}
+	s, err := c.acquireSlot()
+	if err != nil {
+		c.finish(t, err)
+		return
+	}
+	s.t, t.slot = t, s
+	c.running++
+	if !c.mode.coro && t.kind == kindRecord {
+		// The all-hits path, written out: the guest call and its completion.
+		c.hot.records++
+		err = s.inst.Process(t.key, t.value, t.ts)
+		c.afterCall(t, s, err)
+		return
+	}
+	if c.mode.coro {
+		t.inCoro = true
+		c.metrics.CoroutineCalls.Add(1)
+		if c.runInCoroutine(s) {
+			c.afterCall(t, s, s.co.err)
+		}
+		return // otherwise suspended inside the coroutine: resumeTask continues it
+	}
+	c.afterCall(t, s, c.callGuest(s))
+}
+
+// callGuest runs the guest call of s's task, on the current carrier or inside s's coroutine.
+func (c *Controller) callGuest(s *slot) error {
+	t := s.t
+	switch t.kind {
+	case kindTimer:
+		c.hot.timers++
+		return s.inst.OnTimer(t.key, t.ts)
+	case kindProcTimer:
+		c.hot.timers++
+		return s.inst.OnProcessingTimer(t.key, t.ts)
+	}
+	c.hot.records++
+	return s.inst.Process(t.key, t.value, t.ts)
+}
+
+// afterCall accounts a finished guest call and completes its task.
+func (c *Controller) afterCall(t *task, s *slot, err error) {
+	c.noteExecution(t.suspendedOnce)
+	c.running--
+	s.t, t.slot = nil, nil
+	c.releaseSlot(s)
+	if err != nil && c.retryable(t, err) {
+		// A fault that changed nothing: run the record again, on another instance (a broken
+		// one was just closed), before its key frees, so per-key order holds. Its lookups get
+		// the same indices, so their idempotency keys repeat.
+		t.attempts++
+		t.lookups, t.lookupErr = 0, nil
+		c.metrics.RecordRetries.Add(1)
+		c.execute(t)
+		return
+	}
+	c.finish(t, err)
+}
+
+// retryable reports whether a failed call of t may run again (WithRecordRetries).
+func (c *Controller) retryable(t *task, err error) bool {
+	var fault *abi.Fault
+	return t.attempts < c.cfg.RecordRetries && c.err == nil && t.kind == kindRecord && !t.effects && t.aborted == nil && errors.As(err, &fault)
+}
+
+// finish accounts a completed task: the key frees, the epoch advances, the first error sticks.
+func (c *Controller) finish(t *task, err error) {
+	if err != nil && c.err == nil {
+		where := c.cfg.Describe(t.pos)
+		switch t.kind {
+		case kindTimer:
+			where = fmt.Sprintf("timer at %d", t.ts)
+		case kindProcTimer:
+			where = fmt.Sprintf("processing-time timer at %d", t.ts)
+		}
+		oe := &OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err, Lookup: t.lookupErr}
+		var fault *abi.Fault
+		if h := c.cfg.OnRecordFailure; h != nil && t.kind == kindRecord && !t.effects && t.aborted == nil && errors.As(err, &fault) {
+			// A guest fault that changed nothing: the handler may take the record (a dead
+			// letter) and the run goes on.
+			if herr := h(RecordFailure{Pos: t.pos, Key: t.key, Value: t.value, TS: t.ts, Attempts: t.attempts + 1, Err: oe}); herr != nil {
+				c.fail(herr)
+			} else {
+				c.metrics.RecordFailures.Add(1)
+			}
+		} else {
+			c.fail(oe)
+		}
+	}
+	c.keyDone(t)
+	if t.holds != 0 {
+		c.releaseHolds(t)
+	}
+	if t.held != nil {
+		t.held.done = true
+		c.releaseHeld()
+	}
+	t.ep.pending--
+	c.admitted--
+	c.freeTask(t)
+}
+
+// keyOf runs the guest key function on a pooled instance.
+func (c *Controller) keyOf(value []byte) ([]byte, error) {
+	s, err := c.acquireSlot()
+	if err != nil {
+		return nil, err
+	}
+	k, err := s.inst.Key(value)
+	if err == nil {
+		k = bytes.Clone(k)
+	}
+	c.releaseSlot(s)
+	return k, err
+}
+
+func (c *Controller) newTask() *task {
+	c.seq++
+	if n := len(c.taskPool); n > 0 {
+		t := c.taskPool[n-1]
+		c.taskPool = c.taskPool[:n-1]
+		t.seq, t.effects, t.attempts = c.seq, false, 0
+		return t
+	}
+	return &task{seq: c.seq}
+}
+
+// freeTask is the end of a task. The struct is reused for a later task, except while an
+// async operation can still deliver to it.
+//
+// INVARIANT: a task returns to the pool only when t.io is zero: every lookup it sent and every
+// read it queued has delivered and its completion has been taken on the runner (or the read
+// was dropped unsent by fail). A task aborted with operations out (the run failed while its
+// lookup or fetch was in flight) is marked orphan instead, and delivered() pools it when the
+// last one comes in. Without this, a late lookup callback would write t.lookup into a task
+// that reset had cleared and a new record was using. Run, for its part, returns only when
+// c.outstanding is zero, so no callback outlives it.
+func (c *Controller) freeTask(t *task) {
+	if c.pfTask == t {
+		c.pfTask = nil // its stashed prefetch answers must not reach the task struct's next use
+	}
+	if t.io > 0 {
+		t.orphan = true
+		return
+	}
+	t.reset()
+	c.taskPool = append(c.taskPool, t)
+}
+
+func (c *Controller) recycle(t *task) {
+	t.reset()
+	c.taskPool = append(c.taskPool, t)
+}

@@ -1,0 +1,176 @@
+package scheduler
+
+// Cold reads: the prefetch check, suspension on a cold read, and coalescing reads into batched
+// Fetches.
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/state"
+)
+
+type readBatch struct {
+	reads   []pendingRead
+	results []state.Fetched
+	err     error
+	issued  time.Time
+}
+
+// pfValue is a hot prefetched value found by the prefetch check. value aliases backend memory.
+type pfValue struct {
+	state uint32
+	value []byte
+	found bool
+}
+
+// pendingRead is one cold key waiting for the next batched Fetch: either the read of a task
+// suspended inside its guest call, or a prefetched value a task needs before its call starts.
+type pendingRead struct {
+	t        *task
+	key      state.Key
+	prefetch bool
+}
+
+// queueRead adds a cold key to the pending batch and sends the batch when it is full or its
+// oldest read has waited long enough (see WithReadBatchWait).
+func (c *Controller) queueRead(r pendingRead) {
+	if len(c.pendingReads) == 0 {
+		c.pendingSince = time.Now()
+	}
+	r.t.io++
+	c.pendingReads = append(c.pendingReads, r)
+	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch || time.Since(c.pendingSince) >= c.batchWait() {
+		c.flushReads()
+	}
+}
+
+func (c *Controller) batchWait() time.Duration {
+	if c.cfg.ReadBatchWait > 0 {
+		return c.cfg.ReadBatchWait
+	}
+	return max(c.fetchEWMA/20, 10*time.Microsecond)
+}
+
+// awaitPrefetch checks that t's prefetched values are hot. If some are cold it queues their
+// loads, enters t's key in the gate (later records of the key park behind it) and reports true:
+// t waits without an instance, and goes to the runnable queue when the loads complete.
+func (c *Controller) awaitPrefetch(t *task) bool {
+	t.prefetched = true
+	if len(c.prefetch) == 1 {
+		// The common case, without the loop's bookkeeping.
+		k := state.Key{State: state.StateID(c.prefetch[0]), Record: t.key}
+		v, found, hot := c.cfg.Backend.Get(k)
+		if hot {
+			c.pfHot = append(c.pfHot[:0], pfValue{state: c.prefetch[0], value: v, found: found})
+			c.pfTask, c.pfNext = t, 0
+			return false
+		}
+		t.prefetchWait, t.async = 1, true
+		c.metrics.PrefetchWaits.Add(1)
+		c.markKeyBusy(t)
+		c.queueRead(pendingRead{t: t, key: k, prefetch: true})
+		return true
+	}
+	c.pfHot = c.pfHot[:0]
+	for _, id := range c.prefetch {
+		k := state.Key{State: state.StateID(id), Record: t.key}
+		v, found, hot := c.cfg.Backend.Get(k)
+		if !hot {
+			t.io++
+			c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
+			if len(c.pendingReads) == 1 {
+				c.pendingSince = time.Now()
+			}
+			t.prefetchWait++
+			t.async = true
+			continue
+		}
+		c.pfHot = append(c.pfHot, pfValue{state: id, value: v, found: found})
+	}
+	if t.prefetchWait == 0 {
+		// All hot: the call starts right away, and the frames can take these answers instead
+		// of asking the backend again (nothing touches it in between).
+		c.pfTask, c.pfNext = t, 0
+		return false
+	}
+	c.metrics.PrefetchWaits.Add(1)
+	c.markKeyBusy(t)
+	if c.cfg.NoCoalesce || len(c.pendingReads) >= c.maxBatch {
+		c.flushReads()
+	}
+	return true
+}
+
+// readCold suspends t until k has been loaded. It runs on the holder, inside t's guest call.
+func (c *Controller) readCold(t *task, k state.Key) ([]byte, bool, error) {
+	t.async = true
+	t.readKey = state.Key{State: k.State, Record: t.key, Entry: bytes.Clone(k.Entry)}
+	if c.cfg.Synchronous {
+		ch := make(chan readBatch, 1)
+		c.cfg.Backend.Fetch([]state.Key{t.readKey}, func(res []state.Fetched, err error) {
+			ch <- readBatch{results: res, err: err}
+		})
+		b := <-ch
+		if b.err != nil {
+			return nil, false, fmt.Errorf("state read: %w", b.err)
+		}
+		c.cfg.Backend.Fill(b.results)
+		return b.results[0].Value, b.results[0].Found, nil
+	}
+	c.queueRead(pendingRead{t: t, key: t.readKey})
+	c.suspend(t)
+	if t.aborted != nil {
+		return nil, false, t.aborted
+	}
+	v, found := t.fetched.Value, t.fetched.Found
+	t.fetched = state.Fetched{}
+	return v, found, nil
+}
+
+// flushReads issues every pending cold read as one batched Fetch.
+func (c *Controller) flushReads() {
+	reads := c.pendingReads
+	c.pendingReads = nil
+	keys := make([]state.Key, len(reads))
+	for i, r := range reads {
+		keys[i] = r.key
+	}
+	n := int64(len(reads))
+	c.metrics.ReadBatches.Add(1)
+	c.metrics.ReadBatchKeys.Add(n)
+	if n > c.metrics.MaxReadBatch.Load() {
+		c.metrics.MaxReadBatch.Store(n)
+	}
+	b := &readBatch{reads: reads, issued: time.Now()}
+	c.outstanding++
+	c.cfg.Backend.Fetch(keys, func(res []state.Fetched, err error) {
+		if err == nil && len(res) != len(reads) {
+			err = fmt.Errorf("state backend returned %d results for %d keys", len(res), len(reads))
+		}
+		b.results, b.err = res, err
+		c.comp.post(completion{batch: b, at: time.Now()})
+	})
+}
+
+// fill installs a batch's results in the backend. Through a Holder it skips the backend's guard
+// against stale fetches, because the gate rules out what the guard is for: a task holds its key
+// from the moment Get found it cold until its call has run, so nothing wrote the key in between
+// (under heavy eviction the guard refuses every fetch that waited long, and each refused
+// prefetch becomes a suspension inside the call, which holds an instance). It also holds the
+// prefetched values until their calls have run.
+func (c *Controller) fill(b *readBatch) {
+	if c.holder == nil {
+		c.cfg.Backend.Fill(b.results)
+		return
+	}
+	hold := c.holdBuf[:0]
+	for _, r := range b.reads {
+		i := slices.Index(c.prefetch, uint32(r.key.State))
+		hold = append(hold, r.prefetch && i >= 0 && i < 64 && r.t.holds&(1<<i) == 0 && !r.t.orphan)
+	}
+	c.holder.FillHold(b.results, hold)
+	c.holdBuf = hold[:0]
+}

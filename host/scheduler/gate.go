@@ -1,0 +1,81 @@
+package scheduler
+
+// The per-key gate: at most one in-flight task per key; later records of a busy key park FIFO.
+
+import (
+	"slices"
+	"time"
+)
+
+type gateEntry struct{ queue []*task }
+
+// submit runs t now if its key is free, or parks it behind the key's in-flight task. A fired
+// timer goes to the front of the queue: it belongs to an earlier epoch than any parked record.
+func (c *Controller) submit(t *task, front bool) {
+	if c.cfg.Order != OrderPerKey {
+		if c.cfg.Order == OrderInput && t.kind == kindRecord {
+			t.held, t.async = &heldOutput{}, true
+			c.reorder = append(c.reorder, t.held)
+		}
+		c.execute(t)
+		return
+	}
+	// The gate holds only keys whose task suspended: while nothing is suspended or parked (the
+	// all-hits path) it is empty and the lookup is skipped.
+	if len(c.gate) == 0 {
+		c.execute(t)
+		return
+	}
+	if g, ok := c.gate[string(t.key)]; ok {
+		if front {
+			g.queue = slices.Insert(g.queue, 0, t)
+		} else {
+			g.queue = append(g.queue, t)
+		}
+		c.parked++
+		t.waitFrom, t.async = time.Now(), true
+		return
+	}
+	c.execute(t)
+}
+
+// markKeyBusy enters t's key into the gate. A task that completes without suspending never
+// needs an entry: nothing else runs while it does.
+func (c *Controller) markKeyBusy(t *task) {
+	if t.inGate || c.cfg.Order != OrderPerKey {
+		return
+	}
+	t.inGate = true
+	var g *gateEntry
+	if n := len(c.gatePool); n > 0 {
+		g = c.gatePool[n-1]
+		c.gatePool = c.gatePool[:n-1]
+	} else {
+		g = &gateEntry{}
+	}
+	c.gate[string(t.key)] = g
+}
+
+// keyDone releases t's key: the next parked task of the key becomes runnable, keeping the key.
+func (c *Controller) keyDone(t *task) {
+	if !t.inGate {
+		return
+	}
+	t.inGate = false
+	g := c.gate[string(t.key)]
+	if len(g.queue) > 0 {
+		next := g.queue[0]
+		g.queue[0] = nil
+		g.queue = g.queue[1:]
+		next.inGate = true
+		next.holds, t.holds = t.holds, 0 // the values stay held for the key's next call
+		c.parked--
+		c.metrics.GateWaits.Add(1)
+		c.metrics.GateWaitNanos.Add(int64(time.Since(next.waitFrom)))
+		c.runnable = append(c.runnable, next)
+		return
+	}
+	delete(c.gate, string(t.key))
+	g.queue = g.queue[:0]
+	c.gatePool = append(c.gatePool, g)
+}
