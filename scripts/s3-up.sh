@@ -42,8 +42,12 @@ if [[ -z $PORT ]]; then
 	[[ -n $PORT ]] || { log "no free port in 17070-17169"; exit 1; }
 fi
 
-# Loopback only.
-nohup "$VGW" --access "$ACCESS" --secret "$SECRET" --region "$REGION" --quiet \
+# Loopback only. Keep-alive as S3 itself does: without it versitygw closes every connection
+# after one response, so each request pays a TCP connect and the client and server CPU that goes
+# with it (about half of each GET's CPU in issue 10's benchmark). S3_KEEPALIVE=false turns it off.
+KEEPALIVE=()
+[[ ${S3_KEEPALIVE:-true} == true ]] && KEEPALIVE=(--keep-alive)
+nohup "$VGW" --access "$ACCESS" --secret "$SECRET" --region "$REGION" --quiet "${KEEPALIVE[@]}" \
 	--port "127.0.0.1:$PORT" posix "$DIR/root" >"$DIR/versitygw.log" 2>&1 </dev/null &
 PID=$!
 ENDPOINT="http://127.0.0.1:$PORT"

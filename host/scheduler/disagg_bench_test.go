@@ -129,6 +129,7 @@ func reportDisagg(b *testing.B, name, unit string, r, hot disaggResult) {
 	if r.serverCPUPerGet > 0 {
 		b.ReportMetric(r.serverCPUPerGet, unit+"s3-cpu-us/get")
 	}
+	b.Logf("%s: %s", name, r.detail)
 	b.Logf("%s (%d of %d bytes): %.0f rec/s = %.2f x all hot (%.0f); %.4f remote keys/rec, GET %v, bound %.0f (share %.2f); %.3f GETs/rec, %.1f keys/GET, hit %.3f; CPU %.1f µs/rec (all hot %.1f), S3 server %.0f µs/request; %d suspensions, %d instance waits, peak %d instances, %d spills, %d checkpoints (mean %v)",
 		name, r.hotBytes, hot.stateBytes, r.rate, r.rate/hot.rate, hot.rate, r.keysPerRec, r.getLatency, bound, r.rate/bound,
 		r.getsPerRec, r.keysPerGet, r.hitRatio, r.cpuPerRec, hot.cpuPerRec, r.serverCPUPerGet,
@@ -147,6 +148,7 @@ type disaggResult struct {
 	checkpoints                int64
 	peakRSS                    int64
 	cpuPerRec, serverCPUPerGet float64 // µs
+	detail                     string  // where the remote requests went
 }
 
 // disaggRun runs els through the counter over a fresh S3 prefix with the given hot budget
@@ -241,6 +243,9 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 	if reqs := after.RemoteGets + after.RemotePuts - before.RemoteGets - before.RemotePuts; srv > 0 && reqs > 0 {
 		r.serverCPUPerGet = float64(srv.Microseconds()) / float64(reqs)
 	}
+	r.detail = fmt.Sprintf("GETs %d (%d blocks; %d metas), PUTs %d (mean %v); fetched keys %d, found %d; %d segments, %d compactions; runner backpressure %v, wall %v",
+		gets, bm.FetchBlocks, bm.MetaLoads, after.RemotePuts-before.RemotePuts, after.RemotePutLatency.Round(time.Millisecond),
+		bm.FetchKeys, bm.FetchFound, bm.Segments, bm.Compactions, bm.Backpressure.Round(time.Millisecond), d.Round(time.Millisecond))
 	if bm.FetchKeys > 0 && gets > 0 {
 		r.keysPerGet = float64(bm.FetchKeys) / float64(gets)
 	}

@@ -83,7 +83,8 @@ func (b *Tiered) maintain() {
 		if err := b.compact(b.ctx); err != nil && b.ctx.Err() == nil {
 			// Compaction is an optimisation: a failure leaves the segments as they are and is
 			// retried after the next commit.
-			_ = err
+			b.cfg.logger.Warn("state: compaction failed; retried after the next commit",
+				"operator", b.name, "tenant", b.tenant, "key_groups", b.rng.String(), "err", err)
 		}
 		if b.rng.Lo == 0 {
 			b.mu.Lock()
@@ -93,7 +94,10 @@ func (b *Tiered) maintain() {
 			}
 			b.mu.Unlock()
 			if due {
-				_ = b.collectGarbage(b.ctx)
+				if err := b.collectGarbage(b.ctx); err != nil && b.ctx.Err() == nil {
+					b.cfg.logger.Warn("state: garbage collection failed; retried at the next interval",
+						"operator", b.name, "tenant", b.tenant, "err", err)
+				}
 			}
 		}
 	}

@@ -21,7 +21,9 @@ type Metrics struct {
 
 	// Cold reads.
 	FetchKeys   int64 // keys asked of Fetch
+	FetchFound  int64 // of them, found in the durable tier (the rest cost a read for nothing)
 	FetchBlocks int64 // blocks read for them (one ranged GET each)
+	MetaLoads   int64 // segment indexes and filters read (one ranged GET each)
 
 	// Remote requests to the pool: every GET (ranged block reads, metas, manifests), PUT,
 	// LIST and DELETE, from cold reads, checkpoints, spills, compaction and GC. The pool is
@@ -47,9 +49,12 @@ type Metrics struct {
 	CheckpointDuration     time.Duration // total
 
 	// Spills: deltas of dirty entries written to the pool between checkpoints because they
-	// reached half the hot budget (adopted by the next checkpoint; see Tiered.spill).
+	// reached a third of the hot budget (adopted by the next checkpoint; see Tiered.spill).
 	Spills     int64
 	SpillBytes int64
+	// Backpressure is the time the runner waited for deltas to persist before it could spill
+	// or capture another (their pinned bytes and the dirty ones would not fit the budget).
+	Backpressure time.Duration
 }
 
 // backendCounters are a backend's metrics, updated with atomics so Metrics can read them from
@@ -57,12 +62,14 @@ type Metrics struct {
 type backendCounters struct {
 	hotBytes, hotLimit, hotOverflow, hotEntries atomic.Int64
 	hits, misses, evictions, fills, fillsDenied atomic.Int64
-	fetchKeys, fetchBlocks                      atomic.Int64
+	fetchKeys, fetchFound, fetchBlocks          atomic.Int64
+	metaLoads                                   atomic.Int64
 	segments, compactionDebt, compactions       atomic.Int64
 	corruptions                                 atomic.Int64
 	checkpoints, ckptFailures, ckptBytes        atomic.Int64
 	lastCkptBytes, lastCkptNanos, ckptNanos     atomic.Int64
 	spills, spillBytes                          atomic.Int64
+	backpressureNanos                           atomic.Int64
 }
 
 func (c *backendCounters) snapshot() Metrics {
@@ -70,8 +77,9 @@ func (c *backendCounters) snapshot() Metrics {
 		HotBytes: c.hotBytes.Load(), HotLimit: c.hotLimit.Load(), HotOverflow: c.hotOverflow.Load(),
 		HotEntries: c.hotEntries.Load(), Hits: c.hits.Load(), Misses: c.misses.Load(),
 		Evictions: c.evictions.Load(), Fills: c.fills.Load(), FillsDenied: c.fillsDenied.Load(),
-		FetchKeys: c.fetchKeys.Load(), FetchBlocks: c.fetchBlocks.Load(),
-		Segments: c.segments.Load(), MaxSegments: c.segments.Load(),
+		FetchKeys: c.fetchKeys.Load(), FetchFound: c.fetchFound.Load(), FetchBlocks: c.fetchBlocks.Load(),
+		MetaLoads: c.metaLoads.Load(),
+		Segments:  c.segments.Load(), MaxSegments: c.segments.Load(),
 		CompactionDebt: c.compactionDebt.Load(), Compactions: c.compactions.Load(),
 		Corruptions: c.corruptions.Load(), Checkpoints: c.checkpoints.Load(),
 		CheckpointFailures: c.ckptFailures.Load(), CheckpointBytes: c.ckptBytes.Load(),
@@ -79,6 +87,7 @@ func (c *backendCounters) snapshot() Metrics {
 		LastCheckpointDuration: time.Duration(c.lastCkptNanos.Load()),
 		CheckpointDuration:     time.Duration(c.ckptNanos.Load()),
 		Spills:                 c.spills.Load(), SpillBytes: c.spillBytes.Load(),
+		Backpressure: time.Duration(c.backpressureNanos.Load()),
 	}
 }
 
@@ -103,7 +112,9 @@ func (m *Metrics) add(b Metrics, live bool) {
 	m.Fills += b.Fills
 	m.FillsDenied += b.FillsDenied
 	m.FetchKeys += b.FetchKeys
+	m.FetchFound += b.FetchFound
 	m.FetchBlocks += b.FetchBlocks
+	m.MetaLoads += b.MetaLoads
 	m.Compactions += b.Compactions
 	m.Corruptions += b.Corruptions
 	m.Checkpoints += b.Checkpoints
@@ -112,6 +123,7 @@ func (m *Metrics) add(b Metrics, live bool) {
 	m.CheckpointDuration += b.CheckpointDuration
 	m.Spills += b.Spills
 	m.SpillBytes += b.SpillBytes
+	m.Backpressure += b.Backpressure
 }
 
 func (r *backendCounters) add(b *backendCounters, _ bool) {
@@ -122,7 +134,9 @@ func (r *backendCounters) add(b *backendCounters, _ bool) {
 	r.fills.Add(b.fills.Load())
 	r.fillsDenied.Add(b.fillsDenied.Load())
 	r.fetchKeys.Add(b.fetchKeys.Load())
+	r.fetchFound.Add(b.fetchFound.Load())
 	r.fetchBlocks.Add(b.fetchBlocks.Load())
+	r.metaLoads.Add(b.metaLoads.Load())
 	r.compactions.Add(b.compactions.Load())
 	r.corruptions.Add(b.corruptions.Load())
 	r.checkpoints.Add(b.checkpoints.Load())
@@ -131,6 +145,7 @@ func (r *backendCounters) add(b *backendCounters, _ bool) {
 	r.ckptNanos.Add(b.ckptNanos.Load())
 	r.spills.Add(b.spills.Load())
 	r.spillBytes.Add(b.spillBytes.Load())
+	r.backpressureNanos.Add(b.backpressureNanos.Load())
 }
 
 // Metrics returns the Store's metrics: the sum over its backends (closed ones included for

@@ -65,6 +65,14 @@ type Tiered struct {
 	cancel context.CancelFunc
 	kick   chan struct{} // wakes the maintenance goroutine
 	wg     sync.WaitGroup
+	// persists counts the persist goroutines (snapshot.start), which Close waits for.
+	persists sync.WaitGroup
+	// fq queues Fetches while maxLookups lookups run (see Fetch).
+	fq struct {
+		sync.Mutex
+		running int
+		queue   []*fetchJob
+	}
 
 	// version is the committed durable view that cold reads use. INVARIANT: a new version is
 	// published before the snapshot that produced it is marked done, so by the time the runner
@@ -487,47 +495,44 @@ func (b *Tiered) account(e *entry) {
 	e.size = int64(len(e.key)+len(e.value)) + entryOverhead
 	b.run.bytes += e.size
 	b.run.dirtyBytes += e.size
-	if limit := b.member.limit.Load(); limit > 0 && b.run.dirtyBytes >= limit/2 {
+	if limit := b.member.limit.Load(); limit > 0 && b.run.dirtyBytes >= limit/spillFraction {
 		b.spill()
 	}
 	b.maybeEvict()
 }
 
+// spillFraction: the dirty entries are spilled when they reach this fraction of the budget.
+// Up to spillFraction-1 deltas can then persist at once while the next one fills.
+const spillFraction = 3
+
 // spill keeps dirty data within the hot budget: without it a run that writes more distinct
 // keys than the tier holds would keep every one in memory until the next checkpoint (dirty
 // entries cannot be evicted), and the runner itself is what writes them, so backpressure could
-// not help. When the dirty entries reach half the budget, they are written to the pool as a
-// segment that belongs to no checkpoint yet (ForSt flushes its memtables the same way). Once it
-// is written the version that cold reads use includes it, so the entries are clean and can be
-// evicted like committed ones; the next checkpoint's manifest adopts the segment, so restoring
-// that checkpoint gives exactly the state a checkpoint of the unspilled tier would. A crash
-// before that leaves an unreferenced segment, which garbage collection removes.
+// not help. When the dirty entries reach a third of the budget, they are written to the pool
+// as a segment that belongs to no checkpoint yet (ForSt flushes its memtables the same way).
+// Once it is written the version that cold reads use includes it, so the entries are clean and
+// can be evicted like committed ones; the next checkpoint's manifest adopts the segment, so
+// restoring that checkpoint gives exactly the state a checkpoint of the unspilled tier would.
+// A crash before that leaves an unreferenced segment, which garbage collection removes.
 //
-// Bounds: dirty bytes stay under half the budget, and at most one delta (spilled or captured)
-// is in flight: spill first waits for the pending ones (persisting them if nobody has started
-// to), so pinned plus dirty bytes never exceed the budget. The wait is the runner's
-// backpressure, one segment write long.
+// Bounds: dirty bytes stay under a third of the budget, and the deltas in flight (spilled or
+// captured) pin at most what leaves room for the next one: waitPinned waits for the oldest
+// before a capture that would not fit, so pinned plus dirty bytes never exceed the budget.
+// Deltas write their segments in parallel (only their commits are ordered), so on a remote pool
+// with a latency of L the runner spills up to two deltas per L before it waits: it waited
+// for every spill's write before (issue 10: about half the run's wall time).
 func (b *Tiered) spill() {
 	if b.ctx.Err() != nil {
 		return // closed: Capture fails too, and nothing will read what a spill would write
 	}
-	if n := len(b.run.pending); n > 0 {
-		last := b.run.pending[n-1]
-		go last.Persist(b.ctx) // its outcome is observed by poll
-		<-last.done
-		b.observe() // not poll: the event may not be counted yet
-		if last.err != nil {
-			return // its keys are dirty again; the next checkpoint retries them
-		}
-	}
-	s := b.captureDelta(0, false)
-	s.spill = true
+	s := b.captureDelta(0, true)
 	b.cnt.spills.Add(1)
-	go s.Persist(b.ctx) // its outcome is observed by poll
+	s.startChain(b.ctx) // its outcome is observed by poll
 }
 
-// Fetch implements Backend. The keys are encoded on the runner; the reads run on a new
-// goroutine against the committed version current at the call.
+// Fetch implements Backend. The keys are encoded on the runner; the reads run off it, in a
+// lookup against the newest committed version, together with the other Fetches that queued
+// while maxLookups lookups were running (see lookups).
 func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 	b.poll()
 	if b.ctx.Err() != nil {
@@ -554,15 +559,92 @@ func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 		reqs[i] = fetchReq{idx: i, kg: kg, dk: dk, h: hash64(dk)}
 	}
 	b.cnt.fetchKeys.Add(int64(len(keys)))
-	v := b.version.Load()
-	go func() {
-		err := b.lookup(b.ctx, v, reqs, out)
-		if err != nil {
-			done(nil, err)
+	j := &fetchJob{reqs: reqs, out: out, done: done}
+	b.fq.Lock()
+	if b.fq.running >= maxLookups {
+		b.fq.queue = append(b.fq.queue, j)
+		b.fq.Unlock()
+		return
+	}
+	b.fq.running++
+	b.fq.Unlock()
+	go b.lookups([]*fetchJob{j})
+}
+
+// maxLookups bounds the lookups of a backend in flight. Fetches issued while that many run
+// wait, and the next lookup to start takes all of them at once: under load the keys of many
+// Fetches share each block read (and each ranged GET), which is what makes a miss cheap on a
+// pool whose requests cost CPU and latency rather than bytes, and under light load a Fetch
+// starts at once. Four lookups of any size keep the pool busy: each is one round of parallel
+// GETs.
+const maxLookups = 4
+
+// fetchJob is one Fetch waiting for, or in, a lookup.
+type fetchJob struct {
+	reqs []fetchReq
+	out  []Fetched
+	done func([]Fetched, error)
+}
+
+// lookups runs jobs as one lookup, then whatever queued meanwhile, until nothing is queued.
+//
+// A lookup reads the newest committed version, which may be newer than the one current when
+// a job's Fetch was issued: that is as correct (a newer version only adds commits, and every
+// key it answers for is at least as new), and the version INVARIANT still holds, since it
+// asks only that a Fetch issued after a commit reads a version that has it.
+func (b *Tiered) lookups(jobs []*fetchJob) {
+	for {
+		b.lookupJobs(jobs)
+		b.fq.Lock()
+		jobs, b.fq.queue = b.fq.queue, nil
+		if len(jobs) == 0 {
+			b.fq.running--
+			b.fq.Unlock()
 			return
 		}
-		done(out, nil)
-	}()
+		b.fq.Unlock()
+	}
+}
+
+func (b *Tiered) lookupJobs(jobs []*fetchJob) {
+	v := b.version.Load()
+	reqs, out := jobs[0].reqs, jobs[0].out
+	if len(jobs) > 1 {
+		n := 0
+		for _, j := range jobs {
+			n += len(j.reqs)
+		}
+		reqs, out = make([]fetchReq, 0, n), make([]Fetched, 0, n)
+		for _, j := range jobs {
+			for _, r := range j.reqs {
+				r.idx += len(out)
+				reqs = append(reqs, r)
+			}
+			out = append(out, j.out...)
+		}
+	}
+	err := b.lookup(b.ctx, v, reqs, out)
+	if err != nil {
+		for _, j := range jobs {
+			j.done(nil, err)
+		}
+		return
+	}
+	found := 0
+	for i := range out {
+		if out[i].Found {
+			found++
+		}
+	}
+	b.cnt.fetchFound.Add(int64(found))
+	off := 0
+	for _, j := range jobs {
+		if len(jobs) > 1 {
+			copy(j.out, out[off:off+len(j.out)])
+		}
+		off += len(j.out)
+		j.done(j.out, nil)
+	}
 }
 
 // Fill implements Backend. A result is installed only when the key has no hot entry (a local
@@ -667,31 +749,36 @@ func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 	if id == 0 || id == RestoreLatest {
 		return nil, fmt.Errorf("state: bad checkpoint id %d", id)
 	}
-	return b.captureDelta(id, savepoint), nil
+	s := b.captureDelta(id, false)
+	s.savepoint = savepoint
+	return s, nil
 }
 
-// waitPinned keeps what pending snapshots pin, plus the dirty entries, within the hot budget:
-// checkpoints captured faster than they persist (every 100 ms on a slow pool) would otherwise
-// pin one delta each, none evictable, until their persists catch up. It persists the pending
-// snapshots (in order, as Persist does; a second Persist of one already running just waits)
-// and waits for the oldest until the rest fit: backpressure on the runner, as long as the
-// pool takes to commit what is already captured.
+// waitPinned keeps what pending snapshots pin, plus the dirty entries, within the hot budget,
+// with room left for the next spill's dirty bytes: checkpoints captured faster than they
+// persist (every 100 ms on a slow pool) would otherwise pin one delta each, none evictable,
+// until their persists catch up. It starts the pending snapshots' persists (a second start of
+// one already running does nothing) and waits for the oldest until the rest fit: backpressure
+// on the runner, as long as the pool takes to commit what is already captured.
 func (b *Tiered) waitPinned() {
 	limit := b.member.limit.Load()
-	for limit > 0 && len(b.run.pending) > 0 && b.run.pinnedOut+b.run.dirtyBytes > limit && b.ctx.Err() == nil {
-		oldest, newest := b.run.pending[0], b.run.pending[len(b.run.pending)-1]
-		go newest.Persist(b.ctx) // its outcome is observed below and by poll
+	room := limit - limit/spillFraction // what the next dirty delta needs stays free
+	for limit > 0 && len(b.run.pending) > 0 && b.run.pinnedOut+b.run.dirtyBytes > room && b.ctx.Err() == nil {
+		oldest := b.run.pending[0]
+		b.run.pending[len(b.run.pending)-1].startChain(b.ctx) // observed below and by poll
+		t := time.Now()
 		<-oldest.done
+		b.cnt.backpressureNanos.Add(int64(time.Since(t)))
 		b.observe()
 	}
 }
 
 // captureDelta detaches the dirty entries (and the operator state) as a snapshot that builds
 // on the pending ones.
-func (b *Tiered) captureDelta(id uint64, savepoint bool) *snapshot {
+func (b *Tiered) captureDelta(id uint64, spill bool) *snapshot {
 	b.waitPinned()
 	b.run.captureSeq++
-	s := &snapshot{b: b, id: id, seq: b.run.captureSeq, savepoint: savepoint, names: b.run.names, done: make(chan struct{})}
+	s := &snapshot{b: b, id: id, seq: b.run.captureSeq, spill: spill, names: b.run.names, done: make(chan struct{})}
 	// This loop is the runner's pause at a checkpoint: one pass, no slice growth. The dirty
 	// list itself becomes the snapshot's pinned list (compacted in place), and the runner
 	// starts a new one.
@@ -753,6 +840,7 @@ func (b *Tiered) Close() error {
 	b.mu.Unlock()
 	b.cancel()
 	b.wg.Wait()
+	b.persists.Wait()
 	b.s.forget(b)
 	return nil
 }

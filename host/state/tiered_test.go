@@ -5,6 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -137,7 +139,7 @@ func TestEvictionAndColdRead(t *testing.T) {
 	for i := range 2000 {
 		b.Put(key(0, fmt.Sprint("k", i), ""), val)
 	}
-	// Dirty keys cannot be evicted: at half the budget they spill, so the tier stays in it.
+	// Dirty keys cannot be evicted: at a third of the budget they spill, so the tier stays in it.
 	m := b.Metrics()
 	if m.HotBytes > 8<<10+2*int64(100+entryOverhead+8) || m.HotOverflow != 0 || m.Spills == 0 {
 		t.Fatalf("dirty keys must spill within the budget: %+v", m)
@@ -179,9 +181,20 @@ func TestEvictionAndColdRead(t *testing.T) {
 	if want := float64(m.Hits) / float64(m.Hits+m.Misses); m.Misses == 0 || m.HitRatio != want {
 		t.Fatalf("hit ratio %v, want %v", m.HitRatio, want)
 	}
-	// A never-written key is known absent without a fetch once indexes are loaded.
-	if _, ok, hot := b.Get(key(0, "nope", "")); ok || !hot {
-		t.Fatalf("absent key: ok=%v hot=%v", ok, hot)
+	// A never-written key is known absent without a fetch once indexes are loaded, unless a
+	// segment's filter has a false positive for it (about 1% per segment: with the many small
+	// spill segments of this tiny budget, most absent keys meet one).
+	known := 0
+	for i := range 200 {
+		if _, ok, hot := b.Get(key(0, fmt.Sprint("nope", i), "")); ok {
+			t.Fatalf("absent key %d found", i)
+		} else if hot {
+			known++
+		}
+	}
+	m = b.Metrics()
+	if want := 200 * math.Pow(0.99, float64(m.Segments)) / 2; float64(known) < max(want, 1) {
+		t.Fatalf("%d of 200 absent keys known absent over %d segments, want >= %.0f", known, m.Segments, want)
 	}
 }
 
@@ -633,8 +646,119 @@ func TestWrittenSegmentsNeedNoIndexRead(t *testing.T) {
 	// Reading the indexes back would cost a GET per segment. About 1 run in 30 shows one GET
 	// more than the blocks (not yet explained; it looks like one segment's index read once), so
 	// allow a few, far fewer than one per segment.
-	if gets, blocks := after.RemoteGets-before.RemoteGets, after.FetchBlocks-before.FetchBlocks; gets-blocks > int64(after.Segments)/8 {
-		t.Fatalf("%d GETs for %d blocks over %d segments: indexes read back", gets, blocks, after.Segments)
+	if metas := after.MetaLoads - before.MetaLoads; metas > int64(after.Segments)/8 {
+		t.Fatalf("%d index reads over %d segments: indexes read back", metas, after.Segments)
+	}
+	if gets, blocks := after.RemoteGets-before.RemoteGets, after.FetchBlocks-before.FetchBlocks; gets > blocks+int64(after.Segments)/8 {
+		t.Fatalf("%d GETs for %d blocks over %d segments", gets, blocks, after.Segments)
+	}
+}
+
+// TestConcurrentFetchesShareReads: Fetches issued while the backend's lookups are busy wait and
+// go as one lookup, and the blocks of one segment that a lookup needs come in one ranged GET.
+// 64 Fetches of 8 keys each over one segment of many blocks would cost a GET per block each
+// (about 64 x 8); here they cost a few per lookup.
+func TestConcurrentFetchesShareReads(t *testing.T) { synctest.Test(t, testConcurrentFetchesShareReads) }
+
+func testConcurrentFetchesShareReads(t *testing.T) {
+	s := openTest(t, "mem://", WithPrefetchIndexes(false), WithBlockSize(1<<10))
+	s.os = slowGets{objectStore: s.os, d: 20 * time.Millisecond}
+	b := operator(t, s, OperatorOptions{})
+	val := bytes.Repeat([]byte("v"), 50)
+	for i := range 2000 {
+		b.Put(key(0, fmt.Sprint("k", i), ""), val)
+	}
+	checkpoint(t, b, 1)
+	r := operator(t, s, OperatorOptions{RestoreFrom: RestoreLatest})
+	// One Fetch first loads the segment's index (concurrent loads would wait on a mutex,
+	// which a synctest bubble does not count as durably blocked).
+	if _, err := fetchSync(t, r, []Key{key(0, "k1", "")}); err != nil {
+		t.Fatal(err)
+	}
+	before := r.Metrics()
+	type res struct {
+		keys []Key
+		f    []Fetched
+		err  error
+	}
+	ch := make(chan res, 64)
+	for i := range 64 {
+		var keys []Key
+		for j := range 8 {
+			keys = append(keys, key(0, fmt.Sprint("k", (i*8+j)*3), ""))
+		}
+		r.Fetch(keys, func(f []Fetched, err error) { ch <- res{keys, f, err} })
+	}
+	for range 64 {
+		x := <-ch
+		if x.err != nil {
+			t.Fatal(x.err)
+		}
+		for i, f := range x.f {
+			if !f.Found || !bytes.Equal(f.Value, val) || !bytes.Equal(f.Key.Record, x.keys[i].Record) {
+				t.Fatalf("key %s: %+v", x.keys[i].Record, f)
+			}
+		}
+	}
+	m := r.Metrics()
+	gets, blocks := m.RemoteGets-before.RemoteGets-(m.MetaLoads-before.MetaLoads), m.FetchBlocks-before.FetchBlocks
+	if m.Segments != 1 || blocks < 64 {
+		t.Fatalf("want one segment of many blocks: %d segments, %d blocks read", m.Segments, blocks)
+	}
+	if gets > 16 {
+		t.Fatalf("%d block GETs (%d blocks) for 64 concurrent Fetches of one segment", gets, blocks)
+	}
+}
+
+// failWholeGets fails every read of a whole object (what compaction does), not ranged ones.
+type failWholeGets struct{ objectStore }
+
+func (f failWholeGets) get(ctx context.Context, name string, off, n int64) ([]byte, error) {
+	if n < 0 && strings.Contains(name, "segments/") {
+		return nil, &Error{Op: "get", Object: name, Retryable: true, Err: errors.New("injected")}
+	}
+	return f.objectStore.get(ctx, name, off, n)
+}
+
+// chanHandler sends each record's message to a channel.
+type chanHandler struct{ ch chan slog.Record }
+
+func (h chanHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h chanHandler) Handle(_ context.Context, r slog.Record) error {
+	select {
+	case h.ch <- r:
+	default:
+	}
+	return nil
+}
+func (h chanHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h chanHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestBackgroundFailureLogged: a compaction that fails (no caller sees its error) is logged
+// through WithLogger, naming the operator.
+func TestBackgroundFailureLogged(t *testing.T) {
+	ch := make(chan slog.Record, 16)
+	s := openTest(t, "mem://", WithMaxSegments(2), WithLogger(slog.New(chanHandler{ch})))
+	s.os = failWholeGets{s.os}
+	b := operator(t, s, OperatorOptions{Name: "logged"})
+	for c := uint64(1); c <= 4; c++ {
+		b.Put(key(0, fmt.Sprint("k", c), ""), []byte("v"))
+		checkpoint(t, b, c)
+	}
+	select {
+	case r := <-ch:
+		var op string
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "operator" {
+				op = a.Value.String()
+			}
+			return true
+		})
+		if r.Level != slog.LevelWarn || !strings.Contains(r.Message, "compaction failed") || op != "logged" {
+			t.Fatalf("logged %v %q operator=%q", r.Level, r.Message, op)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the failed compaction was not logged")
 	}
 }
 
