@@ -103,6 +103,7 @@ func WithCompilationCacheDir(dir string) EngineOption {
 
 // NewEngine returns an engine ready to load modules.
 func NewEngine(ctx context.Context, opts ...EngineOption) (*Engine, error) {
+	warmWazero.Do(warmWazeroVersion)
 	var cfg engineConfig
 	for _, o := range opts {
 		o.apply(&cfg)
@@ -185,4 +186,17 @@ func (e *Engine) instantiateHostModules(ctx context.Context) error {
 		return fmt.Errorf("abi: instantiating %s: %w", wasmbin.FuelImportModule, err)
 	}
 	return nil
+}
+
+// warmWazero makes wazero cache its own version before any two engines are created at once:
+// wazero (v1.12) memoizes it in an unsynchronized package variable on first use (by the
+// compiler engine and by a compilation cache directory), which is a data race when the first
+// engines are made concurrently (the scale-out worker starts a job per partition). Once it is
+// cached, later uses only read it.
+var warmWazero sync.Once
+
+func warmWazeroVersion() {
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigCompiler())
+	_ = rt.Close(ctx)
 }
