@@ -634,7 +634,8 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		stateURL = "mem://"
 	}
 	pool := redactURL(stateURL)
-	stOpts := []state.Option{state.WithRetainCheckpoints(DefaultCheckpointRetain + 4)}
+	// The pool's background failures (compaction, garbage collection) are warnings on the log.
+	stOpts := []state.Option{state.WithRetainCheckpoints(DefaultCheckpointRetain + 4), state.WithLogger(lookupLogger(opts.Log))}
 	if opts.HotBytes > 0 {
 		stOpts = append(stOpts, state.WithHotBytes(opts.HotBytes))
 	}

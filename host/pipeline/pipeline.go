@@ -109,10 +109,10 @@ type Progress struct {
 
 // Summary reports a finished run.
 type Summary struct {
-	Operator    string
-	RecordsIn   int64
-	RecordsOut  int64
-	Skipped     int64
+	Operator   string
+	RecordsIn  int64
+	RecordsOut int64
+	Skipped    int64
 	// DeadLetters counts the records whose guest call faulted and that went to the
 	// dead-letter output (Options.OnError "dead-letter").
 	DeadLetters int64
