@@ -111,7 +111,7 @@ func handover(b *testing.B, keys int) (joinRun, joinOut, deathRun, deathOut time
 	a.assigned(ctx, nil, one)
 	waitEvent(b, ev[a], TaskStarted)
 	z := &zombieRig{}
-	waitFor(b, "the owner to read its input", func() bool { return z.jobRead(a) >= int64(keys) })
+	waitForUpTo(b, 15*time.Minute, "the owner to read its input", func() bool { return z.jobRead(a) >= int64(keys) })
 	if _, err := z.job(a).Savepoint(ctx); err != nil {
 		b.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func BenchmarkGroupJoin(b *testing.B) {
 		spec := c.spec("kafka")
 		a := c.startWorker(spec)
 		waitFor(b, "A to own both partitions", func() bool { return c.partitioned(a) })
-		waitFor(b, "A to read its input", func() bool {
+		waitForUpTo(b, 15*time.Minute, "A to read its input", func() bool {
 			var n int64
 			for _, p := range a.w.Owned() {
 				a.w.mu.Lock()
