@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -197,13 +198,22 @@ func TestRunRestoreMessages(t *testing.T) {
 		t.Fatalf("latest on nothing: %+v", r)
 	}
 	r = runCLI(t, "", append(args, "--restore", "latest-if-any")...)
-	if r.code != 0 || !strings.Contains(r.stderr, "started from empty state") || !strings.Contains(r.stderr, "checkpoint 1 committed") ||
-		!strings.Contains(r.stderr, "resume with --restore latest") {
+	committed := regexp.MustCompile(`checkpoint (\d+) committed \(1 checkpoint, [^)]*\); it covers the end of the input; resume with --restore latest`)
+	m := committed.FindStringSubmatch(r.stderr)
+	if r.code != 0 || !strings.Contains(r.stderr, "started from empty state") || m == nil {
 		t.Fatalf("latest-if-any on nothing: %+v", r)
 	}
+	// The same input again: the checkpoint covers it all, so nothing is read twice.
 	r = runCLI(t, "", append(args, "--restore", "latest-if-any")...)
-	if r.code != 0 || r.stdout != "{\"count\":2}\n" || !strings.Contains(r.stderr, "state: restored checkpoint 1\n") {
-		t.Fatalf("latest-if-any on one: %+v", r)
+	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "state: restored checkpoint "+m[1]+"\n") || !strings.Contains(r.stderr, "0 records in") {
+		t.Fatalf("latest-if-any on one, same input: %+v", r)
+	}
+	// A new input continues from the state.
+	in2 := writeTemp(t, "in2.jsonl", "{\"u\":\"a\"}\n")
+	args[4] = in2
+	r = runCLI(t, "", append(args, "--restore", "latest-if-any")...)
+	if r.code != 0 || r.stdout != "{\"count\":2}\n" || !strings.Contains(r.stderr, "state: restored checkpoint ") {
+		t.Fatalf("latest-if-any on one, new input: %+v", r)
 	}
 	// An upgrade says so.
 	man := writeTemp(t, "m.json", `{"abi":1,"name":"counter","states":["count","seen"]}`)
@@ -211,7 +221,7 @@ func TestRunRestoreMessages(t *testing.T) {
 	if r := runCLI(t, "", "manifest", "embed", "--manifest", man, abiTestdata+"counter.wasm", "-o", v2); r.code != 0 {
 		t.Fatalf("embed: %+v", r)
 	}
-	args[2] = v2
+	args[2], args[4] = v2, writeTemp(t, "in3.jsonl", "{\"u\":\"a\"}\n")
 	r = runCLI(t, "", append(args, "--restore", "latest")...)
 	if r.code != 0 || r.stdout != "{\"count\":3}\n" || !strings.Contains(r.stderr, "an upgrade: state kept: count; new, starting empty: seen") {
 		t.Fatalf("upgrade: %+v", r)

@@ -66,12 +66,26 @@ func counterModel(keys []string) (map[string][]string, map[string]int64) {
 }
 
 type crashSpec struct {
-	name  string
-	spec  func(dir, input, wasm string) string
+	name string
+	spec func(dir, input, wasm string) string
+	// flags, instead of spec, runs the flag form with these arguments.
+	flags func(dir, input, wasm string) []string
 	model func(keys []string) (out map[string][]string, states []map[string]int64)
 }
 
 var crashSpecs = []crashSpec{
+	{
+		// The flag form: file -> one operator -> file, the same runtime underneath.
+		name: "flag-form",
+		flags: func(dir, input, wasm string) []string {
+			return []string{"run", "--module", wasm, "--input", input, "--key", "user", "--job", "crashflag",
+				"--output", filepath.Join(dir, "out.jsonl"), "--checkpoint-interval", "15ms"}
+		},
+		model: func(keys []string) (map[string][]string, []map[string]int64) {
+			out, st := counterModel(keys)
+			return out, []map[string]int64{st}
+		},
+	},
 	{
 		name: "one-operator",
 		spec: func(dir, input, wasm string) string {
@@ -123,7 +137,7 @@ func TestPipelineCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
 	}
-	rounds := 3 // per spec: 6 kill points, plus the kills of restarted runs
+	rounds := 3 // per spec and the flag form: 9 kill points, plus the kills of restarted runs
 	if os.Getenv("CLINK_SOAK") != "" {
 		rounds = 30
 	}
@@ -152,10 +166,16 @@ func crashRound(t *testing.T, cs crashSpec, wasm, cache string, seed uint64) int
 	dir := t.TempDir()
 	input := filepath.Join(dir, "in.jsonl")
 	keys := crashInput(t, input, 20000+rng.IntN(10000), 300, seed)
-	specPath := filepath.Join(dir, "spec.yaml")
-	if err := os.WriteFile(specPath, []byte(cs.spec(dir, input, wasm)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	base := func() []string {
+		if cs.flags != nil {
+			return cs.flags(dir, input, wasm)
+		}
+		specPath := filepath.Join(dir, "spec.yaml")
+		if err := os.WriteFile(specPath, []byte(cs.spec(dir, input, wasm)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return []string{"run", "--pipeline", specPath}
+	}()
 	stateURL := "file://" + filepath.Join(dir, "state")
 	phases := []string{"acknowledged", "record-written", "sink-committed"}
 	kills := 0
@@ -164,7 +184,7 @@ func crashRound(t *testing.T, cs crashSpec, wasm, cache string, seed uint64) int
 		if attempt > 12 {
 			t.Fatal("no successful run after 12 attempts")
 		}
-		args := []string{"run", "--pipeline", specPath, "--state", stateURL, "--restore", restore, "--quiet"}
+		args := append(slices.Clone(base), "--state", stateURL, "--restore", restore, "--quiet")
 		cmd := exec.Command(os.Args[0], args...)
 		cmd.Env = append(os.Environ(), "CLINK_CLI_CHILD=1", "XDG_CACHE_HOME="+cache)
 		var killAfter time.Duration
@@ -198,7 +218,9 @@ func crashRound(t *testing.T, cs crashSpec, wasm, cache string, seed uint64) int
 			}
 			continue
 		}
-		if strings.Contains(stderr.String(), "no checkpoint to restore") && restore == "latest" {
+		// The one no-checkpoint message of each form ("no checkpoint to restore", "no
+		// checkpoint of job X in POOL to restore").
+		if strings.Contains(stderr.String(), "no checkpoint") && strings.Contains(stderr.String(), "to restore") && restore == "latest" {
 			restore = "none" // the crash came before the first checkpoint: run the first command again
 			continue
 		}
@@ -286,7 +308,7 @@ func checkState(t *testing.T, stateDir string, states []map[string]int64) {
 	}
 	// Operators in spec order: perUser/count first.
 	slices.SortFunc(names, func(a, b string) int {
-		order := map[string]int{"count": 0, "perUser": 0, "perCount": 1}
+		order := map[string]int{"count": 0, "operator": 0, "perUser": 0, "perCount": 1}
 		return order[a] - order[b]
 	})
 	for i, name := range names {

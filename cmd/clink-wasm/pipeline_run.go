@@ -200,18 +200,21 @@ func describePositions(pos map[string][]pipeline.Split) string {
 // installKillHook is fault injection for the crash tests: CLINK_TEST_KILL_AT=PHASE:N makes the
 // process SIGKILL itself at commit phase PHASE (acknowledged, record-written, sink-committed,
 // ...) of its Nth checkpoint. It is inert unless the variable is set.
-func installKillHook(env *pipeline.Env) {
+func installKillHook(env *pipeline.Env) { env.OnCommitPhase = killHook() }
+
+// killHook returns the hook of CLINK_TEST_KILL_AT, or nil when it is not set.
+func killHook() func(pipeline.CommitPhase, uint64) error {
 	v := os.Getenv("CLINK_TEST_KILL_AT")
 	if v == "" {
-		return
+		return nil
 	}
 	phase, ns, ok := strings.Cut(v, ":")
 	n, err := strconv.Atoi(ns)
 	if !ok || err != nil || n < 1 {
-		return
+		return nil
 	}
 	var seen atomic.Int64
-	env.OnCommitPhase = func(p pipeline.CommitPhase, id uint64) error {
+	return func(p pipeline.CommitPhase, id uint64) error {
 		if p == pipeline.PhaseAcknowledged {
 			seen.Add(1)
 		}

@@ -173,7 +173,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		StateURL: *stateURL, HotBytes: hot, Job: *job, Restore: restoreID, CheckpointEvery: *ckptEvery,
 		Endpoints: eps, Order: ord,
 		Limits: abi.Limits{CallTime: *callTime, MemoryPages: uint32(*memPages)},
-		Record: rec,
+		Record: rec, OnCommitPhase: killHook(),
 	}
 	if rec != nil {
 		// Closed with the run's outcome on every path below, so that the recording says how
@@ -205,6 +205,13 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
 			opts.InputSize = st.Size()
 		}
+		// The input's identity in checkpoints: a restore skips what the checkpoint covers of
+		// this file, and reads another file from its start.
+		if abs, err := filepath.Abs(*input); err == nil {
+			opts.InputName = abs
+		} else {
+			opts.InputName = *input
+		}
 		if opts.Format == "" && strings.EqualFold(filepath.Ext(*input), ".csv") {
 			opts.Format = pipeline.FormatCSV
 		}
@@ -219,15 +226,28 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	opts.Output = stdout
 	if *output != "" {
-		f, err := os.Create(*output)
+		// Not truncated here: the run truncates it to what the restored checkpoint committed
+		// (to nothing without a restore), so the committed output is exactly once.
+		f, err := os.OpenFile(*output, os.O_RDWR|os.O_CREATE, 0o644)
 		if err != nil {
 			return fmt.Errorf("creating output: %w", err)
 		}
 		defer f.Close()
 		opts.Output = f
+		if abs, err := filepath.Abs(*output); err == nil {
+			opts.OutputName = abs
+		} else {
+			opts.OutputName = *output
+		}
 	}
 	if *deadLetter != "" {
-		f, err := os.Create(*deadLetter)
+		// A restore appends: the dead letters before the checkpoint stay (those after it are
+		// written again, at least once).
+		mode := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+		if restoreID != 0 {
+			mode = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+		}
+		f, err := os.OpenFile(*deadLetter, mode, 0o644)
 		if err != nil {
 			return fmt.Errorf("creating dead-letter file: %w", err)
 		}
@@ -326,6 +346,9 @@ func printSummary(w io.Writer, s *pipeline.Summary, err error) {
 	}
 	if n := len(s.Checkpoints); n > 0 {
 		fmt.Fprintf(w, "state: checkpoint %d committed (%d checkpoint%s, %s written)", s.Checkpoints[n-1], n, plural(n), humanBytes(s.CheckpointBytes))
+		if s.Position != "" {
+			fmt.Fprintf(w, "; it covers %s", s.Position)
+		}
 		if s.Resumable {
 			fmt.Fprintln(w, "; resume with --restore latest")
 		} else {

@@ -169,6 +169,14 @@ func (l Limits) withDefaults() Limits {
 // Get and Lookup may block: that is how a guest call suspends at an async import. Slices passed
 // in alias guest memory and are valid only until the method returns; slices returned must stay
 // valid until the next method call on the Handler.
+// ProcessingTimerHandler is implemented by a Handler that serves processing-time timers
+// (processing_timer_register and processing_timer_delete). It is separate from Handler so that
+// embedders that never fire them need not change: without it the imports return NOT_ALLOWED.
+type ProcessingTimerHandler interface {
+	RegisterProcessingTimer(ts int64) error
+	DeleteProcessingTimer(ts int64) error
+}
+
 type Handler interface {
 	Get(state uint32, entry []byte) (value []byte, found bool, err error)
 	Put(state uint32, entry, value []byte) error

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -27,7 +29,43 @@ type Engine struct {
 	dir    string // the on-disk cache's directory, when the engine opened it (cache.go)
 	wd     *watchdog
 
+	// The live limits (SetLiveLimits): every instance reads them at each check, so a change
+	// reaches instances already running. 0 = the engine's limits.
+	liveCallTime atomic.Int64  // nanoseconds
+	liveMemPages atomic.Uint32 // at most limits.MemoryPages (the reservation)
+
 	closeOnce sync.Once
+}
+
+// SetLiveLimits changes the call time limit and the linear-memory limit of the engine's
+// instances, running ones included (a live quota change). callTime applies from each call's
+// next fuel check (a call that already ran longer fails there); memoryPages refuses any later
+// memory.grow past it (the guest sees -1, as at the limit) but takes no memory away from an
+// instance that has it already, and cannot exceed the engine's MemoryPages (the reservation
+// each instance was created with: raising past it needs a new engine). 0 leaves one as it is.
+func (e *Engine) SetLiveLimits(callTime time.Duration, memoryPages uint32) {
+	if callTime > 0 {
+		e.liveCallTime.Store(int64(callTime))
+	}
+	if memoryPages > 0 {
+		e.liveMemPages.Store(min(memoryPages, e.limits.MemoryPages))
+	}
+}
+
+// callTime is the call time limit in force.
+func (e *Engine) callTime() time.Duration {
+	if d := e.liveCallTime.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return e.limits.CallTime
+}
+
+// memoryPages is the linear-memory limit in force, in pages.
+func (e *Engine) memoryPages() uint32 {
+	if p := e.liveMemPages.Load(); p > 0 {
+		return p
+	}
+	return e.limits.MemoryPages
 }
 
 // EngineOption configures an Engine (see NewEngine). The same style as host/state,

@@ -161,7 +161,7 @@ func (in *Instance) fault(k callKind, err error) error {
 		// A trap with memory near its limit is almost always a failed allocation (memory.grow
 		// returned -1 and the guest went on): say so. Allocators grow in steps, so "near" is
 		// the top quarter.
-		if limit := uint64(in.limits.MemoryPages) << 16; uint64(in.mem.Size())*4 >= limit*3 {
+		if limit := uint64(in.m.e.memoryPages()) << 16; uint64(in.mem.Size())*4 >= limit*3 {
 			f.Kind = FaultOutOfMemory
 			f.MemoryBytes = uint64(in.mem.Size())
 			f.MemoryLimit = limit

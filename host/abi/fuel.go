@@ -69,8 +69,8 @@ func (in *Instance) checkBudget() error {
 		in.budgetStart = now
 		return nil
 	}
-	if now-in.budgetStart > in.limits.CallTime {
-		return &budgetError{cause: fmt.Errorf("ran for more than %v without returning (runaway loop?)", in.limits.CallTime)}
+	if limit := in.m.e.callTime(); now-in.budgetStart > limit {
+		return &budgetError{cause: fmt.Errorf("ran for more than %v without returning (runaway loop?)", limit)}
 	}
 	return nil
 }
@@ -193,8 +193,8 @@ func (in *Instance) nanosleep(ns int64) {
 		panic(&budgetError{cancelled: true, cause: context.Cause(in.ctx)})
 	}
 	d := time.Duration(ns)
-	if d > in.limits.CallTime {
-		panic(&budgetError{cause: fmt.Errorf("asked to sleep %v, longer than the time limit of %v", d, in.limits.CallTime)})
+	if limit := in.m.e.callTime(); d > limit {
+		panic(&budgetError{cause: fmt.Errorf("asked to sleep %v, longer than the time limit of %v", d, limit)})
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()

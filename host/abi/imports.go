@@ -32,6 +32,8 @@ var clinkImports = []importDef{
 		[]string{"key_ptr", "key_len", "val_ptr", "val_len"}, hostEmit},
 	{"timer_register", []api.ValueType{i64}, []api.ValueType{i32}, []string{"timestamp"}, hostTimerRegister},
 	{"timer_delete", []api.ValueType{i64}, []api.ValueType{i32}, []string{"timestamp"}, hostTimerDelete},
+	{"processing_timer_register", []api.ValueType{i64}, []api.ValueType{i32}, []string{"timestamp"}, hostProcTimerRegister},
+	{"processing_timer_delete", []api.ValueType{i64}, []api.ValueType{i32}, []string{"timestamp"}, hostProcTimerDelete},
 	{"watermark", nil, []api.ValueType{i64}, nil, hostWatermark},
 	{"processing_time", nil, []api.ValueType{i64}, nil, hostProcessingTime},
 	{"log", []api.ValueType{i32, i32, i32}, nil, []string{"level", "msg_ptr", "msg_len"}, hostLog},
@@ -70,7 +72,7 @@ const (
 
 func (in *Instance) allowed(c capability) bool {
 	switch in.kind {
-	case callProcess, callTimer:
+	case callProcess, callTimer, callProcTimer:
 		return true
 	case callClose:
 		return c != capKeyed
@@ -275,6 +277,35 @@ func (in *Instance) timer(ts int64, register bool) uint64 {
 		err = in.h.RegisterTimer(ts)
 	} else {
 		err = in.h.DeleteTimer(ts)
+	}
+	if err != nil {
+		return hostErr(err)
+	}
+	return 0
+}
+
+func hostProcTimerRegister(ctx context.Context, stack []uint64) {
+	in := instance(ctx)
+	stack[0] = in.procTimer(int64(stack[0]), true)
+}
+
+func hostProcTimerDelete(ctx context.Context, stack []uint64) {
+	in := instance(ctx)
+	stack[0] = in.procTimer(int64(stack[0]), false)
+}
+
+// procTimer serves processing_timer_register/delete. A Handler that does not implement
+// ProcessingTimerHandler (an embedder that never fires them) answers NOT_ALLOWED.
+func (in *Instance) procTimer(ts int64, register bool) uint64 {
+	ph, ok := in.h.(ProcessingTimerHandler)
+	if !in.allowed(capKeyed) || !ok || (register && !in.m.hasOnProcTimer) {
+		return i32result(NotAllowed)
+	}
+	var err error
+	if register {
+		err = ph.RegisterProcessingTimer(ts)
+	} else {
+		err = ph.DeleteProcessingTimer(ts)
 	}
 	if err != nil {
 		return hostErr(err)

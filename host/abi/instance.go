@@ -34,12 +34,13 @@ const (
 	callProcess
 	callTimer
 	callClose
+	callProcTimer // clink_on_processing_timer: the permissions of callTimer
 )
 
 var callExport = [...]string{
 	callNone: "", callInit: ExportInitialize, callManifest: ExportManifest, callInput: ExportInput,
 	callKey: ExportKey, callOpen: ExportOpen, callProcess: ExportProcess, callTimer: ExportOnTimer,
-	callClose: ExportClose,
+	callClose: ExportClose, callProcTimer: ExportOnProcessingTimer,
 }
 
 // instanceCtx is the context every call of an instance runs with: its parent context plus the
@@ -76,6 +77,7 @@ type Instance struct {
 	limits    *Limits
 
 	fnInput, fnProcess, fnTimer, fnOpen, fnClose, fnKey, fnManifest api.Function
+	fnProcTimer                                                     api.Function
 	stack                                                           []uint64
 
 	inPtr, inCap uint32 // guest-owned input buffer from clink_input
@@ -171,6 +173,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 	in.fnInput = mod.ExportedFunction(ExportInput)
 	in.fnProcess = mod.ExportedFunction(ExportProcess)
 	in.fnTimer = mod.ExportedFunction(ExportOnTimer)
+	in.fnProcTimer = mod.ExportedFunction(ExportOnProcessingTimer)
 	in.fnOpen = mod.ExportedFunction(ExportOpen)
 	in.fnClose = mod.ExportedFunction(ExportClose)
 	in.fnKey = mod.ExportedFunction(ExportKey)
@@ -249,11 +252,24 @@ func (in *Instance) afterKeyed(k callKind) error {
 	return nil
 }
 
-// OnTimer fires the timer (key, ts) through clink_on_timer.
+// OnTimer fires the event-time timer (key, ts) through clink_on_timer.
 func (in *Instance) OnTimer(key []byte, ts int64) error {
 	if in.fnTimer == nil {
 		return &Fault{Operator: in.m.Manifest.Name, Export: ExportOnTimer, Kind: FaultTrap, Err: errors.New("a timer fired but the module does not export clink_on_timer")}
 	}
+	return in.fireTimer(in.fnTimer, callTimer, key, ts)
+}
+
+// OnProcessingTimer fires the processing-time timer (key, ts) through
+// clink_on_processing_timer. The call has the permissions of clink_on_timer.
+func (in *Instance) OnProcessingTimer(key []byte, ts int64) error {
+	if in.fnProcTimer == nil {
+		return &Fault{Operator: in.m.Manifest.Name, Export: ExportOnProcessingTimer, Kind: FaultTrap, Err: errors.New("a processing-time timer fired but the module does not export clink_on_processing_timer")}
+	}
+	return in.fireTimer(in.fnProcTimer, callProcTimer, key, ts)
+}
+
+func (in *Instance) fireTimer(fn api.Function, kind callKind, key []byte, ts int64) error {
 	need := len(key)
 	if len(in.pf.ids) > 0 {
 		var err error
@@ -269,13 +285,13 @@ func (in *Instance) OnTimer(key []byte, ts int64) error {
 	} else {
 		in.mem.Write(in.inPtr, key)
 	}
-	in.begin(callTimer)
+	in.begin(kind)
 	in.stack[0] = uint64(len(key))
 	in.stack[1] = uint64(ts)
-	if err := in.end(in.fnTimer.CallWithStack(in.ctx, in.stack)); err != nil {
+	if err := in.end(fn.CallWithStack(in.ctx, in.stack)); err != nil {
 		return err
 	}
-	return in.afterKeyed(callTimer)
+	return in.afterKeyed(kind)
 }
 
 // ErrKeyRejected is returned by Key when the guest's key function rejects a record.

@@ -1,6 +1,8 @@
 package abi
 
 import (
+	"sync/atomic"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/tetratelabs/wazero/experimental"
@@ -28,22 +30,38 @@ import (
 
 // newLinearMemory returns the allocator instances are created with.
 func newLinearMemory(capBytes, maxBytes uint64) experimental.LinearMemory {
+	return newLimitedMemory(capBytes, maxBytes, nil)
+}
+
+// newLimitedMemory is newLinearMemory whose growth stops at *limit pages when limit is set and
+// not 0 (the engine's live memory limit).
+func newLimitedMemory(capBytes, maxBytes uint64, limit *atomic.Uint32) experimental.LinearMemory {
 	if maxBytes == 0 {
-		return &heapMemory{}
+		return &heapMemory{limit: limit}
 	}
 	b, err := unix.Mmap(-1, 0, int(maxBytes), unix.PROT_NONE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
 		// Out of address space (ulimit -v): fall back to wazero's own growth on the Go heap,
 		// which is slower and costs more at peak but still works.
-		return &heapMemory{buf: make([]byte, 0, capBytes)}
+		return &heapMemory{buf: make([]byte, 0, capBytes), limit: limit}
 	}
-	return &mmapMemory{res: b}
+	return &mmapMemory{res: b, limit: limit}
+}
+
+// overLimit reports whether size bytes exceed the live limit.
+func overLimit(limit *atomic.Uint32, size uint64) bool {
+	if limit == nil {
+		return false
+	}
+	p := limit.Load()
+	return p > 0 && size > uint64(p)<<16
 }
 
 // mmapMemory is a linear memory in a reserved mapping; see "Linear memory" above.
 type mmapMemory struct {
 	res       []byte // the whole reservation, max bytes
 	committed uint64 // bytes made readable and writable, a prefix of res
+	limit     *atomic.Uint32
 }
 
 // Reallocate implements experimental.LinearMemory. Sizes are multiples of the 64 KiB Wasm page,
@@ -51,6 +69,9 @@ type mmapMemory struct {
 func (m *mmapMemory) Reallocate(size uint64) []byte {
 	if m.res == nil || size > uint64(len(m.res)) {
 		return nil
+	}
+	if size > m.committed && overLimit(m.limit, size) {
+		return nil // memory.grow returns -1: the live limit is lower than the reservation
 	}
 	if size > m.committed {
 		if err := unix.Mprotect(m.res[m.committed:size], unix.PROT_READ|unix.PROT_WRITE); err != nil {
@@ -71,9 +92,15 @@ func (m *mmapMemory) Free() {
 
 // heapMemory is the fallback when no address space can be reserved: growth on the Go heap, as
 // wazero does without an allocator.
-type heapMemory struct{ buf []byte }
+type heapMemory struct {
+	buf   []byte
+	limit *atomic.Uint32
+}
 
 func (m *heapMemory) Reallocate(size uint64) []byte {
+	if size > uint64(len(m.buf)) && overLimit(m.limit, size) {
+		return nil
+	}
 	if size <= uint64(cap(m.buf)) {
 		m.buf = m.buf[:size]
 	} else {
@@ -84,12 +111,13 @@ func (m *heapMemory) Reallocate(size uint64) []byte {
 
 func (m *heapMemory) Free() { m.buf = nil }
 
-// allocator returns the allocator in's linear memory is created with. It records whether the
-// memory ended up on the Go heap (the fallback), which the instance budget needs to know: heap
-// growth during instantiation includes the memory only then.
+// allocator returns the allocator in's linear memory is created with: growth stops at the
+// engine's live memory limit. It records whether the memory ended up on the Go heap (the
+// fallback), which the instance budget needs to know: heap growth during instantiation includes
+// the memory only then.
 func (in *Instance) allocator() experimental.MemoryAllocator {
 	return experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
-		lm := newLinearMemory(capBytes, maxBytes)
+		lm := newLimitedMemory(capBytes, maxBytes, &in.m.e.liveMemPages)
 		_, in.memOnHeap = lm.(*heapMemory)
 		return lm
 	})

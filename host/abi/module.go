@@ -18,15 +18,17 @@ import (
 
 // Export names from docs/abi.md.
 const (
-	ExportMemory     = "memory"
-	ExportInput      = "clink_input"
-	ExportProcess    = "clink_process"
-	ExportOnTimer    = "clink_on_timer"
-	ExportOpen       = "clink_open"
-	ExportClose      = "clink_close"
-	ExportKey        = "clink_key"
-	ExportManifest   = "clink_manifest"
-	ExportInitialize = "_initialize"
+	ExportMemory  = "memory"
+	ExportInput   = "clink_input"
+	ExportProcess = "clink_process"
+	ExportOnTimer = "clink_on_timer"
+	// ExportOnProcessingTimer fires processing-time timers (optional; docs/abi.md).
+	ExportOnProcessingTimer = "clink_on_processing_timer"
+	ExportOpen              = "clink_open"
+	ExportClose             = "clink_close"
+	ExportKey               = "clink_key"
+	ExportManifest          = "clink_manifest"
+	ExportInitialize        = "_initialize"
 )
 
 type sig struct{ params, results []api.ValueType }
@@ -38,14 +40,15 @@ var (
 
 // exportSigs lists every export the ABI gives meaning to, with its required signature.
 var exportSigs = map[string]sig{
-	ExportInput:      {[]api.ValueType{i32}, []api.ValueType{i32}},
-	ExportProcess:    {[]api.ValueType{i32, i32, i64}, []api.ValueType{i32}},
-	ExportOnTimer:    {[]api.ValueType{i32, i64}, []api.ValueType{i32}},
-	ExportOpen:       {nil, []api.ValueType{i32}},
-	ExportClose:      {nil, []api.ValueType{i32}},
-	ExportKey:        {[]api.ValueType{i32}, []api.ValueType{i64}},
-	ExportManifest:   {nil, []api.ValueType{i64}},
-	ExportInitialize: {nil, nil},
+	ExportInput:             {[]api.ValueType{i32}, []api.ValueType{i32}},
+	ExportProcess:           {[]api.ValueType{i32, i32, i64}, []api.ValueType{i32}},
+	ExportOnTimer:           {[]api.ValueType{i32, i64}, []api.ValueType{i32}},
+	ExportOnProcessingTimer: {[]api.ValueType{i32, i64}, []api.ValueType{i32}},
+	ExportOpen:              {nil, []api.ValueType{i32}},
+	ExportClose:             {nil, []api.ValueType{i32}},
+	ExportKey:               {[]api.ValueType{i32}, []api.ValueType{i64}},
+	ExportManifest:          {nil, []api.ValueType{i64}},
+	ExportInitialize:        {nil, nil},
 }
 
 // wasiAllowed is the WASI preview 1 surface the host provides (docs/abi.md, "WASI"): all of
@@ -156,6 +159,7 @@ type Module struct {
 	Report   *Report
 
 	hasOnTimer, hasOpen, hasClose, hasKey, hasInitialize bool
+	hasOnProcTimer                                       bool
 	manifestFromExport                                   bool
 	prefetchIDs                                          []uint32
 }
@@ -313,6 +317,7 @@ func (m *Module) checkExports(rep *Report) {
 		}
 	}
 	_, m.hasOnTimer = exports[ExportOnTimer]
+	_, m.hasOnProcTimer = exports[ExportOnProcessingTimer]
 	_, m.hasOpen = exports[ExportOpen]
 	_, m.hasClose = exports[ExportClose]
 	_, m.hasKey = exports[ExportKey]
@@ -397,6 +402,9 @@ func (m *Module) Close(ctx context.Context) error { return m.compiled.Close(ctx)
 
 // HasOnTimer reports whether the module exports clink_on_timer.
 func (m *Module) HasOnTimer() bool { return m.hasOnTimer }
+
+// HasOnProcessingTimer reports whether the module exports clink_on_processing_timer.
+func (m *Module) HasOnProcessingTimer() bool { return m.hasOnProcTimer }
 
 // HasKey reports whether the module exports the key function clink_key.
 func (m *Module) HasKey() bool { return m.hasKey }

@@ -232,3 +232,35 @@ func TestRefreshSeesAnotherWriter(t *testing.T) {
 		t.Fatal("refresh of an unchanged catalog re-published it")
 	}
 }
+
+func testUsage(t *testing.T, st ObjectStore) {
+	ctx := context.Background()
+	us, ok := st.(UsageStore)
+	if !ok {
+		t.Fatalf("%T is not a UsageStore", st)
+	}
+	pre, err := TenantStatePrefix("acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, objs, err := us.Usage(ctx, pre); err != nil || n != 0 || objs != 0 {
+		t.Fatalf("empty: %d bytes %d objects %v", n, objs, err)
+	}
+	for name, size := range map[string]int{"state/acme/pl-1/a": 100, "state/acme/pl-2/b/c": 250, "state/acmex/pl-3/d": 1000, "catalog-x": 7} {
+		if _, err := st.Put(ctx, name, make([]byte, size), ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, objs, err := us.Usage(ctx, pre); err != nil || n != 350 || objs != 2 {
+		t.Fatalf("acme: %d bytes %d objects %v, want 350 in 2 (another tenant's prefix is not counted)", n, objs, err)
+	}
+	if _, _, err := us.Usage(ctx, "../"); err == nil {
+		t.Fatal("a prefix stepping out of the root was accepted")
+	}
+	if _, err := TenantStatePrefix("../x"); err == nil {
+		t.Fatal("a bad tenant name was accepted")
+	}
+}
+
+func TestFileUsage(t *testing.T) { testUsage(t, fileStore(t)) }
+func TestS3Usage(t *testing.T)   { testUsage(t, s3Store(t)) }

@@ -30,10 +30,10 @@ func TestFromRecordingRestored(t *testing.T) {
 	counter, dedup := read("counter/counter-go.wasm"), read("dedup/dedup-as.wasm")
 	in := read("counter/input.jsonl")
 	stateURL := "file://" + t.TempDir()
-	run := func(rec *replay.Recorder, restore uint64) {
+	run := func(rec *replay.Recorder, restore uint64, batch string) {
 		t.Helper()
 		opts := pipeline.Options{Module: counter, Input: bytes.NewReader(in), Output: io.Discard, KeyField: "user",
-			StateURL: stateURL, Restore: restore, CheckpointEvery: -1, Record: rec}
+			StateURL: stateURL, Restore: restore, CheckpointEvery: -1, Record: rec, InputName: batch}
 		_, err := pipeline.Run(context.Background(), opts)
 		if rec != nil {
 			if cerr := rec.Close(err); err == nil {
@@ -44,13 +44,13 @@ func TestFromRecordingRestored(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run(nil, 0)
+	run(nil, 0, "first")
 	dir := filepath.Join(t.TempDir(), "rec")
 	rec, err := replay.Create(dir, replay.RecorderOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(rec, state.RestoreLatest)
+	run(rec, state.RestoreLatest, "second") // a new batch: read from its start on the restored state
 
 	tab, err := FromRecording(dir)
 	if err != nil {

@@ -223,6 +223,7 @@ func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
 		e.deliverAsync(done, start, Response{Err: rerr}, true)
 		return
 	}
+	c.setIdempotencyKey(ctx)
 	if c.cacheable {
 		if r, ok := e.cache.get(c.key); ok {
 			e.m.cacheHits.Add(1)
@@ -369,4 +370,31 @@ func (e *Endpoint) Metrics() Metrics {
 	m.Limit, m.InFlight, m.Queued = ls.limit, ls.inflight, ls.queued
 	m.BaselineRTT, m.Setpoint, m.LimitChanges = ls.baseline, ls.setpoint, ls.changes
 	return m
+}
+
+type idempotencyKeyCtx struct{}
+
+// WithIdempotencyKey returns a context under which Do sends key as the Idempotency-Key header
+// of a request that is not idempotent (POST, PATCH) and has none of its own, on every attempt
+// of the call: an upstream that deduplicates by it sees one effect for retries, and for a
+// replayed record that presents the same key. The pipeline runtime derives the key from the
+// record and the lookup's index in it.
+func WithIdempotencyKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, idempotencyKeyCtx{}, key)
+}
+
+// IdempotencyHeader is the header WithIdempotencyKey sets.
+const IdempotencyHeader = "Idempotency-Key"
+
+func (c *call) setIdempotencyKey(ctx context.Context) {
+	key, _ := ctx.Value(idempotencyKeyCtx{}).(string)
+	if key == "" || c.idempotent || c.header.Get(IdempotencyHeader) != "" {
+		return
+	}
+	h := make(http.Header, len(c.header)+1) // c.header may be the endpoint's shared one
+	for k, v := range c.header {
+		h[k] = v
+	}
+	h.Set(IdempotencyHeader, key)
+	c.header = h
 }

@@ -85,6 +85,11 @@ type edgeOut struct {
 	// kgOwner maps a key group to its downstream subtask.
 	kgOwner []int
 	arena   []byte
+	// roundRobin spreads records over the downstream subtasks in turn, whatever their key:
+	// the edge into an unkeyed operator (order input or none) at parallelism > 1. next is
+	// the subtask of the next record.
+	roundRobin bool
+	next       int
 }
 
 func newEdgeOut(forward bool, keyOf keyFunc, chans []*channel, par, numKG int) *edgeOut {
@@ -147,6 +152,11 @@ func (r *router) route(edges []*edgeOut, key, value []byte, ts, pos int64) error
 				if kg := state.KeyGroupOf(k, e.numKG); e.kgOwner[kg] != r.subtask {
 					return fmt.Errorf("%s emitted key %q, whose key group %d belongs to another subtask of the chained operator downstream (chain only operators that keep their input's key, or re-key with a key)", r.name, k, kg)
 				}
+			}
+		} else if e.roundRobin {
+			idx = e.next
+			if e.next++; e.next == len(e.chans) {
+				e.next = 0
 			}
 		} else {
 			if e.keyOf != nil {
@@ -353,7 +363,20 @@ func (m *merger) reader(ctx context.Context, idx int) {
 			return false
 		}
 	}
-	for b := range m.ins[idx].ch {
+	for {
+		// Select on ctx too: after a cancellation the upstream may never close the channel,
+		// and a reader blocked on it would outlive the job.
+		var b []scheduler.Element
+		select {
+		case bb, ok := <-m.ins[idx].ch:
+			if !ok {
+				send(inputMsg{idx: idx, done: true})
+				return
+			}
+			b = bb
+		case <-ctx.Done():
+			return
+		}
 		start := 0
 		for i := range b {
 			if b[i].Kind != scheduler.ElementBarrier {
@@ -377,7 +400,6 @@ func (m *merger) reader(ctx context.Context, idx int) {
 			return
 		}
 	}
-	send(inputMsg{idx: idx, done: true})
 }
 
 // run merges until every input is closed and drained, then closes out.

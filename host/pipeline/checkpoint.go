@@ -1,7 +1,6 @@
 package pipeline
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -13,8 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/state"
 )
@@ -231,94 +228,4 @@ func ParseByteSize(s string) (int64, error) {
 		return 0, fmt.Errorf("bad size %q: want a number of bytes with an optional k, m or g suffix (binary: 8m is 8 MiB)", s)
 	}
 	return v * mult, nil
-}
-
-// checkpointer captures state on the runner at each barrier and persists it on its own
-// goroutine, acknowledging (counting) a checkpoint only once its commit is durable. Snapshots
-// are persisted in capture order, as the state tier requires.
-type checkpointer struct {
-	b       state.Backend
-	queue   chan checkpointJob
-	done    chan struct{}
-	timeout time.Duration
-
-	mu        sync.Mutex
-	err       error
-	completed []uint64
-	bytes     int64
-	took      time.Duration
-}
-
-type checkpointJob struct {
-	id   uint64
-	snap state.Snapshot
-	at   time.Time
-}
-
-func newCheckpointer(b state.Backend) *checkpointer {
-	c := &checkpointer{b: b, queue: make(chan checkpointJob, 4), done: make(chan struct{}), timeout: 5 * time.Minute}
-	go c.loop()
-	return c
-}
-
-func (c *checkpointer) loop() {
-	defer close(c.done)
-	for j := range c.queue {
-		ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-		err := j.snap.Persist(ctx)
-		cancel()
-		c.mu.Lock()
-		if err != nil {
-			if c.err == nil {
-				c.err = fmt.Errorf("checkpoint %d: %w", j.id, err)
-			}
-		} else {
-			c.completed = append(c.completed, j.id)
-			c.bytes += j.snap.Bytes()
-			c.took += time.Since(j.at)
-		}
-		c.mu.Unlock()
-	}
-}
-
-func (c *checkpointer) failure() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
-
-// capture runs on the runner at a drained barrier. A persist failure of an earlier checkpoint
-// surfaces here, failing the pipeline at its next barrier.
-func (c *checkpointer) capture(id uint64) error {
-	if err := c.failure(); err != nil {
-		return err
-	}
-	start := time.Now()
-	snap, err := c.b.Capture(id)
-	if err != nil {
-		return err
-	}
-	c.queue <- checkpointJob{id: id, snap: snap, at: start}
-	return nil
-}
-
-// finish waits for every queued checkpoint to be durable.
-func (c *checkpointer) finish() error {
-	close(c.queue)
-	<-c.done
-	return c.failure()
-}
-
-// checkpointsOf returns the operator's complete checkpoints, newest first, and the first id after
-// every checkpoint the store already has for it, so a new run never collides with an old one.
-func checkpointsOf(ctx context.Context, st *state.Store, tenant, op string) (complete []uint64, next uint64, err error) {
-	done, saves, err := st.Checkpoints(ctx, tenant, op, 0)
-	if err != nil && !errors.Is(err, state.ErrNotFound) {
-		return nil, 0, err
-	}
-	next = uint64(1)
-	for _, id := range slices.Concat(done, saves) {
-		next = max(next, id+1)
-	}
-	return done, next, nil
 }

@@ -47,9 +47,18 @@ type Env struct {
 	GuestLog io.Writer
 	// StuckAfter is how long a channel send may block before it is logged (default 5s).
 	StuckAfter time.Duration
+	// LookupGate, if set, admits every lookup before it is sent (the hosted platform's
+	// per-tenant lookup rate; see live.go).
+	LookupGate LookupGate
 	// OnCommitPhase, if set, is called at each step of a checkpoint commit (fault injection):
 	// an error fails the checkpoint, and so the attempt, at that point.
 	OnCommitPhase func(phase CommitPhase, checkpoint uint64) error
+	// Native, if set, runs the named operators as Go code instead of their modules (for the
+	// benchmarks that measure what the Wasm operator costs; see NativeOperator). The function
+	// is called once per subtask.
+	Native map[string]func() NativeOperator
+
+	flag *flagForm // the flag form's hooks (Run); nil for specs
 }
 
 func (e *Env) module(ctx context.Context, ref string) ([]byte, error) {
@@ -348,6 +357,7 @@ func (j *Job) setAttempt(a *attempt) {
 }
 
 func (j *Job) noteCheckpoint(info CheckpointInfo) {
+	j.env.flag.checkpointDone(info)
 	j.mu.Lock()
 	j.last = &info
 	j.mu.Unlock()
@@ -368,7 +378,9 @@ func (j *Job) finish(s JobState, err error) {
 
 func (j *Job) closeResources(ctx context.Context) {
 	for _, o := range j.ops {
-		o.eng.Close(context.WithoutCancel(ctx))
+		if !o.borrowed {
+			o.eng.Close(context.WithoutCancel(ctx))
+		}
 	}
 	if j.ownsSt && j.store != nil {
 		j.store.Close()

@@ -69,7 +69,7 @@ type SinkCheckpoint struct {
 // recordStore keeps a job's checkpoint records and attempt claims. Commit is create-once: the
 // record's existence is the commit point. The file store writes a temporary file, fsyncs it
 // and links it into place (link fails if the name exists), then fsyncs the directory; an S3
-// store would use a conditional PUT (If-None-Match: *).
+// store uses a conditional PUT (If-None-Match: *): see poolRecords.
 type recordStore interface {
 	// ClaimAttempt creates the next attempt number (create-once), fencing older attempts'
 	// checkpoint ids.
@@ -118,7 +118,7 @@ func openRecordStore(stateURL, tenant, job string) (recordStore, error) {
 		}
 		return m, nil
 	}
-	return nil, fmt.Errorf("checkpoint records on %s:// pools are not supported yet (use file:// or mem://)", u.Scheme)
+	return nil, fmt.Errorf("checkpoint records on %s:// pools are not supported (use file://, s3:// or mem://)", u.Scheme)
 }
 
 // --- file:// ---

@@ -83,7 +83,8 @@ func TestRunCounter(t *testing.T) {
 }
 
 // TestRunRestore: restores that find nothing fail with what was looked for and where; latest
-// continues from the newest checkpoint; latest-if-any starts empty when there is none.
+// continues from the newest checkpoint, skipping what it covers of the same input and reading a
+// new input from its start; latest-if-any starts empty when there is none.
 func TestRunRestore(t *testing.T) {
 	pool := newMemPool(t)
 	counter := abiFixture(t, "counter")
@@ -103,29 +104,42 @@ func TestRunRestore(t *testing.T) {
 		!strings.Contains(sum.Restored.String(), "started from empty state") {
 		t.Fatalf("latest-if-any on nothing: %v %q %+v", err, out, sum.Restored)
 	}
-	if !slices.Equal(sum.Checkpoints, []uint64{1}) || sum.Resumable {
-		t.Fatalf("checkpoints %v resumable %v (a mem:// pool is not resumable by a new process)", sum.Checkpoints, sum.Resumable)
+	if len(sum.Checkpoints) != 1 || sum.Resumable || sum.Position != "the end of the input" {
+		t.Fatalf("checkpoints %v resumable %v position %q (a mem:// pool is not resumable by a new process)", sum.Checkpoints, sum.Resumable, sum.Position)
 	}
+	ids := []uint64{sum.Checkpoints[0]}
 
-	// Now there is checkpoint 1: latest and latest-if-any both continue from it.
+	// The same input again: the checkpoint covers all of it.
+	opts.Restore = state.RestoreLatest
+	if out, sum, err = runOpts(t, opts, twoA); err != nil || out != "" || sum.RecordsIn != 0 || sum.Restored.Checkpoint != ids[0] {
+		t.Fatalf("covered input: %v %q %+v", err, out, sum)
+	}
+	ids = append(ids, sum.Checkpoints...)
+	// New inputs: latest and latest-if-any both continue from the newest checkpoint.
 	for i, r := range []uint64{state.RestoreLatest, RestoreLatestIfAny} {
-		opts.Restore = r
+		opts.Restore, opts.InputName = r, fmt.Sprintf("batch%d", i)
 		out, sum, err = runOpts(t, opts, twoA)
 		want := []string{"{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n", "{\"count\":5}\n{\"count\":3}\n{\"count\":6}\n"}[i]
-		if err != nil || out != want || sum.Restored == nil || sum.Restored.Checkpoint != uint64(i+1) || sum.Restored.Upgrade ||
-			sum.Restored.From == nil || sum.Restored.From.Name != "counter" || sum.Restored.String() != fmt.Sprintf("restored checkpoint %d", i+1) {
+		prev := ids[len(ids)-1]
+		if err != nil || out != want || sum.Restored == nil || sum.Restored.Checkpoint != prev || sum.Restored.Upgrade ||
+			sum.Restored.From == nil || sum.Restored.From.Name != "counter" || sum.Restored.String() != fmt.Sprintf("restored checkpoint %d", prev) {
 			t.Fatalf("restore %d: %v %q %+v", i, err, out, sum.Restored)
 		}
+		if len(sum.Checkpoints) != 1 || sum.Checkpoints[0] <= prev {
+			t.Fatalf("restore %d: checkpoints %v after %d", i, sum.Checkpoints, prev)
+		}
+		ids = append(ids, sum.Checkpoints...)
 	}
 	// A named checkpoint that exists, one that does not, and the wrong job.
-	opts.Restore = 1
+	// (The newest 3 are kept: ids[1] holds what ids[0] did.)
+	opts.Restore, opts.InputName = ids[1], "batch9"
 	if out, _, err = runOpts(t, opts, "{\"u\":\"a\"}\n"); err != nil || out != "{\"count\":3}\n" {
-		t.Fatalf("restore 1: %v %q", err, out)
+		t.Fatalf("restore %d: %v %q", ids[1], err, out)
 	}
 	opts.Restore = 99
 	_, _, err = runOpts(t, opts, twoA)
 	if !errors.Is(err, ErrNoCheckpoint) || !strings.Contains(err.Error(), `checkpoint 99 of job "counter" is not in `+pool) ||
-		!strings.Contains(err.Error(), "it has checkpoints 4, 3, 2") || strings.Contains(err.Error(), "mem:// state lives") {
+		!strings.Contains(err.Error(), "it has checkpoints ") || strings.Contains(err.Error(), "mem:// state lives") {
 		t.Fatalf("restore 99: %v", err)
 	}
 	opts.Restore, opts.Job = state.RestoreLatest, "other-job"
@@ -154,7 +168,7 @@ func TestRunRestoreOtherModule(t *testing.T) {
 		t.Fatal(err)
 	}
 	v2 := withManifest(t, counter, `{"abi":1,"name":"counter","states":["count","extra"]}`)
-	out, sum, err := runOpts(t, Options{Module: v2, KeyField: "u", StateURL: pool, Restore: state.RestoreLatest}, twoA)
+	out, sum, err := runOpts(t, Options{Module: v2, KeyField: "u", StateURL: pool, Restore: state.RestoreLatest, InputName: "b2"}, twoA)
 	if err != nil || out != "{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n" {
 		t.Fatalf("upgrade: %v %q", err, out)
 	}
@@ -180,38 +194,8 @@ func TestRunRestoreOtherModule(t *testing.T) {
 	}
 }
 
-// TestRunRestoreUnrecordedModule: a checkpoint from before checkpoints named their module restores,
-// and says it could not check.
-func TestRunRestoreUnrecordedModule(t *testing.T) {
-	pool := newMemPool(t)
-	ctx := context.Background()
-	st, err := state.Open(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := st.Operator(ctx, state.OperatorOptions{Name: "counter"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Open([]string{"count"})
-	b.Put(state.Key{State: 0, Record: []byte("a")}, []byte{41, 0, 0, 0, 0, 0, 0, 0})
-	snap, err := b.Capture(7)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := snap.Persist(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b.Close()
-	st.Close()
-	out, sum, err := runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", StateURL: pool, Restore: state.RestoreLatest}, "{\"u\":\"a\"}\n")
-	if err != nil || out != "{\"count\":42}\n" || sum.Restored == nil || sum.Restored.From != nil ||
-		!strings.Contains(sum.Restored.String(), "does not record which module wrote it") {
-		t.Fatalf("%v %q %+v", err, out, sum.Restored)
-	}
-	if !slices.Equal(sum.Checkpoints, []uint64{8}) {
-		t.Fatalf("checkpoint ids must follow the pool's: %v", sum.Checkpoints)
-	}
+// TestCheckModule: the module checks of a restore.
+func TestCheckModule(t *testing.T) {
 	// A module record that is not JSON is an error, not a silent restore.
 	info := &RestoreInfo{Checkpoint: 3}
 	if err := checkModule(info, []byte("{"), ModuleIdentity{}, "j", "p"); err == nil || !strings.Contains(err.Error(), "unreadable module record") {
@@ -236,17 +220,16 @@ func TestRunCheckpoints(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sum.Checkpoints) < 2 || !slices.IsSorted(sum.Checkpoints) || sum.Checkpoints[0] != 1 || sum.CheckpointBytes <= 0 || sum.State == nil {
+	if len(sum.Checkpoints) < 2 || !slices.IsSorted(sum.Checkpoints) || sum.CheckpointBytes <= 0 || sum.State == nil {
 		t.Fatalf("checkpoints %v, %d bytes", sum.Checkpoints, sum.CheckpointBytes)
 	}
 	_, sum, err = runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", StateURL: newMemPool(t), CheckpointEvery: -1}, in.String())
-	if err != nil || !slices.Equal(sum.Checkpoints, []uint64{1}) {
+	if err != nil || len(sum.Checkpoints) != 1 {
 		t.Fatalf("final only: %v %v", err, sum.Checkpoints)
 	}
-	// A fixed backend takes no checkpoints.
-	mem := state.NewMemory()
-	if _, sum, err = runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", Backend: mem}, twoA); err != nil || len(sum.Checkpoints) != 0 || mem.Len() != 2 {
-		t.Fatalf("fixed backend: %v %v %d", err, sum.Checkpoints, mem.Len())
+	// Without a pool, no checkpoint is reported (process memory ends with the run).
+	if _, sum, err = runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u"}, twoA); err != nil || len(sum.Checkpoints) != 0 || sum.Resumable {
+		t.Fatalf("no pool: %v %v", err, sum.Checkpoints)
 	}
 }
 
@@ -261,7 +244,7 @@ func TestFileStateAndHotBytes(t *testing.T) {
 	if _, sum, err := runOpts(t, opts, twoA); err != nil || !sum.Resumable || sum.State == nil || sum.State.HotLimit != 1<<20 {
 		t.Fatalf("%v %+v", err, sum)
 	}
-	opts.Restore = state.RestoreLatest
+	opts.Restore, opts.InputName = state.RestoreLatest, "next"
 	if out, _, err := runOpts(t, opts, twoA); err != nil || out != "{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n" {
 		t.Fatalf("%v %q", err, out)
 	}
@@ -293,7 +276,7 @@ func TestOptionsValidate(t *testing.T) {
 		{Options{WatermarkEvery: -1}, "records between watermarks"},
 		{Options{Order: 9}, "unknown output order 9"},
 		{Options{Limits: abi.Limits{MaxRecordValue: -1}}, "record value limit must be > 0"},
-		{Options{Backend: state.NewMemory(), Restore: state.RestoreLatest}, "restore needs a state pool"},
+		{Options{Restore: state.RestoreLatest}, "process memory (no state pool)"},
 		{Options{Limits: abi.Limits{MaxPrefetchValue: -5}}, "prefetch value limit must be > 0"},
 	} {
 		tc.opts.Module = counter
@@ -326,7 +309,7 @@ func TestRunFailures(t *testing.T) {
 		_, _, err := runOpts(t, Options{Module: abiFixture(t, "garbage"), KeyField: "u"}, twoA)
 		var oe *OutputError
 		var se *json.SyntaxError
-		if !errors.As(err, &oe) || oe.Operator != "garbage" || oe.Where != "input line 1" || string(oe.Key) != "a" || !errors.As(err, &se) {
+		if !errors.As(err, &oe) || oe.Operator != "garbage" || oe.Where != "input line 1" || !errors.As(err, &se) {
 			t.Fatalf("%v", err)
 		}
 	})
@@ -628,6 +611,50 @@ func TestUnreachableS3Redacted(t *testing.T) {
 			if strings.Contains(err.Error(), secret) {
 				t.Fatalf("the error shows a secret: %v", err)
 			}
+		}
+	}
+}
+
+// TestRunLargeInputKeys: keys and values of records read in one batch stay intact when the
+// parser's buffer is refilled (inputs beyond one buffer of the reader), CSV included.
+func TestRunLargeInputKeys(t *testing.T) {
+	for _, format := range []Format{FormatJSONL, FormatCSV} {
+		var in strings.Builder
+		if format == FormatCSV {
+			in.WriteString("u,pad\n")
+		}
+		want := map[string]int{}
+		for i := range 30000 {
+			k := fmt.Sprintf("key-%d", (i*7919)%997)
+			want[k]++
+			if format == FormatCSV {
+				fmt.Fprintf(&in, "%s,%s\n", k, strings.Repeat("x", i%40))
+			} else {
+				fmt.Fprintf(&in, "{\"u\":%q,\"pad\":%q}\n", k, strings.Repeat("x", i%40))
+			}
+		}
+		out, sum, err := runOpts(t, Options{Module: abiFixture(t, "counter"), KeyField: "u", Format: format, StateURL: newMemPool(t)}, in.String())
+		if err != nil || sum.RecordsIn != 30000 || sum.RecordsOut != 30000 {
+			t.Fatalf("%s: %v %+v", format, err, sum)
+		}
+		// The counter counts per key: the largest count of each key is its number of records,
+		// and the counts seen are exactly 1..n per key only if every record had its own key.
+		hist := map[int]int{}
+		for l := range strings.Lines(out) {
+			var v struct{ Count int }
+			if err := json.Unmarshal([]byte(l), &v); err != nil {
+				t.Fatalf("%s: %q", format, l)
+			}
+			hist[v.Count]++
+		}
+		wantHist := map[int]int{}
+		for _, n := range want {
+			for c := 1; c <= n; c++ {
+				wantHist[c]++
+			}
+		}
+		if fmt.Sprint(hist) != fmt.Sprint(wantHist) {
+			t.Fatalf("%s: count histogram differs from the model (keys corrupted?)", format)
 		}
 	}
 }

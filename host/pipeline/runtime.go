@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
@@ -52,6 +53,8 @@ type opNode struct {
 	sha       string
 	stateName string
 	ranges    []state.KeyGroupRange
+	live      atomic.Pointer[LimitsSpec] // limits changed while the job runs (live.go)
+	borrowed  bool                       // eng belongs to the caller (the flag form's preloaded module)
 }
 
 func (a *attempt) sourceSpec(name string) *SourceSpec {
@@ -141,9 +144,14 @@ func (a *attempt) wire(ctx context.Context) (*wiring, error) {
 					e.par = downPar
 					e.ownerCheck(kg)
 				} else if key == nil {
-					// Unkeyed (order input/none) or a single subtask: spread by the record's
-					// incoming key (its hash), which is stable for replays.
+					// A sink, or an operator with a single subtask: by the record's incoming
+					// key (its hash), so that each key's records keep their order.
 					e.keyOf = nil
+					if down != nil && down.spec.Order != "per-key" && downPar > 1 {
+						// An unkeyed operator (order input or none): round robin, each upstream
+						// subtask starting at its own offset. Order holds per subtask only.
+						e.roundRobin, e.next = true, u%downPar
+					}
 				}
 				w.out[up][side][u] = append(w.out[up][side][u], e)
 			}
@@ -248,6 +256,15 @@ func (a *attempt) run(parent context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() {
+				// A bug in a subtask fails the attempt with an error; it must not take down
+				// the process and every other pipeline in it.
+				if p := recover(); p != nil {
+					err := fmt.Errorf("pipeline: internal error (please report it): %v", p)
+					errs <- err
+					cancel(err)
+				}
+			}()
 			if err := f(); err != nil {
 				errs <- err
 				cancel(err)
@@ -287,7 +304,7 @@ func (a *attempt) run(parent context.Context) error {
 				return fmt.Errorf("restoring the timers of operator %s[%d]: %w", op.spec.Name, i, err)
 			}
 			t := &operatorTask{a: a, op: op, subtask: i, backend: b, in: newMerger(w.in[op.spec.Name][i]), out: w.routerFor(ctx, a, op.spec.Name, i)}
-			t.in.checkLate = true
+			t.in.checkLate = a.env.flag == nil // the flag form hands late records to its operator, as it always did
 			if op.spec.Late == "side-output" {
 				t.lateOut = t.out.sideRouter("late")
 				t.in.late, t.in.lateFlush = t.lateRecord, t.lateOut.flush
@@ -440,32 +457,40 @@ func loadOperators(ctx context.Context, spec *Spec, env *Env) ([]*opNode, error)
 	var out []*opNode
 	fail := func(err error) ([]*opNode, error) {
 		for _, o := range out {
-			o.eng.Close(context.WithoutCancel(ctx))
+			if !o.borrowed {
+				o.eng.Close(context.WithoutCancel(ctx))
+			}
 		}
 		return nil, err
 	}
 	for i := range spec.Operators {
 		os := &spec.Operators[i]
 		path := fmt.Sprintf("operators[%d]", i)
-		bin, err := env.module(ctx, os.Module)
-		if err != nil {
-			return fail(&SpecError{Problems: []*FieldError{{Path: path + ".module", Reason: err.Error()}}})
+		var n *opNode
+		if f := env.flag; f != nil { // the flag form loaded its one module already
+			n = &opNode{spec: os, mod: f.mod, eng: f.eng, sha: moduleSHA(f.bin), stateName: spec.Name + "." + os.Name, borrowed: true}
+		} else {
+			bin, err := env.module(ctx, os.Module)
+			if err != nil {
+				return fail(&SpecError{Problems: []*FieldError{{Path: path + ".module", Reason: err.Error()}}})
+			}
+			lim := abi.Limits{MemoryPages: os.Limits.MemoryPages, CallTime: os.Limits.CallTimeout.D(), MaxRecordValue: os.Limits.MaxRecordBytes}
+			opts := []abi.EngineOption{abi.WithLimits(lim)}
+			if env.CacheDir != "" {
+				opts = append(opts, abi.WithCompilationCacheDir(env.CacheDir))
+			}
+			eng, err := abi.NewEngine(ctx, opts...)
+			if err != nil {
+				return fail(err)
+			}
+			mod, err := eng.Load(ctx, bin, abi.LoadOptions{Endpoints: EndpointNames(os.Endpoints)})
+			if err != nil {
+				eng.Close(context.WithoutCancel(ctx))
+				return fail(&SpecError{Problems: []*FieldError{{Path: path + ".module", Reason: err.Error()}}})
+			}
+			n = &opNode{spec: os, mod: mod, eng: eng, sha: moduleSHA(bin), stateName: spec.Name + "." + os.Name}
 		}
-		lim := abi.Limits{MemoryPages: os.Limits.MemoryPages, CallTime: os.Limits.CallTimeout.D(), MaxRecordValue: os.Limits.MaxRecordBytes}
-		opts := []abi.EngineOption{abi.WithLimits(lim)}
-		if env.CacheDir != "" {
-			opts = append(opts, abi.WithCompilationCacheDir(env.CacheDir))
-		}
-		eng, err := abi.NewEngine(ctx, opts...)
-		if err != nil {
-			return fail(err)
-		}
-		mod, err := eng.Load(ctx, bin, abi.LoadOptions{Endpoints: EndpointNames(os.Endpoints)})
-		if err != nil {
-			eng.Close(context.WithoutCancel(ctx))
-			return fail(&SpecError{Problems: []*FieldError{{Path: path + ".module", Reason: err.Error()}}})
-		}
-		n := &opNode{spec: os, mod: mod, eng: eng, sha: moduleSHA(bin), stateName: spec.Name + "." + os.Name}
+		mod := n.mod
 		out = append(out, n)
 		for j, st := range os.State {
 			found := false
@@ -476,6 +501,10 @@ func loadOperators(ctx context.Context, spec *Spec, env *Env) ([]*opNode, error)
 				return fail(&SpecError{Problems: []*FieldError{{Path: fmt.Sprintf("%s.state[%d]", path, j),
 					Reason: fmt.Sprintf("module %s does not declare state %q (it declares %v)", mod.Name(), st, mod.Manifest.States)}}})
 			}
+		}
+		if os.Order != "per-key" && len(mod.Manifest.States) > 0 {
+			return fail(&SpecError{Problems: []*FieldError{{Path: path + ".order",
+				Reason: fmt.Sprintf("module %s declares keyed state (%v), which needs order per-key: order %s runs the records of a key concurrently (and, at parallelism > 1, on any subtask)", mod.Name(), mod.Manifest.States, os.Order)}}})
 		}
 		if os.Key != nil && os.Key.Guest && !mod.HasKey() {
 			return fail(&SpecError{Problems: []*FieldError{{Path: path + ".key.guest", Reason: fmt.Sprintf("module %s does not export clink_key", mod.Name())}}})

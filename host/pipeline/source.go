@@ -76,6 +76,10 @@ type source struct {
 	sinceWM   int
 	csvHeader []string
 	br        *bufio.Reader
+	csvReader *csv.Reader
+	// lineBase is the line the reading started after (a restore's); CSV line numbers count
+	// from the reader's start.
+	lineBase int64
 
 	// Checkpoints: a barrier every checkpointEvery (if > 0), with ids from nextCheckpoint.
 	checkpointEvery time.Duration
@@ -120,6 +124,23 @@ type bomSkipper struct {
 	r       io.Reader
 	checked bool
 	head    []byte // bytes read while checking, not yet returned
+	dropped int    // 3 once a BOM was dropped
+}
+
+// bomDropped is the length of the byte order mark dropped from the input (0 or 3).
+func (s *source) bomDropped() int {
+	if b, ok := s.in.(*bomSkipper); ok {
+		return b.dropped
+	}
+	return 0
+}
+
+// bomHeld is the number of input bytes the BOM check read and has not passed on yet.
+func (s *source) bomHeld() int {
+	if b, ok := s.in.(*bomSkipper); ok {
+		return len(b.head)
+	}
+	return 0
 }
 
 func (b *bomSkipper) Read(p []byte) (int, error) {
@@ -128,7 +149,7 @@ func (b *bomSkipper) Read(p []byte) (int, error) {
 		var h [3]byte
 		n, err := io.ReadFull(b.r, h[:])
 		if n == 3 && bytes.Equal(h[:], utf8BOM) {
-			n = 0
+			n, b.dropped = 0, 3
 		}
 		b.head = h[:n]
 		if err != nil && err != io.ErrUnexpectedEOF && err != io.EOF {
@@ -480,6 +501,12 @@ func (s *source) csvRecords() func() ([]byte, []byte, int64, error) {
 	cr := csv.NewReader(tee)
 	cr.ReuseRecord = true
 	cr.FieldsPerRecord = 0
+	if s.csvHeader != nil { // resumed after the header
+		cr.FieldsPerRecord = len(s.csvHeader)
+	}
+	s.csvReader = cr
+	base := s.lineBase
+	tee.lines = base
 	var buf []byte
 	return func() ([]byte, []byte, int64, error) {
 		for {
@@ -500,12 +527,16 @@ func (s *source) csvRecords() func() ([]byte, []byte, int64, error) {
 					return nil, nil, 0, fmt.Errorf("CSV header: %w", err)
 				}
 				s.csvHeader = append([]string(nil), row...)
+				s.line = tee.startLine() - 1
 				continue
 			}
 			if err != nil {
-				return nil, raw, int64(pe.StartLine), &MalformedError{Line: int64(pe.StartLine), Err: pe.Err}
+				s.line = tee.startLine() - 1
+				return nil, raw, base + int64(pe.StartLine), &MalformedError{Line: base + int64(pe.StartLine), Err: pe.Err}
 			}
 			line, _ := cr.FieldPos(0) // a record without error has at least one field
+			line += int(base)
+			s.line = tee.startLine() - 1
 			buf = append(buf[:0], '{')
 			for i, h := range s.csvHeader {
 				if i > 0 {

@@ -2,6 +2,9 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -248,12 +251,18 @@ type persistJob struct {
 func (t *operatorTask) name() string { return fmt.Sprintf("%s[%d]", t.op.spec.Name, t.subtask) }
 
 func (t *operatorTask) describe(pos int64) string {
+	if f := t.a.env.flag; f != nil {
+		return f.describe(pos)
+	}
 	return fmt.Sprintf("the record at source position %d (operator %s)", pos, t.name())
 }
 
 func (t *operatorTask) run() error {
 	ctx := t.out.ctx
 	a := t.a
+	if newOp := a.env.Native[t.op.spec.Name]; newOp != nil {
+		return t.runNative(ctx, newOp())
+	}
 	var lookupFn scheduler.LookupFunc
 	if len(t.op.spec.Endpoints) > 0 {
 		reg := a.env.Lookups
@@ -264,8 +273,23 @@ func (t *operatorTask) run() error {
 		if err != nil {
 			return fmt.Errorf("operator %s: %w", t.name(), err)
 		}
-		defer closeLookups()
+		defer func() { t.a.env.flag.lookupsDone(closeLookups()) }()
 		lookupFn = fn
+		if g := a.env.LookupGate; g != nil {
+			lookupFn = gateLookups(g, fn)
+		}
+	}
+	var backend state.Backend = t.backend
+	var sink scheduler.Sink = t.out
+	var in <-chan []scheduler.Element = t.in.out
+	var tapErr func() error
+	if f := a.env.flag; f != nil && f.record != nil {
+		backend, sink = f.record.Backend(t.backend), f.record.Sink(t.out)
+		if err := backend.Open(t.op.mod.Manifest.States); err != nil { // the recording learns the state names
+			return fmt.Errorf("operator %s: %w", t.name(), err)
+		}
+		lookupFn = f.record.Lookup(lookupFn, t.op.mod.Manifest.Endpoints)
+		in, tapErr = tapInput(in, f.record.Elements)
 	}
 	order := scheduler.OrderPerKey
 	switch t.op.spec.Order {
@@ -277,29 +301,34 @@ func (t *operatorTask) run() error {
 	t.persistQ = make(chan persistJob, 4)
 	t.persistE = make(chan error, 1)
 	go t.persister(ctx)
-	ctrl, err := scheduler.New(t.op.mod, t.backend, t.out,
+	ctrl, err := scheduler.New(t.op.mod, backend, sink,
 		scheduler.WithLookup(lookupFn), scheduler.WithOrder(order),
-		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.spec.Limits.MaxInFlight),
+		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.maxInFlight()),
 		scheduler.WithDescribe(t.describe), scheduler.WithOnBarrier(t.onBarrier),
-		scheduler.WithLogger(a.log.With("subtask", t.name())))
+		scheduler.WithLogger(a.log.With("subtask", t.name())), scheduler.WithLookupContext(t.lookupContext))
 	if err != nil {
 		close(t.persistQ)
 		return fmt.Errorf("operator %s: %w", t.name(), err)
 	}
 	t.ctrl.Store(ctrl)
+	t.applyLiveInFlight() // a SetLimits between maxInFlight() and the Store above
 	mergeErr := make(chan error, 1)
 	mctx, mcancel := context.WithCancel(ctx)
 	defer mcancel()
 	go func() { mergeErr <- t.in.run(mctx) }()
-	runErr := ctrl.Run(ctx, t.in.out)
+	runErr := ctrl.Run(ctx, in)
 	if runErr != nil {
 		mcancel() // an endless input would never let the merger finish on its own
 	}
-	for range t.in.out { // let the merger finish if the controller stopped early
+	for range in { // let the merger finish if the controller stopped early
 	}
 	mErr := <-mergeErr
 	close(t.persistQ)
 	pErr := <-t.persistE
+	t.a.env.flag.operatorDone(ctrl, t.backend)
+	if runErr == nil && tapErr != nil {
+		runErr = tapErr()
+	}
 	if runErr != nil {
 		return runErr
 	}
@@ -313,6 +342,43 @@ func (t *operatorTask) run() error {
 		return nil
 	}
 	return t.out.close()
+}
+
+// lookupContext gives each lookup an idempotency key derived from the job, the operator, the
+// record that makes it (its source position, key and value; a timer's key and time) and the
+// lookup's index in that call. A record replayed after a restore makes the same calls and so
+// presents the same keys; host/lookup sends the key with non-idempotent requests (POST,
+// PATCH) as the Idempotency-Key header.
+func (t *operatorTask) lookupContext(ctx context.Context, c scheduler.LookupCall) context.Context {
+	return lookup.WithIdempotencyKey(ctx, lookupIdempotencyKey(t.a.spec.Tenant, t.a.spec.Name, t.op.spec.Name, c))
+}
+
+func lookupIdempotencyKey(tenant, job, operator string, c scheduler.LookupCall) string {
+	h := sha256.New()
+	var n [8]byte
+	field := func(b []byte) {
+		binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	field([]byte(tenant))
+	field([]byte(job))
+	field([]byte(operator))
+	if c.Timer {
+		field([]byte("timer"))
+		binary.LittleEndian.PutUint64(n[:], uint64(c.TS))
+	} else {
+		field([]byte("record"))
+		binary.LittleEndian.PutUint64(n[:], uint64(c.Pos))
+	}
+	h.Write(n[:])
+	field(c.Key)
+	if !c.Timer {
+		field(c.Value)
+	}
+	binary.LittleEndian.PutUint64(n[:], uint64(c.Index))
+	h.Write(n[:])
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // onBarrier runs on the runner after the barrier drained: capture, and hand the persist to

@@ -20,10 +20,20 @@ import (
 // version byte 1, uvarint count, then per timer uvarint length and 8-byte big-endian time
 // followed by the key); it is copied here because the scheduler does not export it.
 
-const timersStateName = "clink.timers"
+// Processing-time timers are kept the same way under "clink.ptimers", and remapped alike.
+var timerStateNames = []string{"clink.timers", "clink.ptimers"}
 
 func remapTimers(b *state.Tiered) error {
-	blobs := b.RestoredOperatorState(timersStateName)
+	for _, name := range timerStateNames {
+		if err := remapTimerState(b, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func remapTimerState(b *state.Tiered, name string) error {
+	blobs := b.RestoredOperatorState(name)
 	if len(blobs) == 0 || (len(blobs) == 1 && blobs[0].Range == b.KeyGroups()) {
 		return nil // a restore at the same parallelism: the scheduler reads its own blob
 	}
@@ -33,7 +43,7 @@ func remapTimers(b *state.Tiered) error {
 	for _, rb := range blobs {
 		entries, err := decodeTimers(rb.Data)
 		if err != nil {
-			return fmt.Errorf("timers of key groups %v: %w", rb.Range, err)
+			return fmt.Errorf("%s of key groups %v: %w", name, rb.Range, err)
 		}
 		for _, id := range entries {
 			if !own.Contains(state.KeyGroupOf([]byte(id[8:]), numKG)) || seen[id] {
@@ -50,7 +60,7 @@ func remapTimers(b *state.Tiered) error {
 		out = binary.AppendUvarint(out, uint64(len(id)))
 		out = append(out, id...)
 	}
-	b.SetOperatorState(timersStateName, out)
+	b.SetOperatorState(name, out)
 	return nil
 }
 

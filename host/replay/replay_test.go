@@ -73,13 +73,16 @@ type runOpts struct {
 	stateURL string
 	hot      int64
 	restore  uint64
+	// inputName names the input in checkpoints: a restore skips what the checkpoint covers of
+	// an input of the same name (default "input").
+	inputName string
 }
 
 func runPipeline(t *testing.T, mod []byte, in string, eps []lookup.EndpointConfig, o runOpts) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
 	opts := pipeline.Options{Module: mod, Input: strings.NewReader(in), Output: &out, KeyField: "user",
-		Endpoints: eps, StateURL: o.stateURL, HotBytes: o.hot, Restore: o.restore, CheckpointEvery: -1}
+		Endpoints: eps, StateURL: o.stateURL, HotBytes: o.hot, Restore: o.restore, CheckpointEvery: -1, InputName: o.inputName}
 	var rec *replay.Recorder
 	if o.dir != "" {
 		var err error
@@ -195,7 +198,7 @@ func TestReplayColdStateWithoutStateOrNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "rec")
-	out, err := runPipeline(t, mod, input(30, 10), eps, runOpts{dir: dir, stateURL: stateURL, hot: 1, restore: state.RestoreLatest})
+	out, err := runPipeline(t, mod, input(30, 10), eps, runOpts{dir: dir, stateURL: stateURL, hot: 1, restore: state.RestoreLatest, inputName: "second-batch"})
 	if err != nil {
 		t.Fatal(err)
 	}

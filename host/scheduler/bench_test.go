@@ -9,6 +9,8 @@ package scheduler
 // BenchmarkHotPath              all hits: controller vs a plain synchronous loop (target <= 1.15x)
 // BenchmarkColdPath             50% cold reads at 2 ms, 512 in flight (targets: >= 85% of the
 //                               Little's-law bound, >= 200x synchronous, >= 10 keys per read)
+// BenchmarkEnrichPath           the whole enrichment path through a real lookup endpoint and a
+//                               loopback upstream in its own process (enrich_bench_test.go)
 
 import (
 	"bytes"

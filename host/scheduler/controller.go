@@ -20,6 +20,11 @@
 //     Its release (fire due timers, then forward the watermark) runs only after every task of
 //     that epoch and of every earlier epoch has finished, in epoch order. Timers fire as tasks
 //     through the same gate, so a timer callback that reads cold state suspends like a record.
+//   - Processing-time timers: when the wall clock passes the earliest one, the open epoch is
+//     closed as a watermark would close it, but with the watermark unchanged; its release
+//     fires the processing-time timers due by then (after every record admitted before), and
+//     forwards nothing. While records flow the clock is read once per runner iteration, and
+//     only while such timers exist; an idle runner sleeps until the earliest one.
 //   - Barrier drain: a checkpoint barrier stops admission until every admitted task has finished
 //     and every closed epoch has been released, then captures state: a consistent cut.
 //   - Read coalescing: pending cold reads go to the backend as one batched Fetch when any of
@@ -33,6 +38,18 @@
 //     *OperatorError naming the operator, the record and the key.
 //
 // See carrier.go for how the runner role moves between goroutines.
+//
+// # Files
+//
+//   - controller.go: the Controller, New, Run, the runner loop, input and shutdown;
+//   - options.go: Option and its With… constructors, the one place defaults live;
+//   - gate.go: the per-key gate; execute.go: running a task's guest call and finishing it;
+//   - instances.go: the instance pool and its memory budget; epochs.go: epochs, timers' release
+//     and barriers; ordered.go: outputs held in input order (OrderInput);
+//   - fetch.go: the prefetch check, cold reads and their coalescing; lookups.go: lookups;
+//   - completions.go: the hand-back from IO goroutines to the runner, and resuming;
+//   - carrier.go and coro.go: how a suspended call waits (carriers, coroutines);
+//   - task.go: tasks and the abi.Handler the guest calls; output.go: batched output; metrics.go.
 package scheduler
 
 import (
@@ -42,6 +59,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
@@ -158,11 +176,12 @@ type Controller struct {
 	inbuf     []Element
 	inputDone bool
 
-	maxInFlight int
-	admitted    int // tasks admitted and not complete: running, suspended, parked, runnable
-	running     int // tasks holding an instance
-	parked      int
-	seq         uint64
+	maxInFlight    int
+	maxInFlightSet atomic.Int64 // a new cap from SetMaxInFlight, applied by the runner (any goroutine writes)
+	admitted       int          // tasks admitted and not complete: running, suspended, parked, runnable
+	running        int          // tasks holding an instance
+	parked         int
+	seq            uint64
 
 	gate     map[string]*gateEntry
 	gatePool []*gateEntry
@@ -183,6 +202,10 @@ type Controller struct {
 	barrier   *uint64
 	barrierAt time.Time // when the barrier arrived: its drain starts
 	timers    *timerService
+	ptimers   *timerService // processing-time timers
+	ptUsed    bool          // a processing-time timer was registered or restored: persist them
+	ptClosing bool          // an epoch closed for processing-time timers is not released yet
+	ptWake    *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
 	pendingSince time.Time     // when the oldest pending read joined the batch
@@ -230,6 +253,7 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 		gate:      make(map[string]*gateEntry),
 		suspended: make(map[*task]struct{}),
 		timers:    newTimerService(cfg.TimerLimit),
+		ptimers:   newTimerService(cfg.TimerLimit),
 		maxBatch:  cfg.ReadBatch,
 		watermark: math.MinInt64,
 		lastWM:    math.MinInt64,
@@ -245,6 +269,10 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 	if err := c.timers.unmarshal(cfg.Backend.OperatorState(timersStateName)); err != nil {
 		return nil, err
 	}
+	if err := c.ptimers.unmarshal(cfg.Backend.OperatorState(procTimersStateName)); err != nil {
+		return nil, err
+	}
+	c.ptUsed = c.ptimers.len() > 0
 	return c, nil
 }
 
@@ -286,11 +314,25 @@ func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
 // MaxInFlight returns the in-flight cap in force (after Run has started).
 func (c *Controller) MaxInFlight() int { return c.maxInFlight }
 
+// SetMaxInFlight changes the in-flight cap of a running controller (a live quota change); safe
+// from any goroutine. The runner applies it at its next iteration: a lower cap admits nothing
+// until the tasks in flight fall below it (none is aborted), a higher one admits more once the
+// runner next wakes (a completion or new input). n < 1 is ignored; a Synchronous controller
+// keeps its cap of 1.
+func (c *Controller) SetMaxInFlight(n int) {
+	if n >= 1 {
+		c.maxInFlightSet.Store(int64(n))
+	}
+}
+
 // loop is the runner loop. It runs on whichever carrier holds the runner role; every piece of
 // state it keeps between iterations lives in c, so a carrier can pick it up at any hand-off.
 func (c *Controller) loop(self *carrier) {
 	var comps []completion
 	for !c.stopped {
+		if n := c.maxInFlightSet.Swap(0); n > 0 && !c.cfg.Synchronous {
+			c.maxInFlight = int(n)
+		}
 		comps = c.comp.take(comps[:0])
 		for _, cp := range comps {
 			c.complete(cp)
@@ -336,6 +378,9 @@ func (c *Controller) loop(self *carrier) {
 			continue
 		}
 		if c.releaseStep() {
+			continue
+		}
+		if c.ptUsed && c.procTimersDue() {
 			continue
 		}
 		if c.barrier != nil {
@@ -403,7 +448,21 @@ func (c *Controller) wait() {
 	if !c.inputDone && c.barrier == nil && c.admitted < c.maxInFlight && len(c.inbuf) == 0 {
 		in = c.input
 	}
+	var clock <-chan time.Time
+	if c.ptUsed && !c.ptClosing && c.barrier == nil {
+		if next, ok := c.ptimers.next(); ok {
+			d := time.Duration(next-time.Now().UnixMilli()) * time.Millisecond
+			if c.ptWake == nil {
+				c.ptWake = time.NewTimer(d)
+			} else {
+				c.ptWake.Reset(d)
+			}
+			clock = c.ptWake.C
+			defer c.ptWake.Stop()
+		}
+	}
 	select {
+	case <-clock:
 	case <-c.comp.wake:
 	case b, ok := <-in:
 		if !ok {

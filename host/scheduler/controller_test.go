@@ -481,6 +481,48 @@ func TestBackpressure(t *testing.T) {
 	})
 }
 
+// TestSetMaxInFlight: a cap changed while the controller runs (a live quota) applies at the
+// runner's next iteration: lowered, it admits no more than the new cap; raised, more at once.
+func TestSetMaxInFlight(t *testing.T) {
+	m := loadModule(t, "testdata/accum.wasm")
+	synctest.Test(t, func(t *testing.T) {
+		tier := newFakeTier(1, 10*time.Millisecond, 10*time.Millisecond, 0)
+		c, err := New(m, tier, &collectSink{}, WithMaxInFlight(4))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make(chan []Element)
+		done := make(chan error)
+		go func() { done <- c.Run(context.Background(), in) }()
+		c.SetMaxInFlight(2)
+		for i := range 2 {
+			in <- []Element{rec(fmt.Sprint("key", i), 0, 1, int64(i))}
+		}
+		synctest.Wait()
+		select {
+		case in <- []Element{rec("key2", 0, 1, 2)}:
+			t.Fatal("a 3rd record was admitted at a cap lowered to 2")
+		default:
+		}
+		c.SetMaxInFlight(8)
+		for i := 2; i < 8; i++ {
+			in <- []Element{rec(fmt.Sprint("key", i), 0, 1, int64(i))}
+		}
+		synctest.Wait()
+		if got := c.Metrics().InFlight; got != 6 {
+			t.Errorf("in flight %d after raising the cap to 8 and sending 6 more, want 6", got)
+		}
+		if got := c.MaxInFlight(); got != 8 {
+			t.Errorf("MaxInFlight %d, want 8", got)
+		}
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		tier.pending.Wait()
+	})
+}
+
 // TestResumePriority: records whose reads land in one coalesced batch resume in order-key order
 // when the pipeline asks for priority resumption, and in arrival order otherwise.
 func TestResumePriority(t *testing.T) {

@@ -17,6 +17,9 @@ type epoch struct {
 	closed  bool
 	firing  bool
 	due     []timerEntry
+	// procTime > 0: closed by the clock, not by a watermark: its release fires the
+	// processing-time timers due at procTime and forwards no watermark.
+	procTime int64
 }
 
 // releaseStep advances the oldest closed epoch: once its tasks are done it fires its due timers
@@ -32,7 +35,11 @@ func (c *Controller) releaseStep() bool {
 	}
 	if !e.firing {
 		e.firing = true
-		e.due = c.timers.popDue(e.closeWM)
+		if e.procTime != 0 {
+			e.due = c.ptimers.popDue(e.procTime)
+		} else {
+			e.due = c.timers.popDue(e.closeWM)
+		}
 	}
 	if len(e.due) > 0 {
 		if c.admitted >= c.maxInFlight {
@@ -42,6 +49,9 @@ func (c *Controller) releaseStep() bool {
 		e.due = e.due[1:]
 		t := c.newTask()
 		t.kind = kindTimer
+		if e.procTime != 0 {
+			t.kind = kindProcTimer
+		}
 		t.key, t.ts, t.pos = []byte(te.key), te.ts, -1
 		t.ep, t.wm = e, e.closeWM
 		e.pending++
@@ -54,12 +64,16 @@ func (c *Controller) releaseStep() bool {
 	}
 	// Timers registered during this release for times at or before the watermark fire at the
 	// next one (docs/abi.md). At end of input there is no next one: fire them now, bounded.
-	if e.closeWM == math.MaxInt64 && c.timers.hasDue(e.closeWM) {
+	if e.closeWM == math.MaxInt64 && e.procTime == 0 && c.timers.hasDue(e.closeWM) {
 		e.due = c.timers.popDue(e.closeWM)
 		return true
 	}
 	c.epochs[0] = nil
 	c.epochs = c.epochs[1:]
+	if e.procTime != 0 {
+		c.ptClosing = false
+		return true // the watermark did not move: nothing to forward
+	}
 	c.watermark = e.closeWM
 	c.metrics.Watermarks.Add(1)
 	if err := c.out.mark(OutputWatermark, e.closeWM); err != nil {
@@ -73,7 +87,7 @@ func (c *Controller) completeBarrier() {
 	c.barrier = nil
 	drained := time.Now()
 	c.metrics.BarrierDrainNanos.Add(int64(drained.Sub(c.barrierAt)))
-	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())
+	c.saveTimers()
 	if c.cfg.OnBarrier != nil {
 		err := c.cfg.OnBarrier(id)
 		c.metrics.BarrierCaptureNanos.Add(int64(time.Since(drained)))
@@ -94,9 +108,36 @@ func (c *Controller) completeBarrier() {
 
 // SaveTimers stores the timer queue in the backend's operator state; used before a final
 // savepoint when no barrier passed.
-func (c *Controller) SaveTimers() {
+func (c *Controller) SaveTimers() { c.saveTimers() }
+
+func (c *Controller) saveTimers() {
 	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())
+	if c.ptUsed {
+		c.cfg.Backend.SetOperatorState(procTimersStateName, c.ptimers.marshal())
+	}
 }
 
-// PendingTimers returns the number of registered timers.
-func (c *Controller) PendingTimers() int { return c.timers.len() }
+// procTimersDue closes the open epoch for the processing-time timers due now, if any (and if
+// no such epoch is already waiting for its release, and no barrier is draining). It reports
+// whether it did.
+func (c *Controller) procTimersDue() bool {
+	if c.ptClosing || c.barrier != nil {
+		return false
+	}
+	next, ok := c.ptimers.next()
+	if !ok {
+		return false
+	}
+	now := time.Now().UnixMilli()
+	if next > now {
+		return false
+	}
+	e := c.epochs[len(c.epochs)-1]
+	e.closed, e.closeWM, e.procTime = true, c.lastWM, max(now, 1)
+	c.epochs = append(c.epochs, &epoch{startWM: c.lastWM})
+	c.ptClosing = true
+	return true
+}
+
+// PendingTimers returns the number of registered timers, of both kinds.
+func (c *Controller) PendingTimers() int { return c.timers.len() + c.ptimers.len() }

@@ -49,9 +49,13 @@ func (c *Controller) execute(t *task) {
 // callGuest runs the guest call of s's task, on the current carrier or inside s's coroutine.
 func (c *Controller) callGuest(s *slot) error {
 	t := s.t
-	if t.kind == kindTimer {
+	switch t.kind {
+	case kindTimer:
 		c.hot.timers++
 		return s.inst.OnTimer(t.key, t.ts)
+	case kindProcTimer:
+		c.hot.timers++
+		return s.inst.OnProcessingTimer(t.key, t.ts)
 	}
 	c.hot.records++
 	return s.inst.Process(t.key, t.value, t.ts)
@@ -70,8 +74,11 @@ func (c *Controller) afterCall(t *task, s *slot, err error) {
 func (c *Controller) finish(t *task, err error) {
 	if err != nil && c.err == nil {
 		where := c.cfg.Describe(t.pos)
-		if t.kind == kindTimer {
+		switch t.kind {
+		case kindTimer:
 			where = fmt.Sprintf("timer at %d", t.ts)
+		case kindProcTimer:
+			where = fmt.Sprintf("processing-time timer at %d", t.ts)
 		}
 		c.fail(&OperatorError{Operator: c.name, Where: where, Key: bytes.Clone(t.key), TS: t.ts, Err: err, Lookup: t.lookupErr})
 	}

@@ -64,7 +64,8 @@ func instanceOverhead(heapGrowth, memBytes int64, memOnHeap bool) int64 {
 // Memory on the Go heap also carries the spare capacity append growth leaves (up to a quarter);
 // a mapped memory costs what it has grown to, no more.
 func (c *Controller) footprint(s *slot) int64 {
-	mem := int64(s.inst.MemoryBytes())
+	s.mem = s.inst.MemoryBytes()
+	mem := int64(s.mem)
 	if s.inst.MemoryOnHeap() {
 		mem = mem * 5 / 4
 	}
@@ -148,7 +149,8 @@ func (c *Controller) releaseSlot(s *slot) {
 		c.instBytes -= s.cost
 		return
 	}
-	if cost := c.footprint(s); cost != s.cost { // its memory grew
+	if s.inst.MemoryBytes() != s.mem { // its memory grew
+		cost := c.footprint(s)
 		c.instBytes += cost - s.cost
 		s.cost = cost
 	}

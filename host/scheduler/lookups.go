@@ -18,8 +18,9 @@ type LookupFunc func(ctx context.Context, endpoint uint32, request []byte, done 
 func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []byte, error) {
 	c.metrics.Lookups.Add(1)
 	t.async = true
+	ctx := c.lookupContext(t)
 	if c.cfg.Synchronous {
-		status, body, err := c.lookupBlocking(endpoint, req)
+		status, body, err := c.lookupBlocking(ctx, endpoint, req)
 		if err != nil {
 			t.lookupErr = err
 		}
@@ -28,7 +29,7 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 	t.done.Store(0)
 	t.io++
 	c.outstanding++
-	c.cfg.Lookup(c.ioCtx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
+	c.cfg.Lookup(ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
 		t.lookup = lookupResult{status: status, body: body, err: err}
 		if t.done.CompareAndSwap(0, 2) {
 			return // answered before the caller suspended: it reads t.lookup directly
@@ -52,9 +53,20 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 	return r.status, r.body, r.err
 }
 
-func (c *Controller) lookupBlocking(endpoint uint32, req []byte) (int, []byte, error) {
+// lookupContext is the context of t's next lookup (WithLookupContext).
+func (c *Controller) lookupContext(t *task) context.Context {
+	t.async = true // t.lookups is reset with the slow-path fields
+	n := t.lookups
+	t.lookups++
+	if c.cfg.LookupContext == nil {
+		return c.ioCtx
+	}
+	return c.cfg.LookupContext(c.ioCtx, LookupCall{Timer: t.kind == kindTimer, Pos: t.pos, TS: t.ts, Key: t.key, Value: t.value, Index: n})
+}
+
+func (c *Controller) lookupBlocking(ctx context.Context, endpoint uint32, req []byte) (int, []byte, error) {
 	ch := make(chan lookupResult, 1)
-	c.cfg.Lookup(c.ioCtx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
+	c.cfg.Lookup(ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
 		ch <- lookupResult{status, body, err}
 	})
 	r := <-ch

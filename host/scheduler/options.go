@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -39,6 +40,7 @@ type config struct {
 	ExecMode             ExecMode
 	TimerLimit           int
 	OnBarrier            func(id uint64) error
+	LookupContext        func(ctx context.Context, call LookupCall) context.Context
 	Describe             func(pos int64) string
 }
 
@@ -115,8 +117,8 @@ func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.NoCo
 
 // WithReadBatch sets the batch size that sends pending cold reads at once (default 32), and
 // the most a stuck runner sends in one Fetch (default 4096). 0 keeps a default.
-func WithReadBatch(n, max int) Option {
-	return optionFunc(func(c *config) { c.ReadBatch, c.MaxReadBatch = n, max })
+func WithReadBatch(n, maxBatch int) Option {
+	return optionFunc(func(c *config) { c.ReadBatch, c.MaxReadBatch = n, maxBatch })
 }
 
 // WithReadBatchWait sends a batch once its oldest read has waited d. By default (0) that is
@@ -146,6 +148,23 @@ func WithTimerLimit(n int) Option { return optionFunc(func(c *config) { c.TimerL
 // saved to the backend's operator state: capture state there. An error fails the run.
 func WithOnBarrier(f func(id uint64) error) Option {
 	return optionFunc(func(c *config) { c.OnBarrier = f })
+}
+
+// LookupCall names one lookup of a guest call: the record (or timer) that made it and the
+// call's index among that record's lookups. Key and Value are valid only during the
+// LookupContext callback.
+type LookupCall struct {
+	Timer      bool
+	Pos, TS    int64 // the record's source position; a timer's time
+	Key, Value []byte
+	Index      int // 0 for the record's first lookup
+}
+
+// WithLookupContext sets a function that derives the context of each lookup from the
+// controller's, given the call that makes it (for example an idempotency key: see
+// host/lookup.WithIdempotencyKey). Default: none.
+func WithLookupContext(f func(ctx context.Context, call LookupCall) context.Context) Option {
+	return optionFunc(func(c *config) { c.LookupContext = f })
 }
 
 // WithDescribe sets how errors name a record position, e.g. "input line 42" (default

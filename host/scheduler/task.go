@@ -13,6 +13,7 @@ type taskKind uint8
 const (
 	kindRecord taskKind = iota
 	kindTimer
+	kindProcTimer // a processing-time timer
 )
 
 // task is one record or fired timer on its way through the controller.
@@ -49,6 +50,7 @@ type task struct {
 	lookup  lookupResult
 	// lookupErr is the last failed lookup of the call (for the report if the call fails).
 	lookupErr error
+	lookups   int // lookups the call made so far (LookupCall.Index)
 	aborted   error
 	order     int64 // resume priority, lower first (ResumePriority)
 	waitFrom  time.Time
@@ -72,6 +74,7 @@ func (t *task) reset() {
 	t.fetched, t.readKey, t.lookup, t.lookupErr, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, nil, 0, time.Time{}
 	t.done.Store(0)
 	t.prefetchWait, t.suspendedOnce, t.slotWaited = 0, false, false
+	t.lookups = 0
 }
 
 type lookupResult struct {
@@ -87,6 +90,7 @@ type slot struct {
 	t    *task
 	co   coState // the slot's coroutine, created on first use (coro.go)
 	cost int64   // its footprint as last accounted (Controller.footprint)
+	mem  uint64  // its linear memory's size when cost was computed
 }
 
 var _ abi.Handler = (*slot)(nil)
@@ -148,7 +152,7 @@ func (s *slot) Emit(key, value []byte) error {
 	var src Source
 	ts := s.c.watermark // clink_close: the last watermark (docs/abi.md, emit)
 	if t := s.t; t != nil {
-		src = Source{Pos: t.pos, Key: t.key, Timer: t.kind == kindTimer, TS: t.ts}
+		src = Source{Pos: t.pos, Key: t.key, Timer: t.kind != kindRecord, TS: t.ts}
 		ts = t.ts
 		if t.held != nil {
 			t.held.add(key, value, ts, src)
@@ -175,6 +179,24 @@ func (s *slot) DeleteTimer(ts int64) error {
 	return nil
 }
 
+// RegisterProcessingTimer implements abi.ProcessingTimerHandler.
+func (s *slot) RegisterProcessingTimer(ts int64) error {
+	if s.t == nil || s.c.cfg.Order != OrderPerKey {
+		return abi.NotAllowed
+	}
+	s.c.ptUsed = true
+	return s.c.ptimers.register(s.t.key, ts)
+}
+
+// DeleteProcessingTimer implements abi.ProcessingTimerHandler.
+func (s *slot) DeleteProcessingTimer(ts int64) error {
+	if s.t == nil || s.c.cfg.Order != OrderPerKey {
+		return abi.NotAllowed
+	}
+	s.c.ptimers.remove(s.t.key, ts)
+	return nil
+}
+
 // Watermark implements abi.Handler.
 func (s *slot) Watermark() int64 {
 	if s.t == nil {
@@ -192,7 +214,7 @@ func (s *slot) Lookup(endpoint uint32, req []byte) (int, []byte, error) {
 	if t == nil {
 		// clink_open / clink_close: no task to suspend; block this carrier (rare, and the
 		// runner has nothing else it could safely do while an instance is being set up).
-		return s.c.lookupBlocking(endpoint, req)
+		return s.c.lookupBlocking(s.c.ioCtx, endpoint, req)
 	}
 	return s.c.lookupAsync(t, endpoint, req)
 }
@@ -202,7 +224,7 @@ func (s *slot) Log(level abi.LogLevel, msg []byte) {
 	if s.c.cfg.Log != nil {
 		var src *Source
 		if t := s.t; t != nil {
-			src = &Source{Pos: t.pos, Key: t.key, Timer: t.kind == kindTimer, TS: t.ts}
+			src = &Source{Pos: t.pos, Key: t.key, Timer: t.kind != kindRecord, TS: t.ts}
 		}
 		s.c.cfg.Log(s.c.name, level, msg, src)
 	}

@@ -112,10 +112,25 @@ func (ts *timerService) hasDue(wm int64) bool {
 	return false
 }
 
+// next returns the time of the earliest live timer.
+func (ts *timerService) next() (int64, bool) {
+	for len(ts.h) > 0 {
+		e := ts.h[0]
+		if _, ok := ts.set[string(ts.timerID([]byte(e.key), e.ts))]; ok {
+			return e.ts, true
+		}
+		heap.Pop(&ts.h)
+	}
+	return 0, false
+}
+
 func (ts *timerService) len() int { return len(ts.set) }
 
 // Timers persist as operator state: a version byte, then (ts, key) entries in sorted order.
 const timersStateName = "clink.timers"
+
+// Processing-time timers persist the same way, under their own name.
+const procTimersStateName = "clink.ptimers"
 
 func (ts *timerService) marshal() []byte {
 	ids := make([]string, 0, len(ts.set))

@@ -19,6 +19,8 @@ type metrics struct {
 	uploads       *prometheus.CounterVec
 	ingested      *prometheus.CounterVec
 	ingestRefused *prometheus.CounterVec
+	// lookupThrottled counts lookups the tenant's lookup gate delayed or refused.
+	lookupThrottled *prometheus.CounterVec
 }
 
 func newMetrics(reg *prometheus.Registry, ctl *control.Control, rt func() *runtime) *metrics {
@@ -45,8 +47,11 @@ func newMetrics(reg *prometheus.Registry, ctl *control.Control, rt func() *runti
 		ingestRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "clink_ingest_refused_total", Help: "Ingest requests refused, per tenant and reason (backpressure).",
 		}, []string{"tenant", "reason"}),
+		lookupThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "clink_lookup_throttled_total", Help: "Lookups the tenant's lookup_requests_per_second quota delayed or refused, per tenant and outcome (delayed, refused).",
+		}, []string{"tenant", "outcome"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.authFailures, m.rateLimited, m.uploads, m.ingested, m.ingestRefused,
+	reg.MustRegister(m.requests, m.latency, m.authFailures, m.rateLimited, m.uploads, m.ingested, m.ingestRefused, m.lookupThrottled,
 		catalogCollector{ctl}, runCollector{rt},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: "clink"}))
 	return m

@@ -182,31 +182,31 @@ func (s *Server) ingestRecords(c echo.Context, p *control.Pipeline) error {
 	return c.JSON(http.StatusOK, res)
 }
 
-// previewFile is the committed output file of the pipeline's first preview sink (or the one
+// previewOf is the directory and sink name of the pipeline's first preview sink (or the one
 // ?sink= names).
-func (s *Server) previewFile(c echo.Context, p *control.Pipeline) (string, error) {
+func (s *Server) previewOf(c echo.Context, p *control.Pipeline) (string, string, error) {
 	spec, err := runtimeSpec(p.Name, p.Tenant, p.Spec)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	want := c.QueryParam("sink")
 	for _, sk := range spec.Sinks {
 		if sk.Type == ingest.SinkType && (want == "" || want == sk.Name) {
 			dir, err := s.rt.runDir(p.Tenant, p.ID)
 			if err != nil {
-				return "", err
+				return "", "", err
 			}
-			return ingest.PreviewPath(previewDir(dir), sk.Name), nil
+			return previewDir(dir), sk.Name, nil
 		}
 	}
 	if want != "" {
-		return "", notFound("preview sink", want)
+		return "", "", notFound("preview sink", want)
 	}
-	return "", problem(http.StatusConflict, CodeConflict, "", "pipeline %s has no preview sink", p.ID)
+	return "", "", problem(http.StatusConflict, CodeConflict, "", "pipeline %s has no preview sink", p.ID)
 }
 
 func (s *Server) pipelineOutput(c echo.Context, p *control.Pipeline) error {
-	path, err := s.previewFile(c, p)
+	dir, sink, err := s.previewOf(c, p)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func (s *Server) pipelineOutput(c echo.Context, p *control.Pipeline) error {
 		}
 		follow = b
 	}
-	lines, off, err := ingest.Tail(path, n, maxOutputBytes)
+	lines, cur, err := ingest.TailPreview(dir, sink, n, maxOutputBytes)
 	if err != nil {
 		return err
 	}
@@ -262,11 +262,11 @@ func (s *Server) pipelineOutput(c echo.Context, p *control.Pipeline) error {
 			return nil
 		case <-t.C:
 		}
-		lines, next, _, err := ingest.ReadFrom(path, off, maxOutputBytes)
+		lines, next, err := ingest.FollowPreview(dir, sink, cur, maxOutputBytes)
 		if err != nil {
 			return nil
 		}
-		off = next
+		cur = next
 		if len(lines) > 0 {
 			if err := write(lines); err != nil {
 				return nil
@@ -295,22 +295,20 @@ func (r *run) metrics() pipeline.JobMetrics {
 }
 
 func (s *Server) pipelineErrors(c echo.Context, p *control.Pipeline) error {
-	items := []CapturedError{}
-	if r := s.rt.get(p.ID); r != nil {
-		r.mu.Lock()
-		items = append(items, r.errs...)
-		r.mu.Unlock()
+	h, err := s.rt.history(c.Request().Context(), p)
+	if err != nil {
+		return err
 	}
+	items := append([]CapturedError{}, h.Errors...)
 	return c.JSON(http.StatusOK, map[string]any{"pipeline": p.ID, "error": p.Error, "items": items})
 }
 
 func (s *Server) pipelineCheckpointsRun(c echo.Context, p *control.Pipeline) error {
-	items := []CheckpointView{}
-	if r := s.rt.get(p.ID); r != nil {
-		r.mu.Lock()
-		items = append(items, r.cps...)
-		r.mu.Unlock()
+	h, err := s.rt.history(c.Request().Context(), p)
+	if err != nil {
+		return err
 	}
+	items := append([]CheckpointView{}, h.Checkpoints...)
 	return c.JSON(http.StatusOK, map[string]any{"pipeline": p.ID, "latest": p.Checkpoint, "items": items})
 }
 

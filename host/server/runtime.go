@@ -51,12 +51,19 @@ type run struct {
 	shutdown   bool          // set (under runtime.mu) when the server stops it: Running stays set
 	ingests    bool          // the spec has an http source
 	ingestSrc  string        // its name
+	name       string        // the pipeline record's name
+	rawSpec    json.RawMessage
+
+	quotaErr error // set (under mu) when the server stops the run for a quota (quotas_live.go)
 
 	mu     sync.Mutex
 	errs   []CapturedError
 	cps    []CheckpointView
 	lastCP uint64
 	final  *pipeline.JobMetrics
+
+	histDirty bool      // errs or cps changed since the last saveHistory
+	histSaved time.Time // when history was last saved
 }
 
 // CapturedError is an error a run logged or failed with.
@@ -87,6 +94,7 @@ func (r *run) capture(e CapturedError) {
 		r.errs = r.errs[1:]
 	}
 	r.errs = append(r.errs, e)
+	r.histDirty = true
 }
 
 func captureOf(msg string, err error, at time.Time) CapturedError {
@@ -144,14 +152,17 @@ type runtime struct {
 	runs     map[string]*run
 	starting map[string]bool
 	closed   bool
-	ctx      context.Context // runs outlive requests; cancelled by Close
+	gates    map[string]*lookupGate  // per tenant
+	usage    map[string]*tenantUsage // per tenant
+	ctx      context.Context         // runs outlive requests; cancelled by Close
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 }
 
 func newRuntime(s *Server) *runtime {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]bool{}, ctx: ctx, cancel: cancel}
+	return &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]bool{},
+		gates: map[string]*lookupGate{}, usage: map[string]*tenantUsage{}, ctx: ctx, cancel: cancel}
 }
 
 func (rt *runtime) get(id string) *run {
@@ -240,7 +251,9 @@ func (rt *runtime) start(ctx context.Context, p *control.Pipeline) (*run, error)
 	if prev != nil {
 		<-prev.done // the previous run's end is recorded before a new one begins
 	}
-	r, err := rt.startRun(ctx, p, &run{id: p.ID, tenant: p.Tenant, done: make(chan struct{})})
+	nr := &run{id: p.ID, tenant: p.Tenant, done: make(chan struct{})}
+	rt.seedHistory(ctx, nr, prev)
+	r, err := rt.startRun(ctx, p, nr)
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +285,13 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	if used+p.Subtasks > t.Quotas.MaxSubtasks {
 		return nil, quotaProblem("quotas.max_subtasks", "starting %s needs %d subtasks; tenant %q runs %d of its %d", p.ID, p.Subtasks, p.Tenant, used, t.Quotas.MaxSubtasks)
 	}
+	if err := rt.checkStateQuota(ctx, p.Tenant, true); err != nil {
+		return nil, quotaProblem("quotas.state_bytes", "%v", err)
+	}
+	r.name, r.rawSpec = p.Name, p.Spec
 	applyQuotas(spec, t.Quotas)
+	gate := rt.gate(p.Tenant, t.Quotas.LookupRequestsPerSec)
+	gate.setRate(t.Quotas.LookupRequestsPerSec)
 	for _, src := range spec.Sources {
 		if src.Type == ingest.SourceType && !r.ingests {
 			r.ingests, r.ingestSrc = true, src.Name
@@ -305,6 +324,7 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 		Store:      r.store,
 		Restore:    "latest-if-any",
 		Lookups:    rt.lookups,
+		LookupGate: gate,
 		Log:        logger,
 		Modules: func(ctx context.Context, ref string) ([]byte, error) {
 			m, err := resolveModule(s.ctl.Snapshot(), p.Tenant, ref, "module")
@@ -346,6 +366,7 @@ func (rt *runtime) watch(r *run) {
 		case <-r.job.Done():
 		case <-t.C:
 			rt.noteCheckpoint(r, r.job.Metrics().LastCheckpoint)
+			rt.saveHistory(r, false)
 			continue
 		}
 		break
@@ -366,6 +387,13 @@ func (rt *runtime) watch(r *run) {
 		st, msg = control.PipelineFailed, err.Error()
 		r.capture(captureOf("the pipeline failed", err, time.Now()))
 	}
+	r.mu.Lock()
+	qerr := r.quotaErr
+	r.mu.Unlock()
+	if qerr != nil {
+		st, msg = control.PipelineFailed, qerr.Error()
+		r.capture(captureOf("the pipeline was stopped: over a quota", qerr, time.Now()))
+	}
 	rt.mu.Lock()
 	shutdown := r.shutdown
 	rt.mu.Unlock()
@@ -382,6 +410,7 @@ func (rt *runtime) watch(r *run) {
 	if err := s.ctl.SetPipelineState(ctx, r.id, st, msg, running); err != nil && !errors.Is(err, control.ErrNotFound) {
 		s.log.Warn("recording a pipeline's end failed", "pipeline", r.id, "err", err)
 	}
+	rt.saveHistory(r, true)
 	r.store.Close()
 	r.log.Close()
 	s.log.Info("pipeline ended", "tenant", r.tenant, "pipeline", r.id, "state", m.State, "err", err)
@@ -404,11 +433,17 @@ func (rt *runtime) noteCheckpoint(r *run, ci *pipeline.CheckpointInfo) {
 	}
 	r.cps = append(r.cps, CheckpointView{ID: ci.ID, Savepoint: ci.Savepoint, Final: ci.Final, DurationMs: float64(ci.Duration.Microseconds()) / 1000,
 		StateBytes: ci.StateBytes, Positions: ci.Positions, At: now})
+	r.histDirty = true
 	r.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := rt.s.ctl.SetCheckpoint(ctx, r.id, control.CheckpointPointer{ID: ci.ID, URL: r.stateURL, Savepoint: ci.Savepoint, At: now}); err != nil && !errors.Is(err, control.ErrNotFound) {
 		rt.s.log.Warn("recording a checkpoint failed", "pipeline", r.id, "checkpoint", ci.ID, "err", err)
+	}
+	if r.job != nil && r.running() {
+		if err := rt.checkStateQuota(ctx, r.tenant, false); err != nil {
+			go rt.failForQuota(r, err)
+		}
 	}
 	// The ingest log before the committed position is never read again (a restore takes the
 	// newest committed checkpoint): free it.
@@ -472,6 +507,13 @@ func (rt *runtime) forget(tenant, id string) {
 	rt.mu.Lock()
 	delete(rt.runs, id)
 	rt.mu.Unlock()
+	if control.ValidTenantName(tenant) && control.ValidPipelineID(id) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := rt.s.ctl.Store().Delete(ctx, historyName(tenant, id)); err != nil {
+			rt.s.log.Warn("removing a deleted pipeline's run history failed", "pipeline", id, "err", err)
+		}
+		cancel()
+	}
 	if dir, err := rt.runDir(tenant, id); err == nil {
 		if err := os.RemoveAll(dir); err != nil {
 			rt.s.log.Warn("removing a deleted pipeline's files failed", "pipeline", id, "err", err)

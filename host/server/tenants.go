@@ -38,6 +38,9 @@ type Usage struct {
 	Subtasks    int   `json:"subtasks"`
 	Modules     int   `json:"modules"`
 	ModuleBytes int64 `json:"module_bytes"`
+	// StateBytes is the tenant's durable state as last measured (see quotas_live.go); absent
+	// before the first measurement.
+	StateBytes *int64 `json:"state_bytes,omitempty"`
 }
 
 func usageOf(cat *control.Catalog, tenant string) Usage {
@@ -55,6 +58,17 @@ func usageOf(cat *control.Catalog, tenant string) Usage {
 
 func viewTenant(cat *control.Catalog, t *control.Tenant) TenantView {
 	return TenantView{Name: t.Name, Quotas: t.Quotas, Usage: usageOf(cat, t.Name), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+}
+
+// viewTenant is viewTenant with the tenant's measured durable state.
+func (s *Server) viewTenant(cat *control.Catalog, t *control.Tenant) TenantView {
+	v := viewTenant(cat, t)
+	if s.rt != nil {
+		if n, ok := s.rt.measuredState(t.Name); ok {
+			v.Usage.StateBytes = &n
+		}
+	}
+	return v
 }
 
 type tenantCreate struct {
@@ -91,7 +105,7 @@ func (s *Server) createTenant(c echo.Context) error {
 		}
 		t := &control.Tenant{Name: req.Name, Quotas: q, TokenHash: HashToken(tok), CreatedAt: now, UpdatedAt: now}
 		cat.Tenants[t.Name] = t
-		view = viewTenant(cat, t)
+		view = s.viewTenant(cat, t)
 		return nil
 	})
 	if err != nil {
@@ -115,7 +129,7 @@ func (s *Server) rotateTenantToken(c echo.Context) error {
 		}
 		t.TokenHash = HashToken(tok)
 		t.UpdatedAt = s.ctl.Now()
-		view = viewTenant(cat, t)
+		view = s.viewTenant(cat, t)
 		return nil
 	})
 	if err != nil {
@@ -131,7 +145,7 @@ func (s *Server) listTenants(c echo.Context) error {
 	var items []TenantView
 	for _, t := range cat.Tenants {
 		if p.admin || t.Name == p.tenant {
-			items = append(items, viewTenant(cat, t))
+			items = append(items, s.viewTenant(cat, t))
 		}
 	}
 	slices.SortFunc(items, func(a, b TenantView) int { return strings.Compare(a.Name, b.Name) })
@@ -161,7 +175,7 @@ func (s *Server) getTenant(c echo.Context) error {
 	if !ok {
 		return notFound("tenant", name)
 	}
-	return c.JSON(http.StatusOK, viewTenant(cat, t))
+	return c.JSON(http.StatusOK, s.viewTenant(cat, t))
 }
 
 type tenantPatch struct {
@@ -192,13 +206,16 @@ func (s *Server) patchTenant(c echo.Context) error {
 		}
 		t.Quotas = q
 		t.UpdatedAt = s.ctl.Now()
-		view = viewTenant(cat, t)
+		view = s.viewTenant(cat, t)
 		return nil
 	})
 	if err != nil {
 		return err
 	}
 	s.log.InfoContext(c.Request().Context(), "tenant quotas changed", "tenant", name)
+	if t, ok := s.ctl.Snapshot().Tenants[name]; ok && s.rt != nil {
+		s.rt.tenantQuotasChanged(t)
+	}
 	return c.JSON(http.StatusOK, view)
 }
 

@@ -103,6 +103,27 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// SetHotBytes changes the global hot-tier budget while the store runs (a live quota change;
+// 0 = unbounded, negative is ignored). The backends' limits are re-shared at once; a runner
+// holding more than its new limit evicts clean entries down to it on its next write, and dirty
+// ones once the next checkpoint or spill has made them durable.
+func (s *Store) SetHotBytes(n int64) {
+	if n < 0 {
+		return
+	}
+	s.budget.mu.Lock()
+	s.budget.total = n
+	s.budget.mu.Unlock()
+	s.budget.rebalance()
+}
+
+// HotBytes returns the global hot-tier budget in force (0 = unbounded).
+func (s *Store) HotBytes() int64 {
+	s.budget.mu.Lock()
+	defer s.budget.mu.Unlock()
+	return s.budget.total
+}
+
 func (s *Store) rebalanceLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.rebalanceInterval)

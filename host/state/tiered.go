@@ -692,20 +692,28 @@ func (b *Tiered) captureDelta(id uint64, savepoint bool) *snapshot {
 	b.waitPinned()
 	b.run.captureSeq++
 	s := &snapshot{b: b, id: id, seq: b.run.captureSeq, savepoint: savepoint, names: b.run.names, done: make(chan struct{})}
-	for _, e := range b.run.dirty {
+	// This loop is the runner's pause at a checkpoint: one pass, no slice growth. The dirty
+	// list itself becomes the snapshot's pinned list (compacted in place), and the runner
+	// starts a new one.
+	dirty := b.run.dirty
+	s.entries = make([]capEntry, 0, len(dirty))
+	k := 0
+	for _, e := range dirty {
 		if !e.dirty {
 			continue
 		}
 		e.dirty = false
 		e.pin = s.seq
 		s.entries = append(s.entries, capEntry{key: e.key, value: e.value, tomb: e.tomb})
-		s.pinned = append(s.pinned, e)
+		dirty[k] = e
+		k++
 		s.estimate += int64(len(e.key) + len(e.value))
 		s.pinnedBytes += e.size
 	}
+	clear(dirty[k:])
+	s.pinned = dirty[:k]
 	b.run.pinnedOut += s.pinnedBytes
-	clear(b.run.dirty)
-	b.run.dirty = b.run.dirty[:0]
+	b.run.dirty = make([]*entry, 0, max(k/2, 16))
 	b.run.dirtyBytes = 0
 	for name, data := range b.run.opState {
 		s.opState = append(s.opState, namedBlob{name: name, data: data}) // SetOperatorState copies

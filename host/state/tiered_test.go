@@ -637,3 +637,33 @@ func TestWrittenSegmentsNeedNoIndexRead(t *testing.T) {
 		t.Fatalf("%d GETs for %d blocks over %d segments: indexes read back", gets, blocks, after.Segments)
 	}
 }
+
+// TestSetHotBytes: a budget changed while backends run (a live quota) re-shares their limits
+// at once, and a backend over its new limit evicts down to it.
+func TestSetHotBytes(t *testing.T) { synctest.Test(t, testSetHotBytes) }
+
+func testSetHotBytes(t *testing.T) {
+	s := openTest(t, "mem://", WithHotBytes(1<<20), withIntervals(time.Minute, 5*time.Millisecond))
+	b := operator(t, s, OperatorOptions{Name: "op"})
+	val := make([]byte, 100)
+	for i := range 5000 {
+		b.Put(key(0, fmt.Sprint(i), ""), val)
+	}
+	checkpoint(t, b, 1)
+	b.Get(key(0, "x", ""))
+	if m := b.Metrics(); m.HotBytes < 256<<10 {
+		t.Fatalf("only %d hot bytes before the change: the test does not exercise eviction", m.HotBytes)
+	}
+	s.SetHotBytes(64 << 10)
+	if got := s.HotBytes(); got != 64<<10 {
+		t.Fatalf("HotBytes %d, want %d", got, 64<<10)
+	}
+	b.Put(key(0, "y", ""), val) // a write evicts down to the limit
+	m := b.Metrics()
+	if m.HotLimit != 64<<10 {
+		t.Fatalf("backend limit %d after SetHotBytes(64 KiB)", m.HotLimit)
+	}
+	if m.HotBytes > 64<<10+int64(len(val)+entryOverhead+8) {
+		t.Fatalf("backend holds %d hot bytes at a limit of %d", m.HotBytes, 64<<10)
+	}
+}

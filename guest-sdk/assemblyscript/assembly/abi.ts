@@ -78,6 +78,14 @@ export declare function timer_register(timestamp: i64): i32;
 export declare function timer_delete(timestamp: i64): i32;
 
 // @ts-ignore: decorator
+@external("clink_v1", "processing_timer_register")
+export declare function processing_timer_register(timestamp: i64): i32;
+
+// @ts-ignore: decorator
+@external("clink_v1", "processing_timer_delete")
+export declare function processing_timer_delete(timestamp: i64): i32;
+
+// @ts-ignore: decorator
 @external("clink_v1", "watermark")
 export declare function watermark(): i64;
 

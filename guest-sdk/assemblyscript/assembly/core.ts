@@ -54,6 +54,21 @@ export function deleteTimer(timestamp: i64): i32 {
 }
 
 /**
+ * Registers a processing-time timer for the current key at timestamp (ms since the Unix epoch,
+ * the clock of processingTime()); it fires once, through the handler set with
+ * setProcessingTimerHandler, when the host's clock reaches it. The entry file must re-export
+ * clink_on_processing_timer from "@clink-wasm/sdk/assembly/ptimer". Returns 0 or a negative Code.
+ */
+export function registerProcessingTimer(timestamp: i64): i32 {
+  return abi.processing_timer_register(timestamp);
+}
+
+/** Deletes the current key's processing-time timer at timestamp. Returns 0 or a negative Code. */
+export function deleteProcessingTimer(timestamp: i64): i32 {
+  return abi.processing_timer_delete(timestamp);
+}
+
+/**
  * Gives the current call's next suspensions (in get and lookup) a priority: when several
  * suspended calls have their values ready at the same moment, those with a lower order resume
  * first; ties resume in arrival order. Use a deadline in ms, or any order key; the default is 0.

@@ -10,7 +10,7 @@ export { Bytes, Buffer } from "./bytes";
 export { Record, Operator, register, name } from "./operator";
 export { State, StateOptions } from "./state";
 export { Endpoint, Header, Response } from "./lookup";
-export { emit, registerTimer, deleteTimer, setResumeOrder, watermark, processingTime, WATERMARK_NONE, WATERMARK_END } from "./core";
+export { emit, registerTimer, deleteTimer, registerProcessingTimer, deleteProcessingTimer, setResumeOrder, watermark, processingTime, WATERMARK_NONE, WATERMARK_END } from "./core";
 export { setKeyFunction } from "./keyfunc";
 export { JsonValue } from "./json";
 import * as json from "./json";

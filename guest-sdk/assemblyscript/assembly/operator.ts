@@ -166,6 +166,19 @@ export function clink_on_timer(keyLen: u32, timestamp: i64): i32 {
   return 0;
 }
 
+/**
+ * Runs fn for a timer whose key the host wrote to the input buffer, the way clink_on_timer
+ * runs onTimer. For ptimer.ts (clink_on_processing_timer); not re-exported by exports.ts.
+ */
+export function keyedTimerCall(keyLen: u32, timestamp: i64, fn: (key: Bytes, timestamp: i64) => void): i32 {
+  sealed = true;
+  beginKeyedCall(framesAt(keyLen), inputPtr + <usize>inputCap);
+  fn(timerKey.set(inputPtr, <i32>keyLen), timestamp);
+  endCall();
+  afterCall();
+  return 0;
+}
+
 export function clink_open(): i32 {
   sealed = true;
   op().open();

@@ -12,6 +12,7 @@ import (
 
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink"
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/clinktest"
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/ptimer"
 )
 
 // testOp exercises every part of the SDK; the record value is a command.
@@ -43,6 +44,9 @@ func (o *testOp) Open() error {
 func (o *testOp) Close() error { o.closed++; return clink.Emit(nil, []byte(`"closed"`)) }
 
 func (o *testOp) OnTimer(key []byte, ts int64) error {
+	if ptimer.Fired() {
+		return clink.Emit(key, []byte(`{"ptimer":`+strconv.FormatInt(ts, 10)+`,"now":`+strconv.FormatInt(clink.ProcessingTime(), 10)+`}`))
+	}
 	if n, found, err := pf.GetInt64(nil); err != nil || found {
 		// A timer gets the key's frames too: read, write back.
 		if err := pf.PutInt64(nil, n+ts); err != nil {
@@ -91,6 +95,8 @@ func (o *testOp) Process(r *clink.Record) error {
 	case "timer":
 		ts, _ := strconv.ParseInt(arg, 10, 64)
 		return clink.RegisterTimer(ts)
+	case "ptimer", "unptimer":
+		return processingTimerCmd(cmd, arg)
 	case "fail":
 		return errors.New("failing as asked")
 	case "panic":

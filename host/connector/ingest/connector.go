@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
-	"github.com/clink-wasm/clink-wasm/host/connector/file"
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
 )
 
@@ -22,8 +20,8 @@ const (
 // SplitID is the ingest source's one split.
 const SplitID = "ingest"
 
-// Register adds the HTTP ingest source, reading log, and the preview sink, writing each sink's
-// committed output to dir/NAME.jsonl (PreviewPath), to c. log may be nil to validate specs
+// Register adds the HTTP ingest source, reading log, and the preview sink, keeping each sink's
+// latest committed outputs under dir (preview.go), to c. log may be nil to validate specs
 // only (the source then cannot open).
 func Register(c *pipeline.Connectors, log *Log, dir string) {
 	c.RegisterSource(SourceType, func(spec *pipeline.SourceSpec, o *pipeline.ConnectorOptions, env *pipeline.Env) (pipeline.Source, error) {
@@ -33,23 +31,16 @@ func Register(c *pipeline.Connectors, log *Log, dir string) {
 		return &source{log: log}, nil
 	})
 	c.RegisterSink(SinkType, func(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env *pipeline.Env) (pipeline.Sink, error) {
-		if dir == "" {
-			return validateOnly{}, nil
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		s, err := newPreviewSink(dir, spec, o)
+		if s == nil || err != nil {
+			if err == nil && dir == "" {
+				return validateOnly{}, nil
+			}
 			return nil, err
 		}
-		fo := pipeline.NewOptions(o.Path(""), map[string]any{"path": PreviewPath(dir, spec.Name)})
-		s, err := file.NewSink(spec, fo, env)
-		if err == nil {
-			err = fo.Finish()
-		}
-		return s, err
+		return s, nil
 	})
 }
-
-// PreviewPath is where the preview sink name keeps its committed output under dir.
-func PreviewPath(dir, name string) string { return filepath.Join(dir, name+".jsonl") }
 
 type validateOnly struct{}
 

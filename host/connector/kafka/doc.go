@@ -6,6 +6,10 @@
 //
 // # How it maps onto the pipeline runtime
 //
+// Register (and RegisterHosted, for a multi-tenant server) adds `type: kafka` sources and sinks
+// to a pipeline.Connectors; pipeline.go adapts the types below onto the runtime's connector
+// interfaces, the exactly-once sink being a pipeline.DecidingSink. The core API underneath:
+//
 // Source side, per source subtask:
 //
 //	splits  := src.Splits(ctx)               // every partition of the topics / pattern

@@ -49,6 +49,64 @@ func Register(c *pipeline.Connectors) {
 	c.RegisterSink("kafka", NewPipelineSink)
 }
 
+// Hosted is what a multi-tenant server decides for its tenants' Kafka connectors
+// (RegisterHosted). The spec of a hosted pipeline must not reach the server's own environment
+// or files, nor another tenant's transactions:
+//   - AllowBroker checks each broker (host:port) for the tenant, as the server checks a
+//     webhook's URL; nil refuses every broker;
+//   - Secret resolves the names in sasl.username_env and sasl.password_env for the tenant (a
+//     secret store of the server's); nil refuses SASL. The server's environment variables
+//     are never read;
+//   - TLS files (ca_file, cert_file, key_file) are refused: the system roots verify;
+//   - transactional_id_prefix and marker_topic are refused: they come from the tenant and
+//     the job.
+type Hosted struct {
+	AllowBroker func(tenant, hostport string) error
+	Secret      func(tenant, name string) (string, bool)
+}
+
+// RegisterHosted adds the kafka source and sink with the restrictions of h.
+func RegisterHosted(c *pipeline.Connectors, h Hosted) {
+	c.RegisterSource("kafka", func(spec *pipeline.SourceSpec, o *pipeline.ConnectorOptions, env *pipeline.Env) (pipeline.Source, error) {
+		return newPipelineSource(spec, o, env, &h)
+	})
+	c.RegisterSink("kafka", func(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env *pipeline.Env) (pipeline.Sink, error) {
+		return newPipelineSink(spec, o, env, &h)
+	})
+}
+
+// restrict applies h to a connector's cluster configuration, recording every problem; it
+// reports whether the configuration may be used.
+func (h *Hosted) restrict(o *pipeline.ConnectorOptions, c *Config) bool {
+	ok := true
+	tenant, _ := o.Job()
+	for i, b := range c.Brokers {
+		var err error
+		if h.AllowBroker == nil {
+			err = errors.New("this server allows no Kafka brokers")
+		} else {
+			err = h.AllowBroker(tenant, b)
+		}
+		if err != nil {
+			o.Fail(fmt.Sprintf("brokers[%d]", i), "%v", err)
+			ok = false
+		}
+	}
+	if t := c.TLS; t != nil && (t.CAFile != "" || t.CertFile != "" || t.KeyFile != "") {
+		o.Fail("tls", "files on the server are not available to hosted pipelines (the system roots verify the brokers)")
+		ok = false
+	}
+	if c.SASL != nil {
+		if h.Secret == nil {
+			o.Fail("sasl", "this server has no secret store for Kafka credentials")
+			ok = false
+		} else {
+			c.env = func(name string) (string, bool) { return h.Secret(tenant, name) }
+		}
+	}
+	return ok
+}
+
 // decodeOptions decodes the options named in fields (each into its pointer) from their JSON
 // form, naming the field of any problem. Unknown fields inside a block (sasl, tls) are
 // problems; unknown top-level fields are left to ConnectorOptions.Finish.
@@ -85,6 +143,18 @@ func configFields(c *Config) map[string]any {
 	return map[string]any{
 		"brokers": &c.Brokers, "client_id": &c.ClientID, "sasl": &c.SASL, "tls": &c.TLS,
 		"request_timeout": &c.RequestTimeout,
+	}
+}
+
+// resolvePaths makes the TLS files relative to the spec file's directory.
+func resolvePaths(c *Config, env *pipeline.Env) {
+	if c.TLS == nil || env == nil {
+		return
+	}
+	for _, p := range []*string{&c.TLS.CAFile, &c.TLS.CertFile, &c.TLS.KeyFile} {
+		if *p != "" {
+			*p = env.Path(*p)
+		}
 	}
 }
 
@@ -155,6 +225,10 @@ func groupOffsets(job string) map[string]Positions {
 // opens). Event time and watermarks are the source's event_time; without event_time.field
 // a record's event time is its Kafka timestamp.
 func NewPipelineSource(spec *pipeline.SourceSpec, o *pipeline.ConnectorOptions, env *pipeline.Env) (pipeline.Source, error) {
+	return newPipelineSource(spec, o, env, nil)
+}
+
+func newPipelineSource(spec *pipeline.SourceSpec, o *pipeline.ConnectorOptions, env *pipeline.Env, h *Hosted) (pipeline.Source, error) {
 	var sc SourceConfig
 	fields := configFields(&sc.Config)
 	for k, v := range map[string]any{
@@ -173,6 +247,13 @@ func NewPipelineSource(spec *pipeline.SourceSpec, o *pipeline.ConnectorOptions, 
 	stopAt := o.String("stop_at", "never")
 	if stopAt != "never" && stopAt != "latest" {
 		o.Fail("stop_at", "%q is not one of never, latest", stopAt)
+	}
+	if h != nil {
+		if !h.restrict(o, &sc.Config) {
+			return nil, nil
+		}
+	} else {
+		resolvePaths(&sc.Config, env)
 	}
 	if spec.EventTime != nil && spec.EventTime.Field != "" && sc.Value == "raw" {
 		o.Fail("value", "raw values have no fields: event_time.field needs JSON values")
@@ -243,7 +324,7 @@ func (s *pipelineSource) Open(ctx context.Context, splits []pipeline.Split) (pip
 		src.Close()
 		return nil, err
 	}
-	if s.bounded {
+	if s.bounded && len(r.splits) > 0 {
 		end, err := src.EndOffsets(ctx, r.splits)
 		if err != nil {
 			src.Close()
@@ -269,7 +350,7 @@ type reader struct {
 const readWait = 20 * time.Millisecond
 
 func (r *reader) Read(ctx context.Context, buf []pipeline.SourceRecord) (int, error) {
-	if r.bounded && r.src.Done() {
+	if r.bounded && (len(r.splits) == 0 || r.src.Done()) {
 		return 0, io.EOF
 	}
 	recs, err := r.src.Poll(ctx, readWait, len(buf))
@@ -313,7 +394,10 @@ type pipelineSink struct {
 	job  string // Identity.Job: transactional_id_prefix, or [tenant.]job
 	key  string // tenant/job, the key of the job's group offsets
 	name string
-	par  int
+	// keyField, if set, takes each output's Kafka key from this top-level field of its JSON
+	// value instead of the record's emitted key.
+	keyField string
+	par      int
 
 	mu      sync.Mutex
 	writers map[int]*Sink // the open subtasks of this process, for Decide
@@ -328,9 +412,13 @@ type pipelineSink struct {
 }
 
 // NewPipelineSink builds a kafka sink from its spec fields (docs/pipeline-spec.md): the
-// Config fields, topic, mode, marker_topic, transaction_timeout, max_buffered_records and
-// transactional_id_prefix (default: the job's name, with its tenant).
+// Config fields, topic, mode, marker_topic, transaction_timeout, max_buffered_records,
+// key_field and transactional_id_prefix (default: the job's name, with its tenant).
 func NewPipelineSink(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env *pipeline.Env) (pipeline.Sink, error) {
+	return newPipelineSink(spec, o, env, nil)
+}
+
+func newPipelineSink(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env *pipeline.Env, h *Hosted) (pipeline.Sink, error) {
 	var sc SinkConfig
 	fields := configFields(&sc.Config)
 	for k, v := range map[string]any{
@@ -345,7 +433,22 @@ func NewPipelineSink(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env 
 	if tenant != "" {
 		job = tenant + "." + job
 	}
-	job = o.String("transactional_id_prefix", job)
+	if h != nil {
+		// A tenant's transactional IDs and marker topic are its own: another prefix, or a
+		// marker topic of its choosing, could fence or erase another tenant's.
+		for _, k := range []string{"transactional_id_prefix", "marker_topic"} {
+			if _, ok := o.Raw(k); ok {
+				o.Fail(k, "set by the server on hosted pipelines (from the tenant and the pipeline): leave it out")
+			}
+		}
+		if !h.restrict(o, &sc.Config) {
+			return nil, nil
+		}
+	} else {
+		job = o.String("transactional_id_prefix", job)
+		resolvePaths(&sc.Config, env)
+	}
+	keyField := o.String("key_field", "")
 	if err := sc.Validate(); err != nil {
 		configProblem(o, err)
 		return nil, nil
@@ -355,7 +458,7 @@ func NewPipelineSink(spec *pipeline.SinkSpec, o *pipeline.ConnectorOptions, env 
 		o.Fail("transactional_id_prefix", "%q with sink %q: transactional IDs and the marker topic are made of [a-zA-Z0-9._-]", job, spec.Name)
 		return nil, nil
 	}
-	return &pipelineSink{cfg: sc, job: job, key: key, name: spec.Name, par: par, writers: map[int]*Sink{}, closing: map[*Sink]bool{}}, nil
+	return &pipelineSink{cfg: sc, job: job, key: key, keyField: keyField, name: spec.Name, par: par, writers: map[int]*Sink{}, closing: map[*Sink]bool{}}, nil
 }
 
 // Committer implements pipeline.Sink: the sink itself in exactly-once mode; nil at least
@@ -394,15 +497,28 @@ type writer struct {
 func (w *writer) Write(ctx context.Context, recs []pipeline.SinkRecord) error {
 	for i := range recs {
 		r := &recs[i]
-		// The runtime reuses its buffers once Write returns; the producer sends later.
-		b := make([]byte, len(r.Key)+len(r.Value))
-		copy(b, r.Key)
-		copy(b[len(r.Key):], r.Value)
-		var key []byte
-		if r.Key != nil {
-			key = b[:len(r.Key):len(r.Key)]
+		k := r.Key
+		if f := w.s.keyField; f != "" {
+			raw, ok, err := topField(r.Value, f)
+			if err == nil && !ok {
+				err = errors.New("no such field")
+			}
+			if err == nil {
+				k, err = keyBytes(raw)
+			}
+			if err != nil {
+				return fmt.Errorf("kafka sink %s: key_field %q of output %.100q: %w", w.s.name, f, r.Value, err)
+			}
 		}
-		if err := w.ks.Write(ctx, Output{Key: key, Value: b[len(r.Key):], Time: r.TS}); err != nil {
+		// The runtime reuses its buffers once Write returns; the producer sends later.
+		b := make([]byte, len(k)+len(r.Value))
+		copy(b, k)
+		copy(b[len(k):], r.Value)
+		var key []byte
+		if k != nil {
+			key = b[:len(k):len(k)]
+		}
+		if err := w.ks.Write(ctx, Output{Key: key, Value: b[len(k):], Time: r.TS}); err != nil {
 			return err
 		}
 	}

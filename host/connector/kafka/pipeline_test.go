@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // These tests run Kafka → counter → Kafka jobs through the pipeline runtime (host/pipeline)
@@ -310,6 +312,18 @@ sinks: [{name: out, type: kafka, brokers: ["127.0.0.1:1"], topic: out, inputs: [
 	}
 
 	c := newCluster(t, kfake.SeedTopics(1, "in"), kfake.SeedTopics(1, "out"))
+	// A cluster with SASL and ACLs: bob may describe "in" only.
+	sc := kfake.MustCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "in", "out"), kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser("SCRAM-SHA-256", "admin", "adminpw"),
+		kfake.User("PLAIN", "bob", "bobpw",
+			kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: "in", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationDescribe, Allow: true}))
+	t.Cleanup(sc.Close)
+	t.Setenv("CLINK_TEST_BOB_PW", "bobpw")
+	t.Setenv("CLINK_TEST_WRONG_PW", "nope")
+	saslSpec := func(name, pwEnv string) string {
+		sp := kafkaSpec(name, Config{Brokers: sc.ListenAddrs()}, "")
+		return strings.ReplaceAll(sp, "request_timeout: 10s", "request_timeout: 10s, sasl: {mechanism: PLAIN, username: bob, password_env: "+pwEnv+"}")
+	}
 	for _, tc := range []struct {
 		name, spec string
 		kind       error
@@ -317,6 +331,9 @@ sinks: [{name: out, type: kafka, brokers: ["127.0.0.1:1"], topic: out, inputs: [
 	}{
 		{"missing topic", strings.Replace(kafkaSpec("miss", c, ""), "topics: [in]", "topics: [nosuch]", 1), ErrMissingTopic, `"nosuch"`},
 		{"unreachable", strings.ReplaceAll(kafkaSpec("gone", c, ""), c.Brokers[0], freePort(t)), ErrUnreachable, "unreachable"},
+		{"authentication", saslSpec("authn", "CLINK_TEST_WRONG_PW"), ErrAuthentication, "authentication failed"},
+		{"authorization", saslSpec("authz", "CLINK_TEST_BOB_PW"), ErrAuthorization, "authorization failed"},
+		{"secret not set", saslSpec("unset", "CLINK_TEST_NOT_SET"), ErrConfig, "CLINK_TEST_NOT_SET is not set"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := strings.Replace(tc.spec, "attempts: 20", "attempts: 0", 1)
@@ -341,4 +358,71 @@ type testWriter struct{ t testing.TB }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(p), "\n"))
 	return len(p), nil
+}
+
+// TestPipelineHosted: RegisterHosted refuses what would reach the server's environment and
+// files or another tenant's transactions, checks every broker, and runs a tenant's pipeline
+// with transactional IDs of its own.
+func TestPipelineHosted(t *testing.T) {
+	c := newCluster(t, kfake.SeedTopics(2, "in"), kfake.SeedTopics(2, "out"))
+	var asked []string
+	h := Hosted{AllowBroker: func(tenant, hp string) error {
+		asked = append(asked, tenant+"@"+hp)
+		if hp != c.Brokers[0] {
+			return fmt.Errorf("%s is not among tenant %s's allowed hosts", hp, tenant)
+		}
+		return nil
+	}}
+	conns := &pipeline.Connectors{}
+	RegisterHosted(conns, h)
+	bad, err := pipeline.ParseSpec(fmt.Appendf(nil, `
+name: bad
+tenant: acme
+sources: [{name: in, type: kafka, brokers: [%q, "10.0.0.1:9092"], topics: [in], tls: {enabled: true, ca_file: /etc/passwd}}]
+operators: [{name: count, module: %s, inputs: [in], key: user}]
+sinks: [{name: out, type: kafka, brokers: [%q], topic: out, inputs: [count], transactional_id_prefix: other, marker_topic: m,
+  sasl: {mechanism: PLAIN, username: u, password_env: AWS_SECRET_ACCESS_KEY}}]
+`, c.Brokers[0], counterWasm, c.Brokers[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = conns.ValidateConnectors(bad, &pipeline.Env{})
+	for _, want := range []string{"sources[0].brokers[1]: 10.0.0.1:9092 is not among tenant acme's allowed hosts", "sources[0].tls: files on the server",
+		"sinks[0].transactional_id_prefix: set by the server", "sinks[0].marker_topic: set by the server", "sinks[0].sasl: this server has no secret store"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("want %q in: %v", want, err)
+		}
+	}
+
+	keys := produceUsers(t, c, "in", 0, 2000, 13)
+	spec := strings.Replace(kafkaSpec("hosted", c, ""), "name: hosted", "name: hosted\ntenant: acme", 1)
+	sp, err := pipeline.ParseSpec([]byte(spec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := pipeline.Start(context.Background(), sp, pipeline.Env{Connectors: conns, StateURL: "file://" + t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	checkCounts(t, c, "out", keys)
+	cl, err := c.newClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	txns, err := kadm.NewClient(cl).DescribeTransactions(context.Background(), "clink.acme.hosted.out.0.0", "clink.acme.hosted.out.1.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id, d := range txns {
+		if d.Err != nil || d.ProducerID < 0 {
+			t.Fatalf("transactional ID %s: %+v", id, d)
+		}
+	}
+	if !slices.Contains(asked, "acme@"+c.Brokers[0]) {
+		t.Fatalf("brokers checked: %v", asked)
+	}
 }

@@ -107,9 +107,9 @@ func (id Identity) validate() error {
 func (id Identity) parallelism() int { return max(id.Parallelism, id.Subtask+1) }
 
 // TransactionalID returns the transactional ID of slot (0 or 1) of this subtask. A subtask
-// alternates between two transactional producers, the slots taking turns epoch by epoch, so that epoch
-// n+1's outputs can be written while epoch n's transaction waits for its commit (Flink's
-// transactional ID pool, of size two).
+// alternates between two transactional producers, the slots taking turns epoch by epoch, so
+// that epoch n+1's outputs can be written while epoch n's transaction waits for its commit
+// (Flink's transactional ID pool, of size two).
 func (id Identity) TransactionalID(slot int) string {
 	return "clink." + id.Job + "." + id.Sink + "." + strconv.Itoa(id.Subtask) + "." + strconv.Itoa(slot)
 }
@@ -334,9 +334,9 @@ func (s *Sink) Write(ctx context.Context, o Output) error {
 // created with or last pre-committed: a pipeline's checkpoint ids jump between attempts). In
 // exactly-once mode it adds the source offsets and the marker to its transaction and flushes
 // it, then begins the next epoch's transaction on the other slot; in at-least-once mode it
-// flushes. Once it returns nil,
-// every output of the epoch is durable in Kafka (in an open transaction, in exactly-once
-// mode), and Prepared says how to finish that transaction from another process.
+// flushes. Once it returns nil, every output of the epoch is durable in Kafka (in an open
+// transaction, in exactly-once mode), and Prepared says how to finish that transaction from
+// another process.
 func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 	s.mu.Lock()
 	epoch, slot, pending, werr := s.mu.epoch, s.mu.slot, s.mu.pending, s.mu.err
@@ -360,13 +360,23 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 			return p, err
 		}
 		rec := &kgo.Record{Topic: s.marker, Partition: int32(s.id.Subtask), Key: []byte(s.id.TransactionalID(0)), Value: val}
-		// Synchronously, before the flush. Produced asynchronously, to go out with the
-		// epoch's last outputs in one request, the marker got OUT_OF_ORDER_SEQUENCE_NUMBER
-		// about once in 30 restarted runs under -race: franz-go had not reset the marker
-		// partition's sequence after the previous EndTxn bumped the epoch (its log shows the
-		// reset for the output partition of the same request only). Sent alone it did not
-		// fail in 1,400 runs. The cost is up to one linger (5 ms) per checkpoint.
-		if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		// The epoch's outputs first, then the marker alone, each hurried by a Flush, which
+		// sends at once instead of waiting out the linger (two round trips, no 5 ms sleeps:
+		// at small epochs the lingers were most of the cost of exactly once). Produced with
+		// the epoch's last outputs in one request, the marker got
+		// OUT_OF_ORDER_SEQUENCE_NUMBER about once in 30 restarted runs under -race: franz-go
+		// had not reset the marker partition's sequence after the previous EndTxn bumped the
+		// epoch (its log shows the reset for the output partition of the same request only).
+		// Sent alone it did not fail in 1,400 runs.
+		if err := cl.Flush(ctx); err != nil {
+			return p, brokersErr(s.sc.Config, classify("flush", err))
+		}
+		merr := make(chan error, 1)
+		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { merr <- err })
+		if err := cl.Flush(ctx); err != nil {
+			return p, brokersErr(s.sc.Config, classify("flush", err))
+		}
+		if err := <-merr; err != nil {
 			return p, brokersErr(s.sc.Config, classify("produce marker", err))
 		}
 		pid, pepoch, err := cl.ProducerID(ctx)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink"
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/ptimer"
 )
 
 // Output is an emitted record.
@@ -197,6 +198,47 @@ func (h *Harness) AdvanceWatermark(wm int64) ([]Output, error) {
 		frames := h.writeInput(uint32(len(d.key)), []byte(d.key))
 		o, err := h.collect(abi.CallTimer, "clink_on_timer", frames, func() int32 {
 			return abi.Exports.OnTimer(uint32(len(d.key)), d.ts)
+		})
+		out = append(out, o...)
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// AdvanceProcessingTime sets the processing time (clink.ProcessingTime) to now and fires
+// every processing-time timer (package ptimer) at or before it, in timestamp order (then key order), returning
+// what they emitted. The clock never moves backwards.
+func (h *Harness) AdvanceProcessingTime(now int64) ([]Output, error) {
+	if now > abi.NativeProcessingTime {
+		abi.NativeProcessingTime = now
+	}
+	type due struct {
+		key string
+		ts  int64
+	}
+	var fire []due
+	for k, ts := range h.host.ProcTimers {
+		for t := range ts {
+			if t <= abi.NativeProcessingTime {
+				fire = append(fire, due{k, t})
+			}
+		}
+	}
+	slices.SortFunc(fire, func(a, b due) int {
+		if a.ts != b.ts {
+			return cmpInt(a.ts, b.ts)
+		}
+		return bytes.Compare([]byte(a.key), []byte(b.key))
+	})
+	var out []Output
+	for _, d := range fire {
+		delete(h.host.ProcTimers[d.key], d.ts)
+		h.host.Key, h.host.Timestamp = d.key, d.ts
+		frames := h.writeInput(uint32(len(d.key)), []byte(d.key))
+		o, err := h.collect(abi.CallTimer, "clink_on_processing_timer", frames, func() int32 {
+			return ptimer.Fire(uint32(len(d.key)), d.ts)
 		})
 		out = append(out, o...)
 		if err != nil {

@@ -50,6 +50,7 @@ type NativeHost struct {
 	Prefetch                []uint32                       // state indices, in manifest prefetch order
 	State                   map[string][]map[string][]byte // record key -> state index -> entry -> value
 	Timers                  map[string]map[int64]bool      // record key -> timestamps
+	ProcTimers              map[string]map[int64]bool      // record key -> processing times
 	WatermarkValue          int64
 	Outputs                 []Output
 	Logs                    []LogLine
@@ -72,6 +73,7 @@ func NewNativeHost() *NativeHost {
 	return &NativeHost{
 		State:          map[string][]map[string][]byte{},
 		Timers:         map[string]map[int64]bool{},
+		ProcTimers:     map[string]map[int64]bool{},
 		WatermarkValue: math.MinInt64,
 	}
 }
@@ -196,6 +198,29 @@ func TimerDelete(timestamp int64) int32 {
 		return NotAllowed
 	}
 	delete(h.Timers[h.Key], timestamp)
+	return 0
+}
+
+func ProcTimerRegister(timestamp int64) int32 {
+	h := Host
+	if !h.keyed() {
+		return NotAllowed
+	}
+	t := h.ProcTimers[h.Key]
+	if t == nil {
+		t = map[int64]bool{}
+		h.ProcTimers[h.Key] = t
+	}
+	t[timestamp] = true
+	return 0
+}
+
+func ProcTimerDelete(timestamp int64) int32 {
+	h := Host
+	if !h.keyed() {
+		return NotAllowed
+	}
+	delete(h.ProcTimers[h.Key], timestamp)
 	return 0
 }
 
