@@ -75,7 +75,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		timeField  = fs.String("time-field", "", "take event time from this field (epoch ms or RFC 3339); default ingestion time")
 		wmDelay    = fs.Duration("watermark-delay", 0, "bounded out-of-orderness: watermark = max event time seen - delay")
 		onBad      = fs.String("on-malformed", "fail", "malformed input line: fail (stop with its line number) or skip")
-		deadLetter = fs.String("dead-letter", "", "with --on-malformed=skip, write skipped lines here as JSON Lines")
+		deadLetter = fs.String("dead-letter", "", "with --on-malformed=skip, write skipped lines here as JSON Lines;\nwith --on-error=dead-letter, the records the module faulted on too")
+		onError    = fs.String("on-error", "fail", "the module faults on a record: fail (stop, naming the operator and the input line) or\ndead-letter (write the record to --dead-letter with the reason, and go on)")
+		retries    = fs.Int("retries", 0, "run a record whose call faulted without effect again up to this many times (0-10) before --on-error applies")
 		inFlight   = fs.Int("max-in-flight", 0, "records in flight, > 0 (default 6000; instances have their own memory budget)")
 		callTime   = fs.Duration("call-timeout", abi.DefaultCallTime, "time limit per guest call (suspension excluded), > 0")
 		memPages   = fs.Uint("max-memory-pages", abi.DefaultMemoryPages, "linear memory limit per instance, in 64 KiB pages (1 to 65536)")
@@ -133,8 +135,17 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if policy != pipeline.MalformedFail && policy != pipeline.MalformedSkip {
 		return usagef("run: --on-malformed must be fail or skip, not %q", *onBad)
 	}
-	if *deadLetter != "" && policy != pipeline.MalformedSkip {
-		return usagef("run: --dead-letter needs --on-malformed=skip")
+	if *onError != "fail" && *onError != "dead-letter" {
+		return usagef("run: --on-error must be fail or dead-letter, not %q", *onError)
+	}
+	if *onError == "dead-letter" && *deadLetter == "" {
+		return usagef("run: --on-error=dead-letter needs --dead-letter FILE")
+	}
+	if *deadLetter != "" && policy != pipeline.MalformedSkip && *onError != "dead-letter" {
+		return usagef("run: --dead-letter needs --on-malformed=skip or --on-error=dead-letter")
+	}
+	if *retries < 0 || *retries > 10 {
+		return usagef("run: --retries must be from 0 to 10, not %d", *retries)
 	}
 	restoreID, err := pipeline.ParseRestore(*restore)
 	if err != nil {
@@ -169,7 +180,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	opts := pipeline.Options{
 		Module: bin, KeyField: *key, TimeField: *timeField, WatermarkDelay: *wmDelay,
-		OnMalformed: policy, MaxInFlight: *inFlight, Log: stderr,
+		OnMalformed: policy, OnError: *onError, Retries: *retries, MaxInFlight: *inFlight, Log: stderr,
 		StateURL: *stateURL, HotBytes: hot, Job: *job, Restore: restoreID, CheckpointEvery: *ckptEvery,
 		Endpoints: eps, Order: ord,
 		Limits: abi.Limits{CallTime: *callTime, MemoryPages: uint32(*memPages)},
@@ -339,6 +350,9 @@ func printSummary(w io.Writer, s *pipeline.Summary, err error) {
 	fmt.Fprintf(w, "%s %s: %d records in, %d out", s.Operator, status, s.RecordsIn, s.RecordsOut)
 	if s.Skipped > 0 {
 		fmt.Fprintf(w, ", %d malformed skipped", s.Skipped)
+	}
+	if s.DeadLetters > 0 {
+		fmt.Fprintf(w, ", %d dead-lettered (the module faulted)", s.DeadLetters)
 	}
 	fmt.Fprintf(w, " in %v (%s records/s)\n", s.Duration.Round(time.Millisecond), humanRate(s.RecordsPerSecond()))
 	if s.Restored != nil {

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
 )
 
 // memSource is a bounded in-memory source of raw values, one split, keyed by the source.
@@ -161,6 +164,54 @@ sinks: [{name: out, type: file, path: o.jsonl, inputs: [%s]}]
 `, tc.onError, tc.sinkInput)))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.onError, err, tc.want)
+		}
+	}
+}
+
+// TestFlagFormOnErrorDeadLetter: the flag form's OnError dead-letter writes the faulted records
+// and the malformed lines to the one DeadLetter output, each a whole JSON line, also when an
+// oversized line is streamed there in pieces while faulted records arrive.
+func TestFlagFormOnErrorDeadLetter(t *testing.T) {
+	var in strings.Builder
+	big := strings.Repeat("x", 300<<10) // longer than the reader's buffer
+	for i := range 300 {
+		if i%50 == 7 {
+			fmt.Fprintf(&in, "{\"u\":\"%s\"}\n", big) // over the record limit: streamed
+			continue
+		}
+		fmt.Fprintf(&in, "{\"u\":\"k%d\"}\n", i%9)
+	}
+	var dl bytes.Buffer
+	out, sum, err := runOpts(t, Options{Module: abiFixture(t, "trap"), KeyField: "u", OnError: "dead-letter", Retries: 1,
+		OnMalformed: MalformedSkip, DeadLetter: &dl, Limits: abi.Limits{MaxRecordValue: 1024}}, in.String())
+	if err != nil || out != "" || sum.DeadLetters != 294 || sum.Skipped != 6 {
+		t.Fatalf("%v %q dead %d skipped %d", err, out, sum.DeadLetters, sum.Skipped)
+	}
+	seen := map[int64]bool{}
+	for _, l := range strings.Split(strings.TrimSuffix(dl.String(), "\n"), "\n") {
+		var d struct {
+			Line      int64
+			Operator  string
+			Attempts  int
+			RawBase64 string `json:"raw_base64"`
+		}
+		if err := json.Unmarshal([]byte(l), &d); err != nil || seen[d.Line] {
+			t.Fatalf("dead letter %.200q: %v", l, err)
+		}
+		seen[d.Line] = true
+		if oversize := (d.Line-1)%50 == 7; oversize != (d.Operator == "") || (!oversize && (d.Operator != "trapper" || d.Attempts != 2)) ||
+			(oversize && d.RawBase64 == "") {
+			t.Fatalf("line %d: %.200s", d.Line, l)
+		}
+	}
+	if len(seen) != 300 {
+		t.Fatalf("%d dead letters, want 300", len(seen))
+	}
+	// Dead letters need somewhere to go; the policies are checked.
+	for _, o := range []Options{{OnError: "dead-letter"}, {OnError: "skip"}, {Retries: 11}} {
+		o.Module, o.KeyField = abiFixture(t, "trap"), "u"
+		if _, _, err := runOpts(t, o, "{\"u\":\"a\"}\n"); err == nil {
+			t.Errorf("%+v accepted", o)
 		}
 	}
 }

@@ -38,8 +38,9 @@ import (
 
 // The node names of the flag form's one-operator spec.
 const (
-	flagSourceName = "input"
-	flagSinkName   = "output"
+	flagSourceName     = "input"
+	flagSinkName       = "output"
+	flagDeadLetterName = "dead-letter"
 )
 
 // flagForm is what the flag form hooks into the runtime: its preloaded module, its messages,
@@ -487,6 +488,91 @@ func (w *writerSinkWriter) Close(ctx context.Context) error {
 	return nil
 }
 
+// --- the dead letters of guest faults ---
+
+// lineWriter shares the dead-letter output between the source (malformed lines) and the
+// dead-letter sink (records whose guest call faulted): each holds it for whole lines, so that
+// the two never interleave within one. The source writes an oversized line in several Writes,
+// the last ending in '\n'; it holds the lock from its first Write to that one (or to a failed
+// Write, after which its line is abandoned).
+type lineWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	held bool // by the source, between the Writes of one line; only the source touches it
+}
+
+// Write is the source's: lines, possibly in several parts.
+func (l *lineWriter) Write(p []byte) (int, error) {
+	if !l.held {
+		l.mu.Lock()
+		l.held = true
+	}
+	n, err := l.w.Write(p)
+	if err != nil || (len(p) > 0 && p[len(p)-1] == '\n') {
+		l.held = false
+		l.mu.Unlock()
+	}
+	return n, err
+}
+
+// writeLine is the sink's: one whole line.
+func (l *lineWriter) writeLine(p []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, err := l.w.Write(p)
+	return err
+}
+
+// deadLetterSink writes the operator's NAME.errors side output to the dead-letter output, in
+// the flag form's terms: the input line, and the module's name as the operator. At least once,
+// as the malformed lines are: a restore writes again the dead letters after its checkpoint.
+type deadLetterSink struct {
+	w        *lineWriter
+	operator string
+	records  atomic.Int64
+}
+
+func (s *deadLetterSink) Committer() SinkCommitter { return nil }
+func (s *deadLetterSink) Open(context.Context, SinkContext) (SinkWriter, error) {
+	return s, nil
+}
+
+func (s *deadLetterSink) Write(_ context.Context, recs []SinkRecord) error {
+	for i := range recs {
+		var in struct {
+			Key       string  `json:"key"`
+			Attempts  int     `json:"attempts"`
+			Reason    string  `json:"reason"`
+			Raw       *string `json:"raw,omitempty"`
+			RawBase64 *string `json:"raw_base64,omitempty"`
+		}
+		if err := json.Unmarshal(recs[i].Value, &in); err != nil {
+			return fmt.Errorf("dead-letter output: a dead letter that is not JSON: %w", err)
+		}
+		out := struct {
+			Line      int64   `json:"line"`
+			Operator  string  `json:"operator"`
+			Key       string  `json:"key"`
+			Attempts  int     `json:"attempts"`
+			Reason    string  `json:"reason"`
+			Raw       *string `json:"raw,omitempty"`
+			RawBase64 *string `json:"raw_base64,omitempty"`
+		}{recs[i].Pos, s.operator, in.Key, in.Attempts, in.Reason, in.Raw, in.RawBase64}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(&out) // strings and integers
+		if err := s.w.writeLine(buf.Bytes()); err != nil {
+			return fmt.Errorf("dead-letter output: %w", err)
+		}
+		s.records.Add(1)
+	}
+	return nil
+}
+
+func (s *deadLetterSink) PreCommit(context.Context, uint64) ([]byte, error) { return nil, nil }
+func (s *deadLetterSink) Close(context.Context) error                       { return nil }
+
 // --- Run ---
 
 // Run executes the flag form to the end of its input: a one-operator spec through the
@@ -503,8 +589,14 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	if opts.OnMalformed == "" {
 		opts.OnMalformed = MalformedFail
 	}
+	opts.OnError = cmp.Or(opts.OnError, "fail")
 	if err := opts.validate(); err != nil {
 		return sum, err
+	}
+	var dead *lineWriter
+	if opts.OnError == "dead-letter" {
+		dead = &lineWriter{w: opts.DeadLetter}
+		opts.DeadLetter = dead // the source's malformed lines share it
 	}
 	engOpts := []abi.EngineOption{abi.WithLimits(opts.Limits)}
 	if opts.CacheDir != "" {
@@ -542,7 +634,8 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		stateURL = "mem://"
 	}
 	pool := redactURL(stateURL)
-	stOpts := []state.Option{state.WithRetainCheckpoints(DefaultCheckpointRetain + 4)}
+	// The pool's background failures (compaction, garbage collection) are warnings on the log.
+	stOpts := []state.Option{state.WithRetainCheckpoints(DefaultCheckpointRetain + 4), state.WithLogger(lookupLogger(opts.Log))}
 	if opts.HotBytes > 0 {
 		stOpts = append(stOpts, state.WithHotBytes(opts.HotBytes))
 	}
@@ -597,7 +690,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	}
 	opSpec := OperatorSpec{Name: opName, Module: "flag-form", Inputs: []string{flagSourceName}, Endpoints: opts.Endpoints,
 		Order:  map[scheduler.Order]string{scheduler.OrderPerKey: "per-key", scheduler.OrderInput: "input", scheduler.OrderNone: "none"}[opts.Order],
-		Limits: LimitsSpec{MaxInFlight: opts.MaxInFlight}, Late: "drop"}
+		Limits: LimitsSpec{MaxInFlight: opts.MaxInFlight}, Late: "drop", OnError: opts.OnError, Retries: opts.Retries}
 	switch {
 	case opts.Order != scheduler.OrderPerKey:
 	case opts.KeyField != "":
@@ -608,6 +701,11 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	spec := &Spec{Name: job, Mode: ModeBounded, Checkpoints: CheckpointSpec{Interval: &interval, FinalSavepoint: &final},
 		Sources: []SourceSpec{srcSpec}, Operators: []OperatorSpec{opSpec},
 		Sinks: []SinkSpec{{Name: flagSinkName, Type: "flag-output", Inputs: []string{opName}}}}
+	var deadSink *deadLetterSink
+	if dead != nil {
+		deadSink = &deadLetterSink{w: dead, operator: mod.Name()}
+		spec.Sinks = append(spec.Sinks, SinkSpec{Name: flagDeadLetterName, Type: "flag-dead-letter", Inputs: []string{opName + ".errors"}})
+	}
 
 	lim := eng.Limits()
 	src := &readerSource{opts: &opts, split: cmp.Or(opts.InputName, "input"),
@@ -621,6 +719,9 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	conns := &Connectors{}
 	conns.RegisterSource("flag-input", func(*SourceSpec, *ConnectorOptions, *Env) (Source, error) { return src, nil })
 	conns.RegisterSink("flag-output", func(*SinkSpec, *ConnectorOptions, *Env) (Sink, error) { return sink, nil })
+	if deadSink != nil {
+		conns.RegisterSink("flag-dead-letter", func(*SinkSpec, *ConnectorOptions, *Env) (Sink, error) { return deadSink, nil })
+	}
 	hooks := &flagForm{bin: opts.Module, eng: eng, mod: mod, record: opts.Record}
 	env := Env{Connectors: conns, StateURL: stateURL, Store: store, Restore: restore, Lookups: reg, CacheDir: opts.CacheDir,
 		GuestLog: opts.Log, OnCommitPhase: opts.OnCommitPhase, flag: hooks}
@@ -692,6 +793,9 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 	sum.RecordsIn = src.recs.Load()
 	sum.Skipped = src.skipped.Load()
 	sum.RecordsOut = sink.records.Load()
+	if deadSink != nil {
+		sum.DeadLetters = deadSink.records.Load()
+	}
 	sum.Duration = time.Since(start)
 	if runErr == nil {
 		runErr = src.failure()
@@ -709,7 +813,7 @@ func unwrapFlagError(err error) error {
 		return nil
 	}
 	msg := err.Error()
-	for _, p := range []string{"source " + flagSourceName + "[0]: ", "sink " + flagSinkName + "[0]: "} {
+	for _, p := range []string{"source " + flagSourceName + "[0]: ", "sink " + flagSinkName + "[0]: ", "sink " + flagDeadLetterName + "[0]: "} {
 		if m, ok := strings.CutPrefix(msg, p); ok {
 			return &redactedError{msg: m, err: err}
 		}

@@ -166,7 +166,8 @@ func Start(ctx context.Context, spec *Spec, env Env) (*Job, error) {
 		// The state tier keeps the newest `retain` complete checkpoints. Keep a few more than
 		// the job's records, so that a record's state survives the uncommitted checkpoints
 		// that crashed attempts may leave behind it (one per attempt at most).
-		st, err := state.Open(ctx, stateURL, state.WithRetainCheckpoints(spec.Checkpoints.Retain+4))
+		// The pool's background failures (compaction, garbage collection) go to the job's log.
+		st, err := state.Open(ctx, stateURL, state.WithRetainCheckpoints(spec.Checkpoints.Retain+4), state.WithLogger(jobLogger(env.Log, spec)))
 		if err != nil {
 			return nil, fmt.Errorf("state pool %s: %w", redactURL(stateURL), err)
 		}
@@ -537,4 +538,15 @@ func (j *Job) Metrics() JobMetrics {
 		m.Sinks = append(m.Sinks, SubtaskMetrics{Node: t.name, Subtask: t.subtask, RecordsIn: t.records.Load(), InputDepth: t.in.depth()})
 	}
 	return m
+}
+
+// jobLogger is the job's log, naming the job (nil without one: the store's default discards).
+func jobLogger(l *slog.Logger, spec *Spec) *slog.Logger {
+	if l == nil {
+		return nil
+	}
+	if spec.Tenant != "" {
+		return l.With("job", spec.Name, "tenant", spec.Tenant)
+	}
+	return l.With("job", spec.Name)
 }

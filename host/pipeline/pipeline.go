@@ -44,6 +44,12 @@ type Options struct {
 
 	OnMalformed MalformedPolicy
 	DeadLetter  io.Writer
+	// OnError is what a guest fault on a record does (a spec's on_error): "fail" (the default)
+	// fails the run; "dead-letter" writes the record to DeadLetter (required then) as
+	// {"line", "operator", "key", "attempts", "reason", "raw"} and goes on. Retries runs such a
+	// record again up to this many times (0-10) first (a spec's retries).
+	OnError string
+	Retries int
 
 	Output io.Writer
 	// OutputName, when set and Output is a regular file, makes the output exactly once: it
@@ -103,10 +109,13 @@ type Progress struct {
 
 // Summary reports a finished run.
 type Summary struct {
-	Operator    string
-	RecordsIn   int64
-	RecordsOut  int64
-	Skipped     int64
+	Operator   string
+	RecordsIn  int64
+	RecordsOut int64
+	Skipped    int64
+	// DeadLetters counts the records whose guest call faulted and that went to the
+	// dead-letter output (Options.OnError "dead-letter").
+	DeadLetters int64
 	Duration    time.Duration
 	Scheduler   scheduler.Snapshot
 	MaxInFlight int
@@ -156,6 +165,12 @@ func (o *Options) validate() error {
 		return fmt.Errorf("unknown input format %q (use jsonl or csv)", o.Format)
 	case o.OnMalformed != MalformedFail && o.OnMalformed != MalformedSkip:
 		return fmt.Errorf("unknown malformed-record policy %q (use fail or skip)", o.OnMalformed)
+	case o.OnError != "" && o.OnError != "fail" && o.OnError != "dead-letter":
+		return fmt.Errorf("unknown on-error policy %q (use fail or dead-letter)", o.OnError)
+	case o.OnError == "dead-letter" && o.DeadLetter == nil:
+		return errors.New("on-error dead-letter needs a dead-letter output")
+	case o.Retries < 0 || o.Retries > 10:
+		return fmt.Errorf("retries must be in [0, 10], not %d", o.Retries)
 	case o.MaxInFlight < 0:
 		return fmt.Errorf("max in flight must be > 0 (or 0 for the default), not %d", o.MaxInFlight)
 	case o.Limits.CallTime < 0:

@@ -70,8 +70,8 @@ func TestRunCounter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out != "{\"count\":1}\n{\"count\":1}\n{\"count\":2}\n" {
-		t.Fatalf("output %q", out)
+	if err := interleaving(out, counts(1, 2), counts(1)); err != nil {
+		t.Fatal(err)
 	}
 	if sum.Operator != "counter" || sum.RecordsIn != 3 || sum.RecordsOut != 3 || sum.Skipped != 0 || sum.MaxInFlight < 1 ||
 		len(sum.Checkpoints) != 0 || sum.Resumable || sum.Restored != nil || sum.State != nil {
@@ -100,7 +100,7 @@ func TestRunRestore(t *testing.T) {
 	}
 	opts.Restore = RestoreLatestIfAny
 	out, sum, err := runOpts(t, opts, twoA)
-	if err != nil || out != "{\"count\":1}\n{\"count\":1}\n{\"count\":2}\n" || sum.Restored == nil || sum.Restored.Checkpoint != 0 ||
+	if err != nil || interleaving(out, counts(1, 2), counts(1)) != nil || sum.Restored == nil || sum.Restored.Checkpoint != 0 ||
 		!strings.Contains(sum.Restored.String(), "started from empty state") {
 		t.Fatalf("latest-if-any on nothing: %v %q %+v", err, out, sum.Restored)
 	}
@@ -119,9 +119,10 @@ func TestRunRestore(t *testing.T) {
 	for i, r := range []uint64{state.RestoreLatest, RestoreLatestIfAny} {
 		opts.Restore, opts.InputName = r, fmt.Sprintf("batch%d", i)
 		out, sum, err = runOpts(t, opts, twoA)
-		want := []string{"{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n", "{\"count\":5}\n{\"count\":3}\n{\"count\":6}\n"}[i]
+		// Key a's counts in order, key b's anywhere: only per-key order is guaranteed.
+		wantA, wantB := [][]string{counts(3, 4), counts(5, 6)}[i], [][]string{counts(2), counts(3)}[i]
 		prev := ids[len(ids)-1]
-		if err != nil || out != want || sum.Restored == nil || sum.Restored.Checkpoint != prev || sum.Restored.Upgrade ||
+		if err != nil || interleaving(out, wantA, wantB) != nil || sum.Restored == nil || sum.Restored.Checkpoint != prev || sum.Restored.Upgrade ||
 			sum.Restored.From == nil || sum.Restored.From.Name != "counter" || sum.Restored.String() != fmt.Sprintf("restored checkpoint %d", prev) {
 			t.Fatalf("restore %d: %v %q %+v", i, err, out, sum.Restored)
 		}
@@ -169,7 +170,7 @@ func TestRunRestoreOtherModule(t *testing.T) {
 	}
 	v2 := withManifest(t, counter, `{"abi":1,"name":"counter","states":["count","extra"]}`)
 	out, sum, err := runOpts(t, Options{Module: v2, KeyField: "u", StateURL: pool, Restore: state.RestoreLatest, InputName: "b2"}, twoA)
-	if err != nil || out != "{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n" {
+	if err != nil || interleaving(out, counts(3, 4), counts(2)) != nil {
 		t.Fatalf("upgrade: %v %q", err, out)
 	}
 	r := sum.Restored
@@ -245,7 +246,7 @@ func TestFileStateAndHotBytes(t *testing.T) {
 		t.Fatalf("%v %+v", err, sum)
 	}
 	opts.Restore, opts.InputName = state.RestoreLatest, "next"
-	if out, _, err := runOpts(t, opts, twoA); err != nil || out != "{\"count\":3}\n{\"count\":2}\n{\"count\":4}\n" {
+	if out, _, err := runOpts(t, opts, twoA); err != nil || interleaving(out, counts(3, 4), counts(2)) != nil {
 		t.Fatalf("%v %q", err, out)
 	}
 }
@@ -422,7 +423,7 @@ func TestRunProgress(t *testing.T) {
 			}
 		},
 	})
-	if err != nil || sum.RecordsIn != 3 || out.String() != "{\"count\":1}\n{\"count\":1}\n{\"count\":2}\n" {
+	if err != nil || sum.RecordsIn != 3 || interleaving(out.String(), counts(1, 2), counts(1)) != nil {
 		t.Fatalf("%v %q", err, out.String())
 	}
 	if seen.BytesRead != int64(len(first)) || seen.InputSize != 30 || seen.RecordsIn != 2 || seen.Elapsed <= 0 {

@@ -311,7 +311,9 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	if r.log, err = rt.openLog(r.dir); err != nil {
 		return nil, err
 	}
-	opts := []state.Option{state.WithRetainCheckpoints(spec.Checkpoints.Retain + 4)}
+	logger := slog.New(captureHandler{Handler: s.log.Handler(), r: r}).With("tenant", p.Tenant, "pipeline", p.ID)
+	// The pool's background failures (compaction, garbage collection) go to the server's log.
+	opts := []state.Option{state.WithRetainCheckpoints(spec.Checkpoints.Retain + 4), state.WithLogger(logger)}
 	if t.Quotas.HotTierBytes > 0 {
 		opts = append(opts, state.WithHotBytes(t.Quotas.HotTierBytes))
 	}
@@ -319,7 +321,6 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 		r.log.Close()
 		return nil, fmt.Errorf("opening the state pool: %w", err)
 	}
-	logger := slog.New(captureHandler{Handler: s.log.Handler(), r: r}).With("tenant", p.Tenant, "pipeline", p.ID)
 	env := pipeline.Env{
 		Connectors: s.hostedConnectors(r.log, previewDir(r.dir)),
 		StateURL:   r.stateURL,
