@@ -33,7 +33,7 @@ func cmdWorker(ctx context.Context, args []string, out, stderr io.Writer) error 
 		group     = fs.String("group", "", "consumer group (default clink.NAME)")
 		protocol  = fs.String("group-protocol", cluster.ProtocolClassic, "classic (cooperative-sticky) or consumer (KIP-848, Kafka 4.0+)")
 		session   = fs.Duration("session-timeout", 10*time.Second, "the group's session timeout: how long a dead worker keeps its partitions")
-		heartbeat = fs.Duration("heartbeat", time.Second, "heartbeat interval")
+		heartbeat = fs.Duration("heartbeat", 250*time.Millisecond, "heartbeat interval: members learn of a rebalance at their next heartbeat, so it is part of every join's hand-over")
 		rebalance = fs.Duration("rebalance-timeout", 60*time.Second, "how long a revoke may take (final checkpoints of the revoked partitions)")
 		verbose   = fs.Bool("v", false, "log task events and the runtime's events on stderr")
 		noCache   = fs.Bool("no-cache", false, "do not use the on-disk compilation cache")

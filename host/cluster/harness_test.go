@@ -144,7 +144,13 @@ func (tw *testWorker) stop(t testing.TB) {
 // waitFor polls cond (bounded): the group's progress has no event to wait on from outside.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitLimit)
+	waitForUpTo(t, waitLimit, what, cond)
+}
+
+// waitForUpTo is waitFor with its own bound (benchmarks preloading millions of records).
+func waitForUpTo(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -35,6 +35,7 @@ type modelInputs struct {
 	// per-task stop and start measured by BenchmarkHandover here, and the cores per worker
 	// over which the tasks' starts spread.
 	GroupRoundTrip      time.Duration
+	HeartbeatInterval   time.Duration // members learn of a rebalance at their next heartbeat
 	TaskStop, TaskStart time.Duration
 	CPUPerTaskStart     time.Duration
 	CoresPerWorker      int
@@ -54,7 +55,7 @@ func defaultModel() modelInputs {
 		Workers: 100, Partitions: 10000, Prefixes: 256, Interval: 10 * time.Second,
 		RecordsPerSec: 1000, DistinctKeysPerSec: 300, BytesPerEntry: 64,
 		PutsPerCheckpoint: 5, GetsPerRestore: 13,
-		GroupRoundTrip: 5 * time.Millisecond, TaskStop: 50 * time.Millisecond, TaskStart: 150 * time.Millisecond,
+		GroupRoundTrip: 5 * time.Millisecond, HeartbeatInterval: 250 * time.Millisecond, TaskStop: 50 * time.Millisecond, TaskStart: 150 * time.Millisecond,
 		CPUPerTaskStart: 20 * time.Millisecond, CoresPerWorker: 4,
 	}
 }
@@ -144,14 +145,17 @@ func runModel(t *testing.T, in modelInputs) modelResult {
 	// The new worker starts its moved partitions' tasks: latency-bound per task, CPU-bound
 	// over its cores; the old owners stop theirs in parallel (one or two each).
 	startCPU := time.Duration(float64(in.CPUPerTaskStart) * float64(moved) / float64(in.CoresPerWorker))
-	r.JoinHandover = time.Duration(2*rounds)*in.GroupRoundTrip + in.TaskStop + max(in.TaskStart, startCPU)
+	// The old members learn of the first round at their next heartbeat (on average half an
+	// interval, at worst one: the model takes the worst); the second round follows the
+	// revoke at once.
+	r.JoinHandover = in.HeartbeatInterval + time.Duration(2*rounds)*in.GroupRoundTrip + in.TaskStop + max(in.TaskStart, startCPU)
 	// A worker dies (after the session timeout, excluded): its partitions spread over the rest.
 	left := members[1:]
 	delete(owned, members[0])
 	_, rounds, _ = settle(t, left, owned, in.Partitions)
 	r.MovedOnLeave = in.Partitions / in.Workers
 	perSurvivor := (r.MovedOnLeave + len(left) - 1) / len(left)
-	r.LeaveHandover = time.Duration(2*rounds)*in.GroupRoundTrip + max(in.TaskStart, time.Duration(float64(in.CPUPerTaskStart)*float64(perSurvivor)/float64(in.CoresPerWorker)))
+	r.LeaveHandover = in.HeartbeatInterval + time.Duration(2*rounds)*in.GroupRoundTrip + max(in.TaskStart, time.Duration(float64(in.CPUPerTaskStart)*float64(perSurvivor)/float64(in.CoresPerWorker)))
 	// S3 prefixes: as PartitionURL hashes them.
 	perPrefix := map[string]int{}
 	for p := range in.Partitions {

@@ -61,7 +61,9 @@ type Options struct {
 	// Protocol is ProtocolClassic (default) or ProtocolConsumer.
 	Protocol string
 	// SessionTimeout, HeartbeatInterval and RebalanceTimeout are the group's (defaults 10s,
-	// 1s, 60s). A revoke must finish its tasks' final checkpoints within RebalanceTimeout.
+	// 250ms, 60s). A revoke must finish its tasks' final checkpoints within RebalanceTimeout.
+	// A member learns of a rebalance at its next heartbeat, so the interval is part of every
+	// join's hand-over (Kafka's default, 3s, would dominate it).
 	SessionTimeout, HeartbeatInterval, RebalanceTimeout time.Duration
 	// RestartDelay is how long a failed task waits before it restarts, if the worker still
 	// owns its partition (default: the larger of 1s and two heartbeat intervals, so that a
@@ -149,7 +151,7 @@ func New(o Options) (*Worker, error) {
 		return nil, fmt.Errorf("cluster: group protocol %q: want classic or consumer", w.o.Protocol)
 	}
 	w.o.SessionTimeout = cmp(w.o.SessionTimeout, 10*time.Second)
-	w.o.HeartbeatInterval = cmp(w.o.HeartbeatInterval, time.Second)
+	w.o.HeartbeatInterval = cmp(w.o.HeartbeatInterval, 250*time.Millisecond)
 	w.o.RebalanceTimeout = cmp(w.o.RebalanceTimeout, 60*time.Second)
 	w.delay = cmp(w.o.RestartDelay, max(time.Second, 2*w.o.HeartbeatInterval))
 	w.stopTO = w.o.RebalanceTimeout * 9 / 10

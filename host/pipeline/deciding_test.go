@@ -159,4 +159,43 @@ func TestDecidingSinkRollForward(t *testing.T) {
 		got = append(got, e.Lines...)
 	}
 	comparePerKey(t, got, readLines(t, ref))
+
+	// A stale prepared record, older than the newest committed one (a zombie's, or one a later
+	// checkpoint superseded), is deleted on restore, never committed: the deciding sink reports
+	// a newer checkpoint decided, so "decided" alone would let it through.
+	jobDir := filepath.Join(dir, "state", "jobs", "_", "tx")
+	stale := decided + 1 // attempt 1 crashed at decided: nothing after it was committed
+	ids, _ := os.ReadDir(filepath.Join(jobDir, "checkpoints"))
+	if len(ids) == 0 {
+		t.Fatal("no committed records")
+	}
+	b, err := os.ReadFile(filepath.Join(jobDir, "checkpoints", ids[0].Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["id"] = stale
+	if b, err = json.Marshal(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(jobDir, "prepared", fmt.Sprintf("%020d.json", stale)), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Keep every record, so that retention cannot hide a false one.
+	keepAll := strings.Replace(spec, "checkpoints: {interval: 50ms}", "checkpoints: {interval: 50ms, retain: 1000}", 1)
+	if keepAll == spec {
+		t.Fatal("the spec's checkpoints line changed: update this test")
+	}
+	if _, err := runSpec(t, keepAll, env); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(jobDir, "checkpoints", fmt.Sprintf("%020d.json", stale))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stale prepared record %d was committed (stat: %v)", stale, err)
+	}
+	if _, err := os.Stat(filepath.Join(jobDir, "prepared", fmt.Sprintf("%020d.json", stale))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stale prepared record %d is still there (stat: %v)", stale, err)
+	}
 }

@@ -252,8 +252,20 @@ func (j *Job) rollForward(ctx context.Context) error {
 	if len(deciding) == 0 {
 		decided = 0
 	}
+	committed, err := j.records.List(ctx, kindCommitted)
+	if err != nil {
+		return err
+	}
+	var newest uint64
+	if len(committed) > 0 {
+		newest = committed[len(committed)-1]
+	}
 	for _, id := range prepared {
-		if id <= decided {
+		// Only a prepared record newer than every committed one can be the one a crash left
+		// between its decision and its commit. An older one is a leftover (a zombie's, or an
+		// attempt that a later checkpoint superseded): committing it would put a false record
+		// among the true ones, so it is only deleted.
+		if id <= decided && id > newest {
 			rec, err := j.records.Get(ctx, kindPrepared, id)
 			if err != nil {
 				return err

@@ -428,7 +428,7 @@ func firstError(errs <-chan error, coord error) error {
 		// A call stopped because another part failed (a sink that could not write: its
 		// error reaches the guest's emit) is explained by that failure, reported as is.
 		for _, o := range all {
-			if o != e && !errors.As(o, new(*scheduler.OperatorError)) && errors.Is(e, o) {
+			if o != e && !errors.As(o, new(*scheduler.OperatorError)) && !errors.As(o, new(*abi.Fault)) && errors.Is(e, o) {
 				return o
 			}
 		}

@@ -163,17 +163,29 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 	if closed {
 		return w, ErrClosed
 	}
+	// This is CPU that competes with the runner (two cores, checkpoints every 100 ms): the
+	// durable keys go into one buffer rather than one allocation each, and the sort is generic
+	// rather than sort.Slice's reflective swaps.
+	size := 0
+	for _, c := range s.entries {
+		size += len(c.key) + 16 // the state's name replaces its 2-byte id; the rest is the same
+	}
+	arena := make([]byte, 0, size)
 	ents := make([]segEntry, len(s.entries))
 	for i, c := range s.entries {
 		id, rec, ent := parseHotKey(c.key)
-		name := fmt.Sprintf("#%d", id)
+		var name string
 		if int(id) < len(s.names) {
 			name = s.names[id]
+		} else {
+			name = "#" + strconv.FormatUint(uint64(id), 10)
 		}
 		kg := KeyGroupOf(rec, b.numKG)
-		ents[i] = segEntry{key: appendDurableKey(nil, kg, name, rec, ent), value: c.value, tomb: c.tomb}
+		at := len(arena)
+		arena = appendDurableKey(arena, kg, name, rec, ent)
+		ents[i] = segEntry{key: arena[at:len(arena):len(arena)], value: c.value, tomb: c.tomb}
 	}
-	sort.Slice(ents, func(i, j int) bool { return bytes.Compare(ents[i].key, ents[j].key) < 0 })
+	ents = sortDurable(ents)
 	tag := fmt.Sprintf("%020d", s.id)
 	if s.spill {
 		tag = fmt.Sprintf("%020d-spill%d", baseCkpt, s.seq)
@@ -181,6 +193,45 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 	var err error
 	w.segs, w.bytes, err = b.writeSegments(ctx, tag, ents, false)
 	return w, err
+}
+
+// sortDurable returns ents in durable-key order. A durable key starts with its key group, big
+// endian, so a counting pass by group followed by a sort of each group's indexes gives that
+// order with fewer comparisons than one sort of the whole, and moves 4-byte indexes instead of
+// entries (which hold pointers, so every move of one costs write barriers while the GC runs).
+func sortDurable(ents []segEntry) []segEntry {
+	if len(ents) < 2 {
+		return ents
+	}
+	numKG := 0
+	for _, e := range ents {
+		numKG = max(numKG, durableKeyGroup(e.key)+1)
+	}
+	start := make([]int, numKG+1)
+	for _, e := range ents {
+		start[durableKeyGroup(e.key)+1]++
+	}
+	for g := 1; g <= numKG; g++ {
+		start[g] += start[g-1]
+	}
+	order := make([]int32, len(ents))
+	next := slices.Clone(start[:numKG])
+	for i, e := range ents {
+		g := durableKeyGroup(e.key)
+		order[next[g]] = int32(i)
+		next[g]++
+	}
+	for g := range numKG {
+		grp := order[start[g]:start[g+1]]
+		if len(grp) > 1 {
+			slices.SortFunc(grp, func(x, y int32) int { return bytes.Compare(ents[x].key[2:], ents[y].key[2:]) })
+		}
+	}
+	out := make([]segEntry, len(ents))
+	for i, j := range order {
+		out[i] = ents[j]
+	}
+	return out
 }
 
 // commit publishes what write made: a spill's segments go into the version that cold reads

@@ -93,6 +93,11 @@ func brokersErr(c Config, err error) error {
 		e.Kind, e.Retryable = ErrAuthentication, false
 		e.Err = fmt.Errorf("the broker closed the connection after SASL %s authentication (wrong credentials or mechanism?): %w",
 			c.SASL.Mechanism, e.Err)
+	case e.Kind == nil && firstEOF && c.reachedBefore():
+		// The cluster answered this process before: a connection closed at once is an
+		// outage (a broker going away), not a TLS or SASL mismatch.
+		e.Kind, e.Retryable = ErrUnreachable, true
+		e.Err = fmt.Errorf("the broker closed the connection at once (it answered before: is it going away?): %w", e.Err)
 	case e.Kind == nil && firstEOF:
 		e.Kind, e.Retryable = ErrAuthentication, false
 		e.Err = fmt.Errorf("the broker closed the connection at once (does it require TLS or SASL?): %w", e.Err)

@@ -145,6 +145,7 @@ func (c Config) clientOpts() ([]kgo.Opt, error) {
 		// No KIP-714 telemetry push to the brokers: the pipeline exports its own metrics,
 		// and a client closing with its network gone would wait a second for the push.
 		kgo.DisableClientMetrics(),
+		kgo.WithHooks(&reachedHook{key: clusterKey(c.Brokers)}),
 	}
 	if c.ClientID != "" {
 		opts = append(opts, kgo.ClientID(c.ClientID))
