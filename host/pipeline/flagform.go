@@ -275,6 +275,15 @@ func (r *readerReader) read(buf []SourceRecord) (int, error) {
 			r.pos.Done = true
 			break
 		}
+		if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+			// The input was cancelled (the run is being stopped): not a read error that ends
+			// the input with a final checkpoint. The records read so far go out; the next
+			// call fails the source, and with it the attempt, without a checkpoint.
+			if n > 0 {
+				break
+			}
+			return 0, err
+		}
 		if err == nil {
 			var rec SourceRecord
 			if rec, err = r.record(value, line); err == nil {
