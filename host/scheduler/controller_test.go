@@ -465,6 +465,8 @@ func TestBackpressure(t *testing.T) {
 		if got := c.Metrics().InFlight; got != 4 {
 			t.Errorf("in flight %d at the cap, want 4", got)
 		}
+		// time.Now is the bubble's fake clock here: it moves only when every goroutine of the
+		// bubble is blocked, so the wait below is exact, not a wall-clock measurement.
 		start := time.Now()
 		in <- []Element{rec("key4", 0, 1, 4)}
 		if waited := time.Since(start); waited < 10*time.Millisecond {

