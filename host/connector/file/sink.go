@@ -1,11 +1,7 @@
 package file
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,7 +61,7 @@ func (s *Sink) Open(ctx context.Context, sc pipeline.SinkContext) (pipeline.Sink
 	if err := os.MkdirAll(s.pending, 0o755); err != nil {
 		return nil, err
 	}
-	return &writer{s: s, subtask: sc.Subtask}, nil
+	return &writer{pw: PartWriter{Dir: s.pending, Subtask: sc.Subtask, Fsync: s.fsync, BufSize: 256 << 10}}, nil
 }
 
 // handle is a subtask's pre-commit: the part file and its size (none when empty).
@@ -82,81 +78,22 @@ type prepared struct {
 }
 
 type writer struct {
-	s       *Sink
-	subtask int
-	f       *os.File
-	bw      *bufio.Writer
-	n       int64
-	compact bytes.Buffer
+	pw PartWriter
 }
 
 func (w *writer) Write(ctx context.Context, recs []pipeline.SinkRecord) error {
-	if w.f == nil {
-		var rnd [6]byte
-		_, _ = rand.Read(rnd[:])
-		f, err := os.Create(filepath.Join(w.s.pending, fmt.Sprintf("inprogress-%d-%s", w.subtask, hex.EncodeToString(rnd[:]))))
-		if err != nil {
-			return err
-		}
-		w.f, w.bw, w.n = f, bufio.NewWriterSize(f, 256<<10), 0
-	}
-	for i := range recs {
-		v := recs[i].Value
-		if !json.Valid(v) {
-			return fmt.Errorf("an output is not valid JSON: %.100q", v)
-		}
-		if bytes.ContainsAny(v, "\r\n") {
-			w.compact.Reset()
-			_ = json.Compact(&w.compact, v)
-			v = w.compact.Bytes()
-		}
-		w.bw.Write(v)
-		if err := w.bw.WriteByte('\n'); err != nil {
-			return err
-		}
-		w.n += int64(len(v)) + 1
-	}
-	return nil
+	return w.pw.Write(recs)
 }
 
 func (w *writer) PreCommit(ctx context.Context, checkpoint uint64) ([]byte, error) {
-	if w.f == nil {
-		return json.Marshal(handle{})
-	}
-	if err := w.bw.Flush(); err != nil {
+	part, n, err := w.pw.Stage(checkpoint)
+	if err != nil {
 		return nil, err
 	}
-	if w.s.fsync {
-		if err := w.f.Sync(); err != nil {
-			return nil, err
-		}
-	}
-	if err := w.f.Close(); err != nil {
-		return nil, err
-	}
-	part := fmt.Sprintf("%020d-%05d.part", checkpoint, w.subtask)
-	if err := os.Rename(w.f.Name(), filepath.Join(w.s.pending, part)); err != nil {
-		return nil, err
-	}
-	if w.s.fsync {
-		if err := syncDir(w.s.pending); err != nil {
-			return nil, err
-		}
-	}
-	h := handle{Part: part, Bytes: w.n}
-	w.f, w.bw = nil, nil
-	return json.Marshal(h)
+	return json.Marshal(handle{Part: part, Bytes: n})
 }
 
-func (w *writer) Close(ctx context.Context) error {
-	if w.f != nil {
-		name := w.f.Name()
-		w.f.Close()
-		w.f = nil
-		return os.Remove(name) // never pre-committed: abandoned
-	}
-	return nil
-}
+func (w *writer) Close(ctx context.Context) error { return w.pw.Abandon() }
 
 // Prepare implements pipeline.SinkCommitter.
 func (s *Sink) Prepare(ctx context.Context, checkpoint uint64, handles [][]byte) ([]byte, error) {

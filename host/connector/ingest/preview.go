@@ -1,11 +1,7 @@
 package ingest
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/clink-wasm/clink-wasm/host/connector/file"
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
 )
 
@@ -110,7 +107,7 @@ func (s *previewSink) Open(ctx context.Context, sc pipeline.SinkContext) (pipeli
 	if err := os.MkdirAll(s.pending, 0o755); err != nil {
 		return nil, err
 	}
-	return &previewWriter{s: s, subtask: sc.Subtask}, nil
+	return &previewWriter{pw: file.PartWriter{Dir: s.pending, Subtask: sc.Subtask, Fsync: s.fsync, BufSize: 64 << 10}}, nil
 }
 
 type previewHandle struct {
@@ -286,85 +283,22 @@ func (s *previewSink) Recover(ctx context.Context, checkpoint uint64, prep []byt
 }
 
 type previewWriter struct {
-	s       *previewSink
-	subtask int
-	f       *os.File
-	bw      *bufio.Writer
-	n       int64
-	compact bytes.Buffer
+	pw file.PartWriter
 }
 
 func (w *previewWriter) Write(ctx context.Context, recs []pipeline.SinkRecord) error {
-	if w.f == nil {
-		var rnd [6]byte
-		_, _ = rand.Read(rnd[:])
-		f, err := os.Create(filepath.Join(w.s.pending, fmt.Sprintf("inprogress-%d-%s", w.subtask, hex.EncodeToString(rnd[:]))))
-		if err != nil {
-			return err
-		}
-		w.f, w.bw, w.n = f, bufio.NewWriterSize(f, 64<<10), 0
-	}
-	for i := range recs {
-		v := recs[i].Value
-		if !json.Valid(v) {
-			return fmt.Errorf("an output is not valid JSON: %.100q", v)
-		}
-		if bytes.ContainsAny(v, "\r\n") {
-			w.compact.Reset()
-			_ = json.Compact(&w.compact, v)
-			v = w.compact.Bytes()
-		}
-		w.bw.Write(v)
-		if err := w.bw.WriteByte('\n'); err != nil {
-			return err
-		}
-		w.n += int64(len(v)) + 1
-	}
-	return nil
+	return w.pw.Write(recs)
 }
 
 func (w *previewWriter) PreCommit(ctx context.Context, checkpoint uint64) ([]byte, error) {
-	if w.f == nil {
-		return json.Marshal(previewHandle{})
-	}
-	if err := w.bw.Flush(); err != nil {
+	part, n, err := w.pw.Stage(checkpoint)
+	if err != nil {
 		return nil, err
 	}
-	if w.s.fsync {
-		if err := w.f.Sync(); err != nil {
-			return nil, err
-		}
-	}
-	if err := w.f.Close(); err != nil {
-		return nil, err
-	}
-	part := fmt.Sprintf("%020d-%05d.part", checkpoint, w.subtask)
-	if err := os.Rename(w.f.Name(), filepath.Join(w.s.pending, part)); err != nil {
-		return nil, err
-	}
-	if w.s.fsync {
-		if d, err := os.Open(w.s.pending); err == nil {
-			err = d.Sync()
-			d.Close()
-			if err != nil {
-				return nil, err
-			}
-		}
-	}
-	h := previewHandle{Part: part, Bytes: w.n}
-	w.f, w.bw = nil, nil
-	return json.Marshal(h)
+	return json.Marshal(previewHandle{Part: part, Bytes: n})
 }
 
-func (w *previewWriter) Close(ctx context.Context) error {
-	if w.f != nil {
-		name := w.f.Name()
-		w.f.Close()
-		w.f = nil
-		return os.Remove(name)
-	}
-	return nil
-}
+func (w *previewWriter) Close(ctx context.Context) error { return w.pw.Abandon() }
 
 // Cursor is a reader's place in a preview: a generation and an offset in it.
 type Cursor struct {
