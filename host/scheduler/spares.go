@@ -50,7 +50,7 @@ type spareResult struct {
 // wantSpares runs on the runner after it made an instance because the pool was empty: it
 // requests a batch of spares if none is on the way and the budget and cap allow.
 func (c *Controller) wantSpares() {
-	if c.cfg.Synchronous || c.noSpares || c.spareOut > 0 || c.nextCost <= 0 || c.err != nil {
+	if c.cfg.Synchronous || c.cfg.NoSpares || c.noSpares || c.spareOut > 0 || c.nextCost <= 0 || c.err != nil {
 		return
 	}
 	c.spareBatch = min(max(c.spareBatch*2, minSpares), maxSpares)

@@ -144,3 +144,12 @@ func TestSparesCancelled(t *testing.T) {
 		t.Errorf("peak %d instances: the run never needed a second", c.Metrics().PeakInstances)
 	}
 }
+
+// TestSparesOff: WithSpareInstances(false) makes instances only on demand, on the runner.
+func TestSparesOff(t *testing.T) {
+	c, _, ro := spareRun(t, WithMaxInFlight(64), WithSpareInstances(false))
+	s := c.Metrics()
+	if s.Spares != 0 || s.PeakInstances < 2 || int64(len(ro.logs)) != s.PeakInstances {
+		t.Errorf("spares off: %d spares, peak %d instances, %d open logs", s.Spares, s.PeakInstances, len(ro.logs))
+	}
+}
