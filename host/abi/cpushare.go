@@ -17,6 +17,10 @@ import (
 //   - Every fuel check yields the processor (runtime.Gosched): a busy guest takes turns with
 //     whatever else is runnable at each check (at least every watchdog period, and every fuel
 //     refill, ~1-10 ms of a tight loop) instead of holding it for a whole preemption slice.
+//     Short calls pay nothing for it: a call that returns within its refill reaches a check only
+//     when the watchdog forces one, at most once per watchdog period per instance (the
+//     AssemblyScript counter made 3 checks in 200,000 records, 10 s call limit), or every
+//     cpuSharePeriod with a share. A Gosched with nothing else runnable returns at once.
 //   - A CPUShare, shared by the engines of one tenant, bounds their guests' execution time to
 //     Cores cores on average: each call's running time is charged to it (at each fuel check
 //     and when the call returns), and a call that finds the share overdrawn pauses, off the
