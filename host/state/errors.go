@@ -3,6 +3,8 @@ package state
 import (
 	"errors"
 	"fmt"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 // Sentinel errors. Match them with errors.Is; the typed errors below wrap them.
@@ -13,7 +15,7 @@ var (
 	ErrNotFound = errors.New("state: not found")
 	// ErrCorrupt reports bytes that fail their checksum or do not decode. Corrupt data is
 	// reported, never served.
-	ErrCorrupt = errors.New("state: corrupt data")
+	ErrCorrupt = format.ErrCorrupt
 	// ErrFenced reports that another writer committed first: a conditional write of a manifest
 	// or a lineage head lost. The writer is stale and must stop; retrying cannot help.
 	ErrFenced = errors.New("state: fenced by a newer writer")
@@ -52,20 +54,6 @@ func IsRetryable(err error) bool {
 	return errors.As(err, &e) && e.Retryable
 }
 
-// CorruptError locates corrupt bytes. It matches ErrCorrupt with errors.Is.
-type CorruptError struct {
-	Object string
-	Offset int64
-	Reason string
-}
-
-func (e *CorruptError) Error() string {
-	return fmt.Sprintf("state: corrupt %s at offset %d: %s", e.Object, e.Offset, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrCorrupt) true.
-func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
-
-func corruptf(object string, off int64, format string, args ...any) error {
-	return &CorruptError{Object: object, Offset: off, Reason: fmt.Sprintf(format, args...)}
-}
+// CorruptError locates corrupt bytes: Object, Offset and Reason. It matches ErrCorrupt with
+// errors.Is.
+type CorruptError = format.CorruptError

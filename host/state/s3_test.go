@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 // s3URL returns an s3:// URL under a fresh prefix of the test server started by
@@ -118,7 +120,7 @@ func TestS3ConditionalWrites(t *testing.T) {
 	checkpoint(t, newer, 2)
 	// And the same checkpoint id cannot be committed twice for a range.
 	other := operator(t, s, OperatorOptions{Name: "f", RestoreFrom: 2})
-	if err := other.createOnce(ctx, other.root+manifestName(2, other.rng), []byte("x")); !errors.Is(err, ErrFenced) {
+	if err := other.createOnce(ctx, other.root+format.ManifestName(2, other.rng), []byte("x")); !errors.Is(err, ErrFenced) {
 		t.Fatalf("manifest created twice: %v", err)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 // RestoreLatest as OperatorOptions.RestoreFrom restores the newest complete checkpoint: the
@@ -230,7 +232,7 @@ func (s *Store) Checkpoints(ctx context.Context, tenant, operator string, numKey
 	for i, o := range objs {
 		names[i] = strings.TrimPrefix(o.name, root)
 	}
-	complete = completeCheckpoints(names, numKeyGroups)
+	complete = format.CompleteCheckpoints(names, numKeyGroups)
 	sp, err := s.os.list(ctx, root+"savepoints/")
 	if err != nil {
 		return nil, nil, err
