@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
+	"github.com/clink-wasm/clink-wasm/internal/objstore"
 )
 
 // Sentinel errors. Match them with errors.Is; the typed errors below wrap them.
@@ -12,7 +13,7 @@ var (
 	// ErrClosed is returned by a Store or Backend used after Close.
 	ErrClosed = errors.New("state: closed")
 	// ErrNotFound reports a missing object or checkpoint in the durable tier.
-	ErrNotFound = errors.New("state: not found")
+	ErrNotFound = objstore.ErrNotFound
 	// ErrCorrupt reports bytes that fail their checksum or do not decode. Corrupt data is
 	// reported, never served.
 	ErrCorrupt = format.ErrCorrupt

@@ -62,34 +62,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	var os objectStore
-	switch u.Scheme {
-	case "mem":
-		os = openMemStore(u.Host + u.Path)
-	case "file":
-		if u.Host != "" && u.Host != "localhost" {
-			return nil, fmt.Errorf("state: file URL must be file:///abs/path, got %q", rawURL)
-		}
-		fs, err := openFileStore(u.Path, cfg.fsync, cfg.maxOpenFiles)
-		if err != nil {
-			return nil, err
-		}
-		if cfg.useUring {
-			r, err := newUringReader()
-			if err != nil {
-				fs.close()
-				return nil, err
-			}
-			fs.reader = r
-		}
-		os = fs
-	case "s3":
-		os, err = openS3Store(ctx, u.Host, strings.Trim(u.Path, "/"), &cfg)
-		if err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("state: unknown pool scheme %q (want mem, file or s3)", u.Scheme)
+	pool, err := openPool(ctx, u, &cfg)
+	if err != nil {
+		return nil, err
 	}
 	s := &Store{
 		cfg:    cfg,
@@ -98,7 +73,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		ioSem:  make(chan struct{}, cfg.ioConcurrency),
 		done:   make(chan struct{}),
 	}
-	s.os = metered{objectStore: os, m: s.remote}
+	s.os = metered{st: pool, m: s.remote}
 	s.mu.backends = map[*Tiered]struct{}{}
 	s.wg.Add(1)
 	go s.rebalanceLoop()
