@@ -146,11 +146,7 @@ func openPool(ctx context.Context, u *url.URL, cfg *config) (objstore.Store, err
 		}
 		return fs, nil
 	case "s3":
-		st, err := objstore.OpenS3(ctx, u.Host, strings.Trim(u.Path, "/"), objstore.S3Options{
-			Endpoint: cfg.s3Endpoint, Region: cfg.s3Region, PathStyle: cfg.s3PathStyle,
-			MaxConns: cfg.s3MaxConns, Timeout: cfg.s3Timeout, Attempts: cfg.s3MaxAttempts,
-			MaxBackoff: cfg.s3MaxBackoff, HTTPClient: cfg.s3HTTPClient,
-		})
+		st, err := objstore.OpenS3(ctx, u.Host, strings.Trim(u.Path, "/"), cfg.s3)
 		if err != nil {
 			return nil, poolErr(err)
 		}

@@ -236,7 +236,7 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestS3FaultInjection(t *testing.T) {
 	u := s3URL(t, "timeout=150ms&max_attempts=4&max_backoff=20ms")
 	ft := &faultyTransport{base: http.DefaultTransport.(*http.Transport).Clone(), rate: 0.25, rng: rand.New(rand.NewPCG(1, 2))}
-	s := openTest(t, u, WithS3HTTPClient(&http.Client{Transport: ft}), WithHotBytes(16<<10), WithMaxSegments(3))
+	s := openTest(t, u, WithS3(S3Options{HTTPClient: &http.Client{Transport: ft}}), WithHotBytes(16<<10), WithMaxSegments(3))
 	ctx := context.Background()
 	b := operator(t, s, OperatorOptions{Name: "faulty"})
 	model := map[string]string{}
