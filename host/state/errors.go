@@ -2,7 +2,6 @@ package state
 
 import (
 	"errors"
-	"fmt"
 
 	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 	"github.com/clink-wasm/clink-wasm/internal/objstore"
@@ -36,16 +35,7 @@ type Error struct {
 	Err       error
 }
 
-func (e *Error) Error() string {
-	kind := "permanent"
-	if e.Retryable {
-		kind = "retryable"
-	}
-	if e.Object != "" {
-		return fmt.Sprintf("state: %s %s (%s): %v", e.Op, e.Object, kind, e.Err)
-	}
-	return fmt.Sprintf("state: %s (%s): %v", e.Op, kind, e.Err)
-}
+func (e *Error) Error() string { return objstore.Describe("state", e.Op, e.Object, e.Retryable, e.Err) }
 
 func (e *Error) Unwrap() error { return e.Err }
 

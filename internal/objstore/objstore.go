@@ -80,15 +80,19 @@ type Error struct {
 	Err       error
 }
 
-func (e *Error) Error() string {
+func (e *Error) Error() string { return Describe("objstore", e.Op, e.Object, e.Retryable, e.Err) }
+
+// Describe is the message of a failed operation on the durable tier, in the form every layer
+// over the pools uses: "layer: op object (retryable|permanent): cause".
+func Describe(layer, op, object string, retryable bool, err error) string {
 	kind := "permanent"
-	if e.Retryable {
+	if retryable {
 		kind = "retryable"
 	}
-	if e.Object != "" {
-		return fmt.Sprintf("objstore: %s %s (%s): %v", e.Op, e.Object, kind, e.Err)
+	if object != "" {
+		return fmt.Sprintf("%s: %s %s (%s): %v", layer, op, object, kind, err)
 	}
-	return fmt.Sprintf("objstore: %s (%s): %v", e.Op, kind, e.Err)
+	return fmt.Sprintf("%s: %s (%s): %v", layer, op, kind, err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }

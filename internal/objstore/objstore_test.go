@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,6 +20,8 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/clink-wasm/clink-wasm/internal/s3test"
 )
 
 // pools returns every pool kind to run a conformance test on: mem, file, and S3 when the
@@ -41,20 +42,9 @@ func pools(t *testing.T) map[string]Store {
 
 func testS3(t *testing.T, o S3Options) *S3 {
 	t.Helper()
-	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
-	if ep == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("S3 tests need a server: eval \"$(scripts/s3-up.sh)\" (sets CLINK_TEST_S3_ENDPOINT)")
-		}
+	ep, bucket, ok := s3test.Endpoint(t)
+	if !ok {
 		return nil
-	}
-	u, err := url.Parse(ep)
-	if err != nil || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" && u.Hostname() != "::1") {
-		t.Fatalf("CLINK_TEST_S3_ENDPOINT must be a loopback URL, got %q", ep)
-	}
-	bucket := os.Getenv("CLINK_TEST_S3_BUCKET")
-	if bucket == "" {
-		bucket = "clink-test"
 	}
 	o.Endpoint, o.PathStyle = ep, true
 	s, err := OpenS3(context.Background(), bucket, fmt.Sprintf("objstore/%s-%d-%d", strings.ReplaceAll(t.Name(), "/", "_"), os.Getpid(), time.Now().UnixNano()), o)
@@ -390,7 +380,7 @@ func TestS3Retries(t *testing.T) {
 	ft := &faultyTransport{base: http.DefaultTransport.(*http.Transport).Clone()}
 	st := testS3(t, S3Options{HTTPClient: &http.Client{Transport: ft}, Attempts: 3, MaxBackoff: 5 * time.Millisecond, Timeout: 5 * time.Second})
 	if st == nil {
-		t.Skip("S3 tests need a server: eval \"$(scripts/s3-up.sh)\" (sets CLINK_TEST_S3_ENDPOINT)")
+		t.Skip(s3test.Missing)
 	}
 	etag, err := st.Put(ctx, "obj", []byte("payload-payload"), Cond{IfAbsent: true})
 	if err != nil {
