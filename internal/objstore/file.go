@@ -70,9 +70,6 @@ func OpenFile(root string, o FileOptions) (*File, error) {
 	return s, nil
 }
 
-// Root returns the pool's directory.
-func (s *File) Root() string { return s.root }
-
 func (s *File) path(name string) (string, error) {
 	if err := ValidName(name); err != nil {
 		return "", err
