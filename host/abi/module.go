@@ -49,6 +49,8 @@ var exportSigs = map[string]sig{
 	ExportKey:               {[]api.ValueType{i32}, []api.ValueType{i64}},
 	ExportManifest:          {nil, []api.ValueType{i64}},
 	ExportInitialize:        {nil, nil},
+	ExportMigrate:           {[]api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i64}},
+	ExportStateVersions:     {nil, []api.ValueType{i64}},
 }
 
 // wasiAllowed is the WASI preview 1 surface the host provides (docs/abi.md, "WASI"): all of
@@ -210,6 +212,7 @@ func (e *Engine) load(ctx context.Context, bin []byte, opts LoadOptions) (*Modul
 	m.checkImports(rep)
 	m.checkExports(rep)
 	m.readManifest(ctx, rep)
+	m.readStateVersions(ctx, rep) // migrate.go
 	if rep.Manifest != nil && opts.Endpoints != nil {
 		defined := make(map[string]bool, len(opts.Endpoints))
 		for _, n := range opts.Endpoints {
