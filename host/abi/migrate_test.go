@@ -52,7 +52,7 @@ func TestStateVersionsExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := e.Load(ctx, bin, LoadOptions{})
+	m, err := e.Load(ctx, bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestStateVersionsExport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Load(ctx, both, LoadOptions{}); err == nil || !strings.Contains(err.Error(), "declare them in one place") {
+	if _, err := e.Load(ctx, both); err == nil || !strings.Contains(err.Error(), "declare them in one place") {
 		t.Fatalf("both: %v", err)
 	}
 }

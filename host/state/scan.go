@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 // scanBatch bounds the bytes of blocks a scan holds per segment: it reads each segment's
@@ -35,7 +37,7 @@ func (b *Tiered) ScanRestored(ctx context.Context, fn func(name string, record, 
 	v := b.version.Load()
 	h := restoredScanHeap{}
 	for age, s := range v.segs {
-		use := s.ref.use.Intersect(b.rng)
+		use := s.ref.Use.Intersect(b.rng)
 		if use.Empty() {
 			continue
 		}
@@ -43,7 +45,7 @@ func (b *Tiered) ScanRestored(ctx context.Context, fn func(name string, record, 
 		if err != nil {
 			return err
 		}
-		sc := &restoredScan{b: b, ctx: ctx, object: s.object, blocks: m.blocks, use: use, age: age}
+		sc := &restoredScan{b: b, ctx: ctx, object: s.object, blocks: m.Blocks, use: use, age: age}
 		if sc.next() {
 			h = append(h, sc)
 		} else if sc.err != nil {
@@ -61,7 +63,7 @@ func (b *Tiered) ScanRestored(ctx context.Context, fn func(name string, record, 
 				name, record, entry, ok := splitDurableKey(sc.key)
 				if !ok {
 					b.cnt.corruptions.Add(1)
-					return corruptf(sc.object, 0, "malformed durable key")
+					return format.Corruptf(sc.object, 0, "malformed durable key")
 				}
 				if err := fn(name, record, entry, sc.value); err != nil {
 					return err
@@ -80,7 +82,7 @@ func (b *Tiered) ScanRestored(ctx context.Context, fn func(name string, record, 
 	return ctx.Err()
 }
 
-// splitDurableKey is appendDurableKey's inverse (the key group aside).
+// splitDurableKey is format.AppendDurableKey's inverse (the key group aside).
 func splitDurableKey(k []byte) (name string, record, entry []byte, ok bool) {
 	if len(k) < 2 {
 		return "", nil, nil, false
@@ -104,15 +106,15 @@ type restoredScan struct {
 	b      *Tiered
 	ctx    context.Context
 	object string
-	blocks []blockHandle
+	blocks []format.BlockHandle
 	use    KeyGroupRange
 	age    int // position in the version: lower is newer
 
 	nextBlock int    // next block to read
 	batch     []byte // the blocks read, from batchOff
 	bOff      int64
-	queue     []blockHandle // blocks of batch not yet opened
-	it        *blockIter
+	queue     []format.BlockHandle // blocks of batch not yet opened
+	it        *format.BlockIter
 
 	key, value []byte
 	tomb       bool
@@ -121,8 +123,8 @@ type restoredScan struct {
 
 func (s *restoredScan) next() bool {
 	for {
-		if s.it != nil && s.it.next() {
-			kg := durableKeyGroup(s.it.key)
+		if s.it != nil && s.it.Next() {
+			kg := format.DurableKeyGroup(s.it.Key)
 			if kg >= s.use.Hi {
 				s.it, s.queue, s.nextBlock = nil, nil, len(s.blocks) // sorted by key group: done
 				return false
@@ -130,11 +132,11 @@ func (s *restoredScan) next() bool {
 			if !s.use.Contains(kg) {
 				continue
 			}
-			s.key, s.value, s.tomb = s.it.key, s.it.value, s.it.tomb
+			s.key, s.value, s.tomb = s.it.Key, s.it.Value, s.it.Tomb
 			return true
 		}
-		if s.it != nil && s.it.err != nil {
-			s.err = s.it.err
+		if s.it != nil && s.it.Err != nil {
+			s.err = s.it.Err
 			return false
 		}
 		if len(s.queue) == 0 && !s.read() {
@@ -142,8 +144,8 @@ func (s *restoredScan) next() bool {
 		}
 		bh := s.queue[0]
 		s.queue = s.queue[1:]
-		rel := bh.off - s.bOff
-		s.it, s.err = openBlock(s.object, bh.off, s.batch[rel:rel+bh.n])
+		rel := bh.Off - s.bOff
+		s.it, s.err = format.OpenBlock(s.object, bh.Off, s.batch[rel:rel+bh.N])
 		if s.err != nil {
 			s.b.cnt.corruptions.Add(1)
 			return false
@@ -153,7 +155,7 @@ func (s *restoredScan) next() bool {
 
 // read fetches the next batch of blocks, skipping those wholly below the used key groups.
 func (s *restoredScan) read() bool {
-	for s.nextBlock < len(s.blocks) && len(s.blocks[s.nextBlock].lastKey) >= 2 && durableKeyGroup(s.blocks[s.nextBlock].lastKey) < s.use.Lo {
+	for s.nextBlock < len(s.blocks) && len(s.blocks[s.nextBlock].LastKey) >= 2 && format.DurableKeyGroup(s.blocks[s.nextBlock].LastKey) < s.use.Lo {
 		s.nextBlock++
 	}
 	if s.nextBlock >= len(s.blocks) {
@@ -161,11 +163,11 @@ func (s *restoredScan) read() bool {
 	}
 	first := s.nextBlock
 	end := s.nextBlock + 1
-	for end < len(s.blocks) && s.blocks[end].off == s.blocks[end-1].off+s.blocks[end-1].n &&
-		s.blocks[end].off+s.blocks[end].n-s.blocks[first].off <= scanBatch {
+	for end < len(s.blocks) && s.blocks[end].Off == s.blocks[end-1].Off+s.blocks[end-1].N &&
+		s.blocks[end].Off+s.blocks[end].N-s.blocks[first].Off <= scanBatch {
 		end++
 	}
-	off, n := s.blocks[first].off, s.blocks[end-1].off+s.blocks[end-1].n-s.blocks[first].off
+	off, n := s.blocks[first].Off, s.blocks[end-1].Off+s.blocks[end-1].N-s.blocks[first].Off
 	if err := s.b.s.acquire(s.ctx); err != nil {
 		s.err = err
 		return false
@@ -178,7 +180,7 @@ func (s *restoredScan) read() bool {
 	}
 	if int64(len(data)) != n {
 		s.b.cnt.corruptions.Add(1)
-		s.err = corruptf(s.object, off, "short read: %d of %d bytes", len(data), n)
+		s.err = format.Corruptf(s.object, off, "short read: %d of %d bytes", len(data), n)
 		return false
 	}
 	s.batch, s.bOff, s.queue, s.nextBlock = data, off, s.blocks[first:end], end
