@@ -120,3 +120,41 @@ func testHostMigration(t *testing.T, v2 []byte) {
 		t.Fatalf("v1 after the failed migration: %v %q", err, out)
 	}
 }
+
+// TestHostMigrationSpills: a migration of more state than the hot tier holds stays within the
+// tier's budget by spilling, and every key is migrated: 20k keys (about 2.5 MB hot) through a
+// 256 KiB hot tier, then one record of each of 200 keys spread over the key space reads its
+// migrated count back.
+func TestHostMigrationSpills(t *testing.T) {
+	v1, v2 := abiFixture(t, "migv1"), abiFixture(t, "migv2")
+	pool := "file://" + t.TempDir() + "?fsync=false"
+	const n = 20000
+	var in strings.Builder
+	for i := range n {
+		fmt.Fprintf(&in, "{\"u\":\"key-%d\"}\n", i)
+	}
+	opts := Options{Module: v1, KeyField: "u", StateURL: pool, Restore: RestoreLatestIfAny, InputName: "a", HotBytes: 256 << 10}
+	if _, _, err := runOpts(t, opts, in.String()); err != nil {
+		t.Fatal(err)
+	}
+	in.Reset()
+	var want []string
+	for i := 0; i < n; i += n / 200 {
+		fmt.Fprintf(&in, "{\"u\":\"key-%d\"}\n", i)
+		want = append(want, `{"count":2,"v":2}`)
+	}
+	opts.Module, opts.InputName = v2, "b"
+	out, sum, err := runOpts(t, opts, in.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Split(strings.TrimSuffix(out, "\n"), "\n"); !slices.Equal(got, want) {
+		t.Fatalf("output %q", got)
+	}
+	if m := sum.Restored.Migration; m == nil || m.Migrated != n {
+		t.Fatalf("migration %+v", m)
+	}
+	if sum.State == nil || sum.State.Spills == 0 || sum.State.HotLimit != 256<<10 {
+		t.Fatalf("the migration did not spill under the budget: %+v", sum.State)
+	}
+}
