@@ -72,12 +72,17 @@ func (a *attempt) migrateRestored(ctx context.Context) error {
 				backends = append(backends, t.backend)
 			}
 		}
+		// The flag form's spec names its one operator "operator"; its errors name the module.
+		name := op.spec.Name
+		if a.env.flag != nil {
+			name = op.mod.Name()
+		}
 		start := time.Now()
-		st, err := migrateOperator(ctx, op, backends, a.restored.ID, oc.StateVersion, a.log)
+		st, err := migrateOperator(ctx, op, name, backends, a.restored.ID, oc.StateVersion, a.log)
 		if err != nil {
 			return err
 		}
-		a.log.Info("migrated the restored state through the module's clink_migrate", "operator", op.spec.Name,
+		a.log.Info("migrated the restored state through the module's clink_migrate", "operator", name,
 			"checkpoint", a.restored.ID, "from_version", oc.StateVersion, "to_version", op.mod.Manifest.StateVersion,
 			"migrated", st.Migrated, "deleted", st.Deleted, "retired", st.Retired, "took", time.Since(start).Round(time.Millisecond))
 		if f := a.env.flag; f != nil {
@@ -90,7 +95,7 @@ func (a *attempt) migrateRestored(ctx context.Context) error {
 // migrateOperator migrates the restored state of every subtask of op, in parallel, from
 // state version from to the module's. It runs before the attempt's tasks start, so each
 // backend is used by its migrating goroutine alone.
-func migrateOperator(ctx context.Context, op *opNode, backends []*state.Tiered, ckpt uint64, from int, log *slog.Logger) (MigrationStats, error) {
+func migrateOperator(ctx context.Context, op *opNode, name string, backends []*state.Tiered, ckpt uint64, from int, log *slog.Logger) (MigrationStats, error) {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -103,7 +108,7 @@ func migrateOperator(ctx context.Context, op *opNode, backends []*state.Tiered, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			st, err := migrateSubtask(ctx, op, i, b, ckpt, from, log)
+			st, err := migrateSubtask(ctx, op, name, i, b, ckpt, from, log)
 			if err != nil {
 				errs[i] = err
 				cancel() // the others stop at their next read
@@ -126,21 +131,21 @@ func migrateOperator(ctx context.Context, op *opNode, backends []*state.Tiered, 
 	return total, errors.Join(errs...)
 }
 
-func migrateSubtask(ctx context.Context, op *opNode, subtask int, b *state.Tiered, ckpt uint64, from int, log *slog.Logger) (MigrationStats, error) {
+func migrateSubtask(ctx context.Context, op *opNode, name string, subtask int, b *state.Tiered, ckpt uint64, from int, log *slog.Logger) (MigrationStats, error) {
 	var st MigrationStats
 	m := op.mod.Manifest
 	ids := make(map[string]uint32, len(m.States))
 	for i, n := range m.States {
 		ids[n] = uint32(i)
 	}
-	h := &migrateHandler{log: log, operator: op.spec.Name}
+	h := &migrateHandler{log: log, operator: name}
 	inst, err := op.mod.Instantiate(ctx, h)
 	if err != nil {
-		return st, fmt.Errorf("operator %s[%d]: an instance to migrate state with: %w", op.spec.Name, subtask, err)
+		return st, fmt.Errorf("operator %s[%d]: an instance to migrate state with: %w", name, subtask, err)
 	}
 	defer inst.Close(ctx)
-	err = b.ScanRestored(ctx, func(name string, record, entry, value []byte) error {
-		id, ok := ids[name]
+	err = b.ScanRestored(ctx, func(stateName string, record, entry, value []byte) error {
+		id, ok := ids[stateName]
 		if !ok {
 			st.Retired++ // a state the module dropped: nothing reads it
 			return nil
@@ -153,7 +158,7 @@ func migrateSubtask(ctx context.Context, op *opNode, subtask int, b *state.Tiere
 			st.Deleted++
 			return nil
 		case err != nil:
-			return &MigrationError{Operator: op.spec.Name, Subtask: subtask, Checkpoint: ckpt, State: name,
+			return &MigrationError{Operator: name, Subtask: subtask, Checkpoint: ckpt, State: stateName,
 				Key: append([]byte(nil), record...), Entry: append([]byte(nil), entry...), From: from, To: m.StateVersion, Err: err}
 		}
 		b.Put(k, nv) // Put copies

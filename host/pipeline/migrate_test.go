@@ -108,7 +108,7 @@ func testHostMigration(t *testing.T, v2 []byte) {
 	}
 	out, _, err = run(v2, "p2", "a")
 	var me *MigrationError
-	if !errors.Is(err, ErrMigration) || !errors.As(err, &me) || me.State != "count" || string(me.Key) != "poison" || len(out) != 0 {
+	if !errors.Is(err, ErrMigration) || !errors.As(err, &me) || me.Operator != "migcount" || me.State != "count" || string(me.Key) != "poison" || len(out) != 0 {
 		t.Fatalf("trapping migration: %v, output %q", err, out)
 	}
 	for _, s := range []string{`operator "migcount"`, `state "count" from version 1 to 2 failed at key "poison"`, "cannot migrate poison", "fix the module's clink_migrate"} {
