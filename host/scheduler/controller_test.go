@@ -196,7 +196,7 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 					return err
 				}
 				opts := []Option{WithMaxInFlight(maxInFlight), WithCoalescing(coalesce),
-					WithResumeOrder(ResumeOrder(seed%2)), WithExecMode(mode), WithOnBarrier(onBarrier)}
+					WithResumeOrder(ResumeOrder(seed % 2)), WithExecMode(mode), WithOnBarrier(onBarrier)}
 				budget := 0 // instances, when the seed limits them
 				if seed%5 == 1 {
 					budget = 1 + rng.IntN(6)
