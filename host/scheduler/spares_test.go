@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -151,5 +152,41 @@ func TestSparesOff(t *testing.T) {
 	s := c.Metrics()
 	if s.Spares != 0 || s.PeakInstances < 2 || int64(len(ro.logs)) != s.PeakInstances {
 		t.Errorf("spares off: %d spares, peak %d instances, %d open logs", s.Spares, s.PeakInstances, len(ro.logs))
+	}
+}
+
+// TestSpareFails: an instance whose clink_open fails (here every one after the third) fails the
+// run with the guest's fault whether a spare or an instance made on the runner meets it first;
+// the run returns, and leaves no instance or spare behind.
+func TestSpareFails(t *testing.T) {
+	m := loadModule(t, "testdata/opensetup.wasm")
+	tier := newFakeTier(5, 200*time.Microsecond, time.Millisecond, 0)
+	var opens atomic.Int32
+	lookup := func(_ context.Context, _ uint32, _ []byte, done func(int, []byte, error)) {
+		status := 200
+		if opens.Add(1) > 3 {
+			status = 500
+		}
+		go done(status, nil, nil)
+	}
+	c, err := New(m, tier, &collectSink{}, WithLookup(lookup), WithMaxInFlight(64), WithExecMode(ExecDirect))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var els []Element
+	for i := range 600 {
+		els = append(els, rec(fmt.Sprintf("k%03d", i%300), uint64(i), int64(i), int64(i+1)))
+	}
+	err = c.Run(context.Background(), feed(els, 32))
+	var fault *abi.Fault
+	if !errors.As(err, &fault) || fault.Export != abi.ExportOpen {
+		t.Fatalf("Run: %v, want clink_open's fault", err)
+	}
+	tier.pending.Wait()
+	if c.spareOut != 0 || c.spareBytes != 0 || c.instances != 0 || c.outstanding != 0 {
+		t.Errorf("after Run: %d spares out, %d bytes reserved, %d instances, %d outstanding", c.spareOut, c.spareBytes, c.instances, c.outstanding)
+	}
+	if n := opens.Load(); n < 4 {
+		t.Errorf("%d instances opened: the failing one never ran", n)
 	}
 }

@@ -1,5 +1,6 @@
 ;; opensetup: clink_open logs "open", reads the watermark and sends a lookup (endpoint 0,
-;; request "open"), keeping the lookup's status and the watermark; clink_process reads state 0
+;; request "open"), keeping the lookup's status and the watermark, and fails (returns 1) unless
+;; the status is 200; clink_process reads state 0
 ;; with get_async (a cold read suspends the call, so a cold workload holds many instances) and
 ;; emits (key, open's status i32 ++ open's watermark i64 ++ the get's result i32).
 ;; clink.manifest: {"abi":1,"name":"opensetup","states":["s"],"endpoints":["svc"]}
@@ -20,7 +21,7 @@
     (i64.store (i32.const 1028) (call $wm))
     (local.set $r (call $lookup (i32.const 0) (i32.const 0) (i32.const 4) (i32.const 2048) (i32.const 1024)))
     (i32.store (i32.const 1024) (i32.wrap_i64 (i64.shr_u (local.get $r) (i64.const 32))))
-    (i32.const 0))
+    (i32.ne (i32.load (i32.const 1024)) (i32.const 200)))
   (func (export "clink_process") (param $kl i32) (param $vl i32) (param $ts i64) (result i32)
     (i32.store (i32.const 1036)
       (call $get (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 0)))
