@@ -101,12 +101,14 @@ func TestSpareBudget(t *testing.T) {
 	budget := 5*cost + cost/2
 	c, _, _ := spareRun(t, WithMaxInFlight(64), WithInstanceMemoryBudget(budget))
 	s := c.Metrics()
-	// Each controller measures an instance's cost itself (under -race it varies between runs).
-	if s.PeakInstances > budget/c.nextCost || s.InstanceWaits == 0 {
+	// Each controller measures an instance's cost itself, from the heap's growth, which varies
+	// between runs (more so under -race): what the budget allows is judged by this run's cost.
+	allowed := max(budget/c.nextCost, 1)
+	if s.PeakInstances > allowed || s.InstanceWaits == 0 {
 		t.Errorf("budget of %d B at %d B per instance: peak %d instances, %d waits", budget, c.nextCost, s.PeakInstances, s.InstanceWaits)
 	}
-	if s.Spares == 0 {
-		t.Errorf("no spares within a budget of 5 instances")
+	if s.Spares == 0 && allowed >= 3 {
+		t.Errorf("no spares within a budget of %d instances", allowed)
 	}
 	if c.spareOut != 0 || c.spareBytes != 0 || c.instances != 0 {
 		t.Errorf("after Run: %d spares out, %d bytes reserved, %d instances", c.spareOut, c.spareBytes, c.instances)
