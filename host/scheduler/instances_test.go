@@ -150,8 +150,8 @@ func TestGoGuestOverheadCounted(t *testing.T) {
 
 // TestInstanceBudgetKeyOrder: with a budget of a few instances, records wait for one; two
 // records of one key that both waited must not run side by side once instances free (the
-// second parks behind the first in the gate). Every key's count comes out as with an unlimited
-// budget, and each key's outputs count up one by one.
+// second parks behind the first in the gate). Half the reads go cold again (eviction). Every
+// key's count comes out as with an unlimited budget, and each key's outputs count up one by one.
 func TestInstanceBudgetKeyOrder(t *testing.T) {
 	m := loadModule(t, "testdata/accum.wasm")
 	var budget, cost int64 // of the last run
@@ -163,7 +163,7 @@ func TestInstanceBudgetKeyOrder(t *testing.T) {
 		if err := probe.Run(context.Background(), feed(nil, 1)); err != nil {
 			t.Fatal(err)
 		}
-		tier := newFakeTier(3, 100*time.Microsecond, time.Millisecond, 0)
+		tier := newFakeTier(3, 100*time.Microsecond, time.Millisecond, 0.5)
 		sink := &collectSink{}
 		budget = budgetFor(probe.nextCost)
 		c, err := New(m, tier, sink, WithMaxInFlight(32), WithInstanceMemoryBudget(budget), WithExecMode(ExecDirect))
