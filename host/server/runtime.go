@@ -276,15 +276,18 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	if err != nil {
 		return nil, err
 	}
-	// The quota may have been lowered since the spec was accepted: the running pipelines'
-	// subtasks and this one's must fit in it now.
+	// The quota may have been lowered since the spec was accepted: a new start (of a pipeline
+	// not running) must fit in it with the running pipelines' subtasks. A pipeline whose record
+	// says it runs was admitted when it started (or when its spec changed, checkSpec): a resume
+	// after a restart and the restart of an upgrade or rescale are not refused by a quota
+	// lowered meanwhile (quotas_live.go, "Quotas lowered below usage").
 	used := 0
 	for _, o := range cat.TenantPipelines(p.Tenant) {
 		if o.ID != p.ID && rt.active(o.ID) != nil {
 			used += o.Subtasks
 		}
 	}
-	if used+p.Subtasks > t.Quotas.MaxSubtasks {
+	if !p.Running && used+p.Subtasks > t.Quotas.MaxSubtasks {
 		return nil, quotaProblem("quotas.max_subtasks", "starting %s needs %d subtasks; tenant %q runs %d of its %d", p.ID, p.Subtasks, p.Tenant, used, t.Quotas.MaxSubtasks)
 	}
 	if err := rt.checkStateQuota(ctx, p.Tenant, true); err != nil {

@@ -141,7 +141,12 @@ async function loadOverview() {
   }
   const t = await api("GET", "/api/v1/tenants/" + encodeURIComponent(state.tenant));
   const q = t.quotas, u = t.usage;
+  // A quota lowered below usage stops nothing; new admissions are refused until it is back under.
+  const over = (t.over_quota || []).map((x) => el("div", { class: "card result bad", "data-over-quota": x.quota },
+    el("div", {}, "Over ", el("code", {}, x.quota), ": " + x.used + " used of " + x.limit),
+    el("div", { class: "muted" }, "What runs keeps running; new pipelines, starts and rescales up are refused until usage is back under the quota.")));
   $("#usage-cards").replaceChildren(
+    ...over,
     meter("Pipelines", u.pipelines, q.max_pipelines),
     meter("Subtasks", u.subtasks, q.max_subtasks),
     meter("Modules", u.modules, q.max_modules),
