@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -126,13 +127,25 @@ type captureHandler struct {
 
 func (h captureHandler) Handle(ctx context.Context, rec slog.Record) error {
 	if rec.Level >= slog.LevelWarn {
+		var (
+			err error
+			op  string
+		)
 		rec.Attrs(func(a slog.Attr) bool {
-			if e, ok := a.Value.Any().(error); ok {
-				h.r.capture(captureOf(rec.Message, e, rec.Time))
-				return false
+			if e, ok := a.Value.Any().(error); ok && err == nil {
+				err = e
+			} else if a.Key == "operator" && a.Value.Kind() == slog.KindString {
+				op = a.Value.String() // e.g. the state pool's background failures name it
 			}
 			return true
 		})
+		if err != nil {
+			ce := captureOf(rec.Message, err, rec.Time)
+			if ce.Operator == "" {
+				ce.Operator = op
+			}
+			h.r.capture(ce)
+		}
 	}
 	return h.Handler.Handle(ctx, rec)
 }
@@ -316,7 +329,7 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	}
 	logger := slog.New(captureHandler{Handler: s.log.Handler(), r: r}).With("tenant", p.Tenant, "pipeline", p.ID)
 	// The pool's background failures (compaction, garbage collection) go to the server's log.
-	opts := []state.Option{state.WithRetainCheckpoints(spec.Checkpoints.Retain + 4), state.WithLogger(logger)}
+	opts := append(slices.Clone(s.cfg.StateOptions), state.WithRetainCheckpoints(spec.Checkpoints.Retain+4), state.WithLogger(logger))
 	if t.Quotas.HotTierBytes > 0 {
 		opts = append(opts, state.WithHotBytes(t.Quotas.HotTierBytes))
 	}
