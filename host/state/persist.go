@@ -14,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 // snapshot is a captured delta of one Tiered backend.
@@ -27,7 +29,7 @@ type snapshot struct {
 	entries     []capEntry
 	pinned      []*entry // runner-owned: released by poll once done
 	pinnedBytes int64    // their sizes, counted in Tiered.run.pinnedOut while pending
-	opState     []namedBlob
+	opState     []format.NamedBlob
 	estimate    int64
 	bytes       atomic.Int64
 
@@ -145,7 +147,7 @@ func (s *snapshot) run(ctx context.Context) {
 // written is what the write phase of a persist made: the delta's segments, not yet referenced
 // by any version or manifest (a crash leaves them to garbage collection).
 type written struct {
-	segs  []segRef
+	segs  []format.SegRef
 	bytes int64
 	start time.Time
 }
@@ -158,7 +160,7 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 	stop := context.AfterFunc(b.ctx, cancel) // Close cancels a persist in flight
 	defer stop()
 	b.mu.Lock()
-	closed, baseCkpt := b.mu.closed, b.mu.base.checkpoint
+	closed, baseCkpt := b.mu.closed, b.mu.base.Checkpoint
 	b.mu.Unlock()
 	if closed {
 		return w, ErrClosed
@@ -171,7 +173,7 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 		size += len(c.key) + 16 // the state's name replaces its 2-byte id; the rest is the same
 	}
 	arena := make([]byte, 0, size)
-	ents := make([]segEntry, len(s.entries))
+	ents := make([]format.SegEntry, len(s.entries))
 	for i, c := range s.entries {
 		id, rec, ent := parseHotKey(c.key)
 		var name string
@@ -182,8 +184,8 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 		}
 		kg := KeyGroupOf(rec, b.numKG)
 		at := len(arena)
-		arena = appendDurableKey(arena, kg, name, rec, ent)
-		ents[i] = segEntry{key: arena[at:len(arena):len(arena)], value: c.value, tomb: c.tomb}
+		arena = format.AppendDurableKey(arena, kg, name, rec, ent)
+		ents[i] = format.SegEntry{Key: arena[at:len(arena):len(arena)], Value: c.value, Tomb: c.tomb}
 	}
 	ents = sortDurable(ents)
 	tag := fmt.Sprintf("%020d", s.id)
@@ -199,17 +201,17 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 // endian, so a counting pass by group followed by a sort of each group's indexes gives that
 // order with fewer comparisons than one sort of the whole, and moves 4-byte indexes instead of
 // entries (which hold pointers, so every move of one costs write barriers while the GC runs).
-func sortDurable(ents []segEntry) []segEntry {
+func sortDurable(ents []format.SegEntry) []format.SegEntry {
 	if len(ents) < 2 {
 		return ents
 	}
 	numKG := 0
 	for _, e := range ents {
-		numKG = max(numKG, durableKeyGroup(e.key)+1)
+		numKG = max(numKG, format.DurableKeyGroup(e.Key)+1)
 	}
 	start := make([]int, numKG+1)
 	for _, e := range ents {
-		start[durableKeyGroup(e.key)+1]++
+		start[format.DurableKeyGroup(e.Key)+1]++
 	}
 	for g := 1; g <= numKG; g++ {
 		start[g] += start[g-1]
@@ -217,17 +219,17 @@ func sortDurable(ents []segEntry) []segEntry {
 	order := make([]int32, len(ents))
 	next := slices.Clone(start[:numKG])
 	for i, e := range ents {
-		g := durableKeyGroup(e.key)
+		g := format.DurableKeyGroup(e.Key)
 		order[next[g]] = int32(i)
 		next[g]++
 	}
 	for g := range numKG {
 		grp := order[start[g]:start[g+1]]
 		if len(grp) > 1 {
-			slices.SortFunc(grp, func(x, y int32) int { return bytes.Compare(ents[x].key[2:], ents[y].key[2:]) })
+			slices.SortFunc(grp, func(x, y int32) int { return bytes.Compare(ents[x].Key[2:], ents[y].Key[2:]) })
 		}
 	}
-	out := make([]segEntry, len(ents))
+	out := make([]format.SegEntry, len(ents))
 	for i, j := range order {
 		out[i] = ents[j]
 	}
@@ -266,24 +268,24 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	b.mu.Unlock()
 
 	// The new manifest: this delta on top of the base, with a finished compaction applied.
-	m := &manifest{
-		checkpoint: s.id, parent: base.checkpoint, numKG: b.numKG, rng: b.rng,
-		savepoint: s.savepoint, createdMS: time.Now().UnixMilli(), epoch: epoch, opState: s.opState,
+	m := &format.Manifest{
+		Checkpoint: s.id, Parent: base.Checkpoint, NumKG: b.numKG, Rng: b.rng,
+		Savepoint: s.savepoint, CreatedMS: time.Now().UnixMilli(), Epoch: epoch, OpState: s.opState,
 	}
-	older := base.segs
+	older := base.Segs
 	applied := false
 	if comp != nil {
 		if o, ok := comp.apply(older); ok {
 			older, applied = o, true
 		}
 	}
-	m.segs = slices.Concat(segs, spills, older)
-	enc := encodeManifest(m)
+	m.Segs = slices.Concat(segs, spills, older)
+	enc := format.EncodeManifest(m)
 	written += int64(len(enc))
 
 	// Commit: savepoint marker, fence on the lineage head, then create the manifest.
 	if s.savepoint {
-		if _, err := b.s.os.put(ctx, b.root+savepointName(s.id), []byte(strconv.FormatUint(s.id, 10)), putCond{}); err != nil {
+		if _, err := b.s.os.put(ctx, b.root+format.SavepointName(s.id), []byte(strconv.FormatUint(s.id, 10)), putCond{}); err != nil {
 			return err
 		}
 	}
@@ -295,7 +297,7 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	b.mu.Lock()
 	b.mu.headETag = etag
 	b.mu.Unlock()
-	if err := b.createOnce(ctx, b.root+manifestName(s.id, b.rng), enc); err != nil {
+	if err := b.createOnce(ctx, b.root+format.ManifestName(s.id, b.rng), enc); err != nil {
 		return err
 	}
 
@@ -316,11 +318,11 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	b.cnt.lastCkptBytes.Store(written)
 	b.cnt.lastCkptNanos.Store(int64(d))
 	b.cnt.ckptNanos.Add(int64(d))
-	b.cnt.segments.Store(int64(len(m.segs)))
+	b.cnt.segments.Store(int64(len(m.Segs)))
 	if applied {
 		b.cnt.compactions.Add(1)
 	}
-	b.cnt.compactionDebt.Store(compactionDebt(m.segs, b.cfg.maxSegments))
+	b.cnt.compactionDebt.Store(compactionDebt(m.Segs, b.cfg.maxSegments))
 	select {
 	case b.kick <- struct{}{}:
 	default:
@@ -330,28 +332,28 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 
 // writeSegments cuts sorted entries into segments of about segmentBytes and writes them in
 // parallel. It returns their references (key groups used: the lineage's) and bytes written.
-func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []segEntry, dropTombs bool) ([]segRef, int64, error) {
+func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []format.SegEntry, dropTombs bool) ([]format.SegRef, int64, error) {
 	type out struct {
 		data []byte
-		ref  segRef
+		ref  format.SegRef
 	}
 	var outs []out
-	w := newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+	w := format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 	flush := func() {
-		if w.n == 0 {
+		if w.Len() == 0 {
 			return
 		}
-		data, info := w.finish()
-		info.name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
-		outs = append(outs, out{data: data, ref: segRef{segInfo: info, use: b.rng}})
-		w = newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+		data, info := w.Finish()
+		info.Name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
+		outs = append(outs, out{data: data, ref: format.SegRef{SegInfo: info, Use: b.rng}})
+		w = format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 	}
 	for _, e := range ents {
-		if dropTombs && e.tomb {
+		if dropTombs && e.Tomb {
 			continue
 		}
-		w.add(e)
-		if w.size() >= b.cfg.segmentBytes {
+		w.Add(e)
+		if w.Size() >= b.cfg.segmentBytes {
 			flush()
 		}
 	}
@@ -372,18 +374,18 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []segEntry,
 				return
 			}
 			defer b.s.release()
-			if _, err := b.s.os.put(ctx, b.root+o.ref.name, o.data, putCond{}); err != nil {
+			if _, err := b.s.os.put(ctx, b.root+o.ref.Name, o.data, putCond{}); err != nil {
 				errOnce.Do(func() { first = err })
 				return
 			}
-			b.wrote(o.ref.name, o.data, o.ref.segInfo)
+			b.wrote(o.ref.Name, o.data, o.ref.SegInfo)
 		}(&outs[i])
 	}
 	wg.Wait()
 	if first != nil {
 		return nil, 0, first
 	}
-	refs := make([]segRef, len(outs))
+	refs := make([]format.SegRef, len(outs))
 	for i, o := range outs {
 		refs[i] = o.ref
 	}
@@ -393,18 +395,18 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []segEntry,
 const segSuffix = ".seg"
 
 // putSegment finishes w and writes it as one segment named after tag.
-func (b *Tiered) putSegment(ctx context.Context, tag string, w *segWriter) (segRef, error) {
-	data, info := w.finish()
-	info.name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
+func (b *Tiered) putSegment(ctx context.Context, tag string, w *format.SegWriter) (format.SegRef, error) {
+	data, info := w.Finish()
+	info.Name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
 	if err := b.s.acquire(ctx); err != nil {
-		return segRef{}, err
+		return format.SegRef{}, err
 	}
 	defer b.s.release()
-	if _, err := b.s.os.put(ctx, b.root+info.name, data, putCond{}); err != nil {
-		return segRef{}, err
+	if _, err := b.s.os.put(ctx, b.root+info.Name, data, putCond{}); err != nil {
+		return format.SegRef{}, err
 	}
-	b.wrote(info.name, data, info)
-	return segRef{segInfo: info, use: b.rng}, nil
+	b.wrote(info.Name, data, info)
+	return format.SegRef{SegInfo: info, Use: b.rng}, nil
 }
 
 func randomHex(n int) string {
@@ -431,7 +433,7 @@ func parseHeadEpoch(data []byte) uint64 {
 // claimHead takes over the lineage head of this backend's key-group range, bumping its epoch.
 // Any older writer of the range is fenced: its next head update fails its If-Match.
 func (b *Tiered) claimHead(ctx context.Context) error {
-	name := b.root + headName(b.rng)
+	name := b.root + format.HeadName(b.rng)
 	for attempt := 0; attempt < 8; attempt++ {
 		info, err := b.s.os.head(ctx, name)
 		var epoch uint64
@@ -565,7 +567,7 @@ func (b *Tiered) ownWrite(ctx context.Context, name string, data []byte) (bool, 
 // while the write itself landed) moved the etag on. Only we write heads with our token, so the
 // update is retried on top of it.
 func (b *Tiered) casHead(ctx context.Context, etag string, content []byte) (string, error) {
-	name := b.root + headName(b.rng)
+	name := b.root + format.HeadName(b.rng)
 	for attempt := 0; ; attempt++ {
 		newTag, err := b.s.os.put(ctx, name, content, putCond{ifMatch: etag})
 		if !errors.Is(err, errPrecondition) {
@@ -637,7 +639,7 @@ func (b *Tiered) createOnce(ctx context.Context, name string, data []byte) error
 // restore reads the manifests of checkpoint ckpt (or the newest complete one) that overlap this
 // backend's key groups, and returns the lineage's base manifest and the restored operator
 // state. It reads manifests only: segment indexes load lazily.
-func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[string][]RangeBlob, error) {
+func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*format.Manifest, map[string][]RangeBlob, error) {
 	if ckpt == RestoreLatest {
 		objs, err := b.s.os.list(ctx, b.root+"manifests/")
 		if err != nil {
@@ -647,7 +649,7 @@ func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[strin
 		for i, o := range objs {
 			names[i] = strings.TrimPrefix(o.name, b.root)
 		}
-		complete := completeCheckpoints(names, b.numKG)
+		complete := format.CompleteCheckpoints(names, b.numKG)
 		if len(complete) == 0 {
 			return nil, nil, nil // nothing to restore: start empty
 		}
@@ -658,10 +660,10 @@ func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[strin
 	if err != nil {
 		return nil, nil, err
 	}
-	var ms []*manifest
+	var ms []*format.Manifest
 	var rs []KeyGroupRange
 	for _, o := range objs {
-		_, r, ok := parseManifestName(strings.TrimPrefix(o.name, b.root))
+		_, r, ok := format.ParseManifestName(strings.TrimPrefix(o.name, b.root))
 		if !ok || !r.Overlaps(b.rng) {
 			continue
 		}
@@ -669,16 +671,16 @@ func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[strin
 		if err != nil {
 			return nil, nil, err
 		}
-		m, err := decodeManifest(o.name, data)
+		m, err := format.DecodeManifest(o.name, data)
 		if err != nil {
 			b.cnt.corruptions.Add(1)
 			return nil, nil, err
 		}
-		if m.numKG != b.numKG {
-			return nil, nil, fmt.Errorf("state: checkpoint %d of %s has %d key groups, want %d", ckpt, b.name, m.numKG, b.numKG)
+		if m.NumKG != b.numKG {
+			return nil, nil, fmt.Errorf("state: checkpoint %d of %s has %d key groups, want %d", ckpt, b.name, m.NumKG, b.numKG)
 		}
 		ms = append(ms, m)
-		rs = append(rs, m.rng)
+		rs = append(rs, m.Rng)
 	}
 	for i := range rs {
 		for j := i + 1; j < len(rs); j++ {
@@ -687,25 +689,25 @@ func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[strin
 			}
 		}
 	}
-	if !covers(rs, b.rng) {
+	if !format.Covers(rs, b.rng) {
 		return nil, nil, &Error{Op: "restore", Object: prefix, Err: fmt.Errorf("checkpoint %d does not cover key groups %v: %w", ckpt, b.rng, ErrNotFound)}
 	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].rng.Lo < ms[j].rng.Lo })
-	base := &manifest{checkpoint: ckpt, numKG: b.numKG, rng: b.rng}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Rng.Lo < ms[j].Rng.Lo })
+	base := &format.Manifest{Checkpoint: ckpt, NumKG: b.numKG, Rng: b.rng}
 	ops := map[string][]RangeBlob{}
 	for _, m := range ms {
 		// Lineages own disjoint key groups, so their segments never hold the same key and
 		// their order relative to each other does not matter; within one, newest first.
-		for _, s := range m.segs {
-			use := s.use.Intersect(m.rng).Intersect(b.rng)
-			if use.Empty() || use.Lo > s.kgHi || use.Hi <= s.kgLo {
+		for _, s := range m.Segs {
+			use := s.Use.Intersect(m.Rng).Intersect(b.rng)
+			if use.Empty() || use.Lo > s.KGHi || use.Hi <= s.KGLo {
 				continue
 			}
-			s.use = use
-			base.segs = append(base.segs, s)
+			s.Use = use
+			base.Segs = append(base.Segs, s)
 		}
-		for _, o := range m.opState {
-			ops[o.name] = append(ops[o.name], RangeBlob{Range: m.rng, Data: o.data})
+		for _, o := range m.OpState {
+			ops[o.Name] = append(ops[o.Name], RangeBlob{Range: m.Rng, Data: o.Data})
 		}
 	}
 	return base, ops, nil
@@ -742,7 +744,7 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 	}
 	from := make([]int, len(out)) // per request (by idx): the first segment it may still be in
 	in := func(seg *liveSeg, r *fetchReq) bool {
-		return seg.ref.use.Contains(r.kg) && bytes.Compare(r.dk, seg.ref.minKey) >= 0 && bytes.Compare(r.dk, seg.ref.maxKey) <= 0
+		return seg.ref.Use.Contains(r.kg) && bytes.Compare(r.dk, seg.ref.MinKey) >= 0 && bytes.Compare(r.dk, seg.ref.MaxKey) <= 0
 	}
 	type blockRef struct{ seg, block int }
 	type walk struct {
@@ -764,10 +766,10 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 					continue
 				}
 				m := seg.meta.Load()
-				if !m.bloom.mayContain(r.h) {
+				if !m.Bloom.MayContain(r.h) {
 					continue
 				}
-				if bi := m.find(r.dk); bi >= 0 {
+				if bi := m.Find(r.dk); bi >= 0 {
 					w.cands = append(w.cands, blockRef{i, bi})
 				}
 			}
@@ -808,11 +810,11 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 		gap, most := max(int64(b.cfg.blockSize), rangeGap), max(int64(b.cfg.blockSize), rangeMax)
 		for i := 0; i < len(order); {
 			j := i + 1
-			blocks := v.segs[order[i].seg].meta.Load().blocks
+			blocks := v.segs[order[i].seg].meta.Load().Blocks
 			first := blocks[order[i].block]
 			for j < len(order) && order[j].seg == order[i].seg {
 				prev, next := blocks[order[j-1].block], blocks[order[j].block]
-				if next.off-(prev.off+prev.n) > gap || next.off+next.n-first.off > most {
+				if next.Off-(prev.Off+prev.N) > gap || next.Off+next.N-first.Off > most {
 					break
 				}
 				j++
@@ -828,8 +830,8 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 			go func() {
 				defer wg.Done()
 				seg := v.segs[order[sp.from].seg]
-				blocks := seg.meta.Load().blocks
-				bhs := make([]blockHandle, 0, sp.to-sp.from)
+				blocks := seg.meta.Load().Blocks
+				bhs := make([]format.BlockHandle, 0, sp.to-sp.from)
 				for _, br := range order[sp.from:sp.to] {
 					bhs = append(bhs, blocks[br.block])
 				}
@@ -871,7 +873,7 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 			for _, c := range blocks {
 				seg := v.segs[c.seg]
 				rs := at[c]
-				hit, err := resolveBlock(seg.object, seg.meta.Load().blocks[c.block], read[c], rs, out)
+				hit, err := resolveBlock(seg.object, seg.meta.Load().Blocks[c.block], read[c], rs, out)
 				if err != nil {
 					b.cnt.corruptions.Add(1)
 					return err
@@ -937,9 +939,9 @@ const (
 // fetchBlocks reads blocks of one segment, sorted by offset, with one ranged GET from the first
 // to the end of the last, and verifies each. A range with a block that fails its checksum is
 // read once more (corruption in transit), then reported.
-func (b *Tiered) fetchBlocks(ctx context.Context, object string, bhs []blockHandle) ([][]byte, error) {
-	off := bhs[0].off
-	n := bhs[len(bhs)-1].off + bhs[len(bhs)-1].n - off
+func (b *Tiered) fetchBlocks(ctx context.Context, object string, bhs []format.BlockHandle) ([][]byte, error) {
+	off := bhs[0].Off
+	n := bhs[len(bhs)-1].Off + bhs[len(bhs)-1].N - off
 	for attempt := 0; ; attempt++ {
 		if err := b.s.acquire(ctx); err != nil {
 			return nil, err
@@ -951,14 +953,14 @@ func (b *Tiered) fetchBlocks(ctx context.Context, object string, bhs []blockHand
 		}
 		out := make([][]byte, len(bhs))
 		if int64(len(data)) != n {
-			err = corruptf(object, off, "short read: %d of %d bytes", len(data), n)
+			err = format.Corruptf(object, off, "short read: %d of %d bytes", len(data), n)
 		}
 		for i, bh := range bhs {
 			if err != nil {
 				break
 			}
-			out[i] = data[bh.off-off : bh.off-off+bh.n : bh.off-off+bh.n]
-			_, err = openBlock(object, bh.off, out[i])
+			out[i] = data[bh.Off-off : bh.Off-off+bh.N : bh.Off-off+bh.N]
+			_, err = format.OpenBlock(object, bh.Off, out[i])
 		}
 		if err == nil {
 			return out, nil
@@ -971,38 +973,38 @@ func (b *Tiered) fetchBlocks(ctx context.Context, object string, bhs []blockHand
 }
 
 // resolveBlock resolves the sorted requests found in a verified block, returning their idx.
-func resolveBlock(object string, bh blockHandle, data []byte, rs []*fetchReq, out []Fetched) ([]int, error) {
-	it, err := openBlock(object, bh.off, data)
+func resolveBlock(object string, bh format.BlockHandle, data []byte, rs []*fetchReq, out []Fetched) ([]int, error) {
+	it, err := format.OpenBlock(object, bh.Off, data)
 	if err != nil {
 		return nil, err
 	}
 	var hit []int
 	i := 0
-	for i < len(rs) && it.next() {
+	for i < len(rs) && it.Next() {
 		for i < len(rs) {
-			c := bytes.Compare(rs[i].dk, it.key)
+			c := bytes.Compare(rs[i].dk, it.Key)
 			if c > 0 {
 				break
 			}
 			if c == 0 {
 				f := &out[rs[i].idx]
-				f.Found = !it.tomb
+				f.Found = !it.Tomb
 				if f.Found {
-					f.Value = append([]byte(nil), it.value...)
+					f.Value = append([]byte(nil), it.Value...)
 				}
 				hit = append(hit, rs[i].idx)
 			}
 			i++
 		}
 	}
-	if it.err != nil {
-		return nil, it.err
+	if it.Err != nil {
+		return nil, it.Err
 	}
 	return hit, nil
 }
 
 // loadMeta returns a segment's index and filter, reading them (one ranged GET) on first use.
-func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*segMeta, error) {
+func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*format.SegMeta, error) {
 	if m := s.meta.Load(); m != nil {
 		return m, nil
 	}
@@ -1014,16 +1016,16 @@ func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*segMeta, error) {
 	if err := b.s.acquire(ctx); err != nil {
 		return nil, err
 	}
-	data, err := b.s.os.get(ctx, s.object, s.ref.metaOff, s.ref.metaLen)
+	data, err := b.s.os.get(ctx, s.object, s.ref.MetaOff, s.ref.MetaLen)
 	b.s.release()
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(data)) != s.ref.metaLen {
+	if int64(len(data)) != s.ref.MetaLen {
 		b.cnt.corruptions.Add(1)
-		return nil, corruptf(s.object, s.ref.metaOff, "short meta: %d of %d bytes", len(data), s.ref.metaLen)
+		return nil, format.Corruptf(s.object, s.ref.MetaOff, "short meta: %d of %d bytes", len(data), s.ref.MetaLen)
 	}
-	m, err := decodeSegMeta(s.object, data, s.ref.metaOff)
+	m, err := format.DecodeSegMeta(s.object, data, s.ref.MetaOff)
 	if err != nil {
 		b.cnt.corruptions.Add(1)
 		return nil, err
