@@ -89,7 +89,7 @@ type Config struct {
 	MaxIngestBytes int64
 	// StateOptions are extra options for every pipeline's state pool, applied before the
 	// server's own (its logger, retained checkpoints and hot-tier quota, which they cannot
-	// override): tuning, or fault injection in tests (state.WithS3HTTPClient).
+	// override): tuning, or fault injection in tests (state.WithS3 with an HTTPClient).
 	StateOptions []state.Option
 	// KafkaSecrets resolves the secret names a tenant's Kafka specs use for SASL
 	// (sasl.username_env, sasl.password_env); nil refuses SASL. See SecretsFromFile.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/clink-wasm/clink-wasm/host/control"
 	"github.com/clink-wasm/clink-wasm/host/state"
+	"github.com/clink-wasm/clink-wasm/internal/s3test"
 )
 
 // refuseLists is an S3 transport that, once armed, answers every object listing with 403
@@ -45,18 +45,12 @@ func (f *refuseLists) RoundTrip(req *http.Request) (*http.Response, error) {
 // around the real client) shows in that pipeline's errors view, naming the operator, and in the
 // server's log with the pipeline's id; the pipeline runs on (the collector retries).
 func TestStateBackgroundFailureReachesThePipeline(t *testing.T) {
-	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
-	if ep == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("S3 tests need CLINK_TEST_S3_ENDPOINT (scripts/with-s3.sh)")
-		}
-		t.Skip("S3 tests need CLINK_TEST_S3_ENDPOINT (scripts/with-s3.sh)")
-	}
-	if !strings.HasPrefix(ep, "http://127.0.0.1:") && !strings.HasPrefix(ep, "http://localhost:") {
-		t.Fatalf("CLINK_TEST_S3_ENDPOINT must be loopback, got %q", ep)
+	ep, bucket, ok := s3test.Endpoint(t)
+	if !ok {
+		t.Skip(s3test.Missing)
 	}
 	ctx := context.Background()
-	dataURL := "s3://" + os.Getenv("CLINK_TEST_S3_BUCKET") + "/statelog-test-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "?endpoint=" + ep + "&path_style=true"
+	dataURL := "s3://" + bucket + "/statelog-test-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "?endpoint=" + ep + "&path_style=true"
 	st, err := control.OpenStore(ctx, dataURL, control.S3Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +64,7 @@ func TestStateBackgroundFailureReachesThePipeline(t *testing.T) {
 	srv, _, err := New(ctx, ctl, Config{AdminToken: testAdmin, DataURL: dataURL, RunDir: t.TempDir(),
 		Logger: slog.New(slog.NewJSONHandler(&syncWriter{w: logs}, nil)),
 		StateOptions: []state.Option{
-			state.WithS3HTTPClient(&http.Client{Transport: faulty}),
+			state.WithS3(state.S3Options{HTTPClient: &http.Client{Transport: faulty}}),
 			state.WithGCInterval(10 * time.Millisecond), // collect after (almost) every commit
 		}})
 	if err != nil {
