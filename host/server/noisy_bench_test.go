@@ -26,7 +26,7 @@ type benchServer struct {
 	h   http.Handler
 }
 
-func newBenchServer(b *testing.B) *benchServer {
+func newBenchServer(b *testing.B, opts ...func(*Config)) *benchServer {
 	dir := b.TempDir()
 	ctx := context.Background()
 	st, err := control.OpenFileStore(dir)
@@ -37,7 +37,11 @@ func newBenchServer(b *testing.B) *benchServer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, _, err := New(ctx, ctl, Config{AdminToken: testAdmin, DataURL: dir, Logger: slog.New(slog.DiscardHandler)})
+	cfg := Config{AdminToken: testAdmin, DataURL: dir, Logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, _, err := New(ctx, ctl, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,6 +128,8 @@ type usage struct {
 	gcs         uint32
 	wall        time.Duration
 	sched       []uint64 // the Go scheduler's latency histogram (runnable → running), cumulative
+	capacity    float64  // the host capacity the shares are scaled by (capacity.go), summed over samples
+	samples     int
 }
 
 var schedBuckets []float64 // the bounds of the /sched/latencies:seconds histogram
@@ -162,6 +168,7 @@ func (s *benchServer) sample(tenant string) usage {
 	if sh := s.srv.rt.shares[tenant]; sh != nil {
 		u.guestA = sh.Used()
 	}
+	u.capacity, u.samples = s.srv.rt.capacity, 1
 	s.srv.rt.mu.Unlock()
 	return u
 }
@@ -176,6 +183,9 @@ func report(b *testing.B, phase string, u0, u1 usage) {
 	b.ReportMetric(float64(u1.gcs-u0.gcs)/wall, phase+"-gc/s")
 	if u1.sched != nil {
 		b.ReportMetric(schedP99(u1.sched)*1e6, phase+"-sched-p99-µs")
+	}
+	if u1.samples > 0 {
+		b.ReportMetric(u1.capacity/float64(u1.samples), phase+"-capacity")
 	}
 }
 
@@ -195,6 +205,8 @@ func (g *segments) add(recs int, el time.Duration, lats []time.Duration, u0, u1 
 	g.u[1].guestA += u1.guestA - u0.guestA
 	g.u[1].gcs += u1.gcs - u0.gcs
 	g.u[1].wall += u1.wall - u0.wall
+	g.u[1].capacity += u1.capacity // at each segment's end
+	g.u[1].samples++
 	if g.u[1].sched == nil {
 		g.u[1].sched = make([]uint64, len(u1.sched))
 	}
@@ -226,13 +238,20 @@ func (g *segments) p50() time.Duration {
 // Each state also reports the process's CPU (cores, from getrusage), a's guest time (cores, its
 // share's charge: wall time while a guest runs) and GC cycles per second.
 func BenchmarkNoisyNeighbour(b *testing.B) {
+	// Shares scaled to the host's capacity (the default) and at their quotas (--fixed-cpu-shares),
+	// one after the other in each run.
+	b.Run("capacity-scaled", func(b *testing.B) { noisyNeighbour(b) })
+	b.Run("fixed-shares", func(b *testing.B) { noisyNeighbour(b, func(c *Config) { c.FixedCPUShares = true }) })
+}
+
+func noisyNeighbour(b *testing.B, opts ...func(*Config)) {
 	const (
 		phaseDur = 2 * time.Second
 		segDur   = 400 * time.Millisecond
 		rounds   = 5
 	)
 	for range b.N {
-		s := newBenchServer(b)
+		s := newBenchServer(b, opts...)
 		tokB := s.tenant("b", map[string]any{"api_requests_per_second": 1000000})
 		tokA := s.tenant("a", map[string]any{"api_requests_per_second": 1000000, "max_subtasks": 4, "max_in_flight_records": 128, "guest_cpu_millicores": 0})
 		idB := s.pipeline(tokB, "counter", map[string]any{

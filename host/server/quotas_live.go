@@ -24,8 +24,9 @@ import (
 //   - hot_tier_bytes re-shares the run's hot tier at once (state.Store.SetHotBytes);
 //   - lookup_requests_per_second changes the tenant's lookup gate (below);
 //   - guest_cpu_millicores changes the tenant's CPU share (abi.CPUShare), one per tenant shared
-//     by all its operators: their guests run at most that many thousandths of a core on average,
-//     a call overdrawing it pausing at its next fuel check or return.
+//     by all its operators: their guests run at most that many thousandths of a core on average
+//     (times the host's capacity under CPU pressure: capacity.go), a call overdrawing it
+//     pausing at its next fuel check or return.
 //
 // max_pipelines, max_subtasks and max_modules are admission quotas. allowed_lookup_hosts is
 // checked when a spec is accepted.
@@ -186,16 +187,18 @@ func liveLimits(r *run, q control.Quotas) (map[string]pipeline.LimitsSpec, error
 	return out, nil
 }
 
-// share returns tenant's CPU share, set to millicores.
+// share returns tenant's CPU share, set to millicores (times the host's capacity: capacity.go).
 func (rt *runtime) share(tenant string, millicores int64) *abi.CPUShare {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	rt.shareQuota[tenant] = millicores
+	cores := float64(millicores) / 1000 * rt.capacity
 	sh := rt.shares[tenant]
 	if sh == nil {
-		sh = abi.NewCPUShare(float64(millicores) / 1000)
+		sh = abi.NewCPUShare(cores)
 		rt.shares[tenant] = sh
 	} else {
-		sh.SetCores(float64(millicores) / 1000)
+		sh.SetCores(cores)
 	}
 	return sh
 }

@@ -167,17 +167,26 @@ type runtime struct {
 	starting map[string]bool
 	closed   bool
 	gates    map[string]*lookupGate   // per tenant
-	shares   map[string]*abi.CPUShare // per tenant: guest_cpu_millicores
-	usage    map[string]*tenantUsage  // per tenant
-	ctx      context.Context          // runs outlive requests; cancelled by Close
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	shares   map[string]*abi.CPUShare // per tenant: guest_cpu_millicores × capacity
+	// shareQuota is each tenant's guest_cpu_millicores, capacity the host's (capacity.go).
+	shareQuota map[string]int64
+	capacity   float64
+	usage      map[string]*tenantUsage // per tenant
+	ctx        context.Context         // runs outlive requests; cancelled by Close
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 func newRuntime(s *Server) *runtime {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]bool{},
-		gates: map[string]*lookupGate{}, shares: map[string]*abi.CPUShare{}, usage: map[string]*tenantUsage{}, ctx: ctx, cancel: cancel}
+	rt := &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]bool{},
+		gates: map[string]*lookupGate{}, shares: map[string]*abi.CPUShare{}, shareQuota: map[string]int64{}, capacity: 1,
+		usage: map[string]*tenantUsage{}, ctx: ctx, cancel: cancel}
+	if !s.cfg.FixedCPUShares {
+		rt.wg.Add(1)
+		go rt.capacityLoop(readSchedstat)
+	}
+	return rt
 }
 
 func (rt *runtime) get(id string) *run {

@@ -87,6 +87,9 @@ type Config struct {
 	MaxIngestLagBytes int64
 	// MaxIngestBytes caps one POST …/records body (default 8 MiB; more is 413).
 	MaxIngestBytes int64
+	// FixedCPUShares keeps the tenants' guest CPU shares at their quotas whatever the CPU the
+	// host gets; by default they shrink with the pressure on the server's threads (capacity.go).
+	FixedCPUShares bool
 	// StateOptions are extra options for every pipeline's state pool, applied before the
 	// server's own (its logger, retained checkpoints and hot-tier quota, which they cannot
 	// override): tuning, or fault injection in tests (state.WithS3 with an HTTPClient).
