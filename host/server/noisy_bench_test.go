@@ -236,7 +236,9 @@ func (g *segments) p50() time.Duration {
 //     a quarter core; b-idle/alone checks the idle state against a stopped a.
 //
 // Each state also reports the process's CPU (cores, from getrusage), a's guest time (cores, its
-// share's charge: wall time while a guest runs) and GC cycles per second.
+// share's charge: wall time while a guest runs), GC cycles per second, the Go scheduler's p99
+// latency and the host capacity the shares were scaled by. The whole sequence runs twice:
+// capacity-scaled (the default) and fixed-shares (Config.FixedCPUShares).
 func BenchmarkNoisyNeighbour(b *testing.B) {
 	// Shares scaled to the host's capacity (the default) and at their quotas (--fixed-cpu-shares),
 	// one after the other in each run.
