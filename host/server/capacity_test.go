@@ -2,7 +2,12 @@ package server
 
 import (
 	"math"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -70,5 +75,49 @@ func TestSharesFollowCapacity(t *testing.T) {
 	rt.setCapacity(0.3)
 	if a.Cores() != 0 {
 		t.Fatalf("an unlimited share became %v cores", a.Cores())
+	}
+}
+
+// TestCapacityLoopScalesShares: the sampling loop turns the threads' run and wait times into
+// the tenants' shares (a fake sampler under synctest's clock: threads running a quarter of
+// their runnable time), and stops with the runtime.
+func TestCapacityLoopScalesShares(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := openEnv(t, t.TempDir(), func(c *Config) { c.FixedCPUShares = true })
+		rt := e.srv.rt
+		sh := rt.share("a", 2000)
+		var mu sync.Mutex
+		var cur schedSample
+		sample := func() schedSample {
+			mu.Lock()
+			defer mu.Unlock()
+			cur = schedSample{run: cur.run + 25*time.Millisecond, wait: cur.wait + 75*time.Millisecond, ok: true}
+			return cur
+		}
+		rt.wg.Add(1)
+		go rt.capacityLoop(sample)
+		time.Sleep(50 * capacityEvery)
+		synctest.Wait()
+		if c := sh.Cores(); math.Abs(c-2*0.25) > 0.01 {
+			t.Fatalf("at a quarter of the runnable time: %v cores, want ~0.5 (2 cores × 0.25)", c)
+		}
+	})
+}
+
+// TestReadSchedstat: on Linux the process's own threads have run (a kernel without schedstat
+// reports ok false and the capacity stays 1).
+func TestReadSchedstat(t *testing.T) {
+	if goruntime.GOOS != "linux" {
+		t.Skip("schedstat is Linux's")
+	}
+	s := readSchedstat()
+	if _, err := os.Stat("/proc/self/task/" + strconv.Itoa(os.Getpid()) + "/schedstat"); err != nil {
+		if s.ok {
+			t.Fatal("no schedstat file, yet a sample")
+		}
+		t.Skip("this kernel has no schedstat")
+	}
+	if !s.ok || s.run <= 0 || s.wait < 0 {
+		t.Fatalf("sample %+v: want the threads' run time", s)
 	}
 }
