@@ -18,29 +18,40 @@ import (
 
 // snapshot is a captured delta of one Tiered backend.
 type snapshot struct {
-	b           *Tiered
-	id          uint64
-	seq         uint64 // capture sequence within the backend
-	savepoint   bool
-	spill       bool // a spilled delta (Tiered.spill): written, not committed
-	names       []string
-	entries     []capEntry
-	pinned      []*entry // runner-owned: released by poll once done
-	pinnedBytes int64    // their sizes, counted in Tiered.run.pinnedOut while pending
+	b         *Tiered
+	id        uint64
+	seq       uint64 // capture sequence within the backend
+	savepoint bool
+	spill     bool // a spilled delta (Tiered.spill): written, not committed
+	names     []string
+	// ents are the entries of the delta's generation (seq), read by the persist through
+	// their cells (see entry). The runner drops the slice once it has observed the outcome.
+	ents []*entry
+	// list is the sentinel of the runner's list of the generation's entries not written since
+	// (runner-owned): observe moves them to the LRU list, or makes them dirty again.
+	list        entry
+	pinnedBytes int64 // their sizes, counted in Tiered.run.pinnedOut while pending
 	opState     []namedBlob
 	estimate    int64
 	bytes       atomic.Int64
 
 	prev *snapshot // guarded by b.mu; cleared once done
 	once sync.Once
-	done chan struct{}
-	err  error // set before done is closed
+	// encoded is closed once the persist no longer reads the delta's cells (copied out, or
+	// failed). Persists read their cells one at a time in capture order (see entry). Only the
+	// persist's goroutine closes it.
+	encoded chan struct{}
+	done    chan struct{}
+	err     error // set before done is closed
 }
 
-type capEntry struct {
-	key   string
-	value []byte // INVARIANT: never written after capture (see entry.pin)
-	tomb  bool
+// markEncoded closes encoded, once.
+func (s *snapshot) markEncoded() {
+	select {
+	case <-s.encoded:
+	default:
+		close(s.encoded)
+	}
 }
 
 func (s *snapshot) finished() bool {
@@ -118,8 +129,13 @@ func (s *snapshot) run(ctx context.Context) {
 	b.mu.Lock()
 	prev := s.prev
 	b.mu.Unlock()
-	// 1. Write the delta's segments, in parallel with the snapshots before it.
+	// 1. Read the delta once the one before it has (see entry), then write its segments, in
+	// parallel with the snapshots before it.
+	if prev != nil {
+		<-prev.encoded
+	}
 	w, err := b.write(ctx, s)
+	s.markEncoded() // write may have failed before reading
 	// 2. Commit in capture order.
 	if prev != nil {
 		<-prev.done
@@ -137,7 +153,6 @@ func (s *snapshot) run(ctx context.Context) {
 	b.mu.Lock()
 	s.prev = nil
 	b.mu.Unlock()
-	s.entries = nil
 	close(s.done)
 	b.events.Add(1)
 }
@@ -164,16 +179,67 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 		return w, ErrClosed
 	}
 	// This is CPU that competes with the runner (two cores, checkpoints every 100 ms): the
-	// durable keys go into one buffer rather than one allocation each, and the sort is generic
-	// rather than sort.Slice's reflective swaps.
-	size := 0
-	for _, c := range s.entries {
-		size += len(c.key) + 16 // the state's name replaces its 2-byte id; the rest is the same
+	// delta is copied into one arena (durable key, then value) indexed by pointer-free
+	// records, so that the GC neither scans them nor pays write barriers to sort them, and the
+	// sort is a counting pass by key group plus generic sorts of 4-byte indexes.
+	d := b.encodeDelta(s)
+	s.markEncoded()
+	tag := fmt.Sprintf("%020d", s.id)
+	if s.spill {
+		tag = fmt.Sprintf("%020d-spill%d", baseCkpt, s.seq)
 	}
-	arena := make([]byte, 0, size)
-	ents := make([]segEntry, len(s.entries))
-	for i, c := range s.entries {
-		id, rec, ent := parseHotKey(c.key)
+	order := sortDurable(len(d.recs), d.key)
+	var err error
+	w.segs, w.bytes, err = b.writeSegments(ctx, tag, len(order), func(i int) segEntry { return d.at(int(order[i])) }, false)
+	return w, err
+}
+
+// delta is a captured delta copied out of the hot tier: records in an arena.
+type delta struct {
+	arena []byte
+	recs  []deltaRec
+}
+
+// deltaRec locates one entry in delta.arena: its durable key at off, then its value.
+type deltaRec struct {
+	off        int
+	klen, vlen uint32
+	tomb       bool
+}
+
+func (d *delta) key(i int) []byte {
+	r := d.recs[i]
+	return d.arena[r.off : r.off+int(r.klen) : r.off+int(r.klen)]
+}
+
+func (d *delta) at(i int) segEntry {
+	r := d.recs[i]
+	k := r.off + int(r.klen)
+	return segEntry{key: d.arena[r.off:k:k], value: d.arena[k : k+int(r.vlen) : k+int(r.vlen)], tomb: r.tomb}
+}
+
+// encodeDelta reads the value of s's generation of each of its entries (see entry) into a
+// delta. It runs once every earlier snapshot's persist has encoded, so it cuts each cell it
+// reads off the cells below, which nothing reads any more.
+func (b *Tiered) encodeDelta(s *snapshot) *delta {
+	cells := make([]*cell, len(s.ents))
+	size := 0
+	for i, e := range s.ents {
+		c := e.c.Load()
+		for c != nil && c.gen > s.seq {
+			c = c.prev.Load()
+		}
+		if c == nil || c.gen != s.seq {
+			panic(fmt.Sprintf("state: entry %q has no cell of generation %d", e.key, s.seq))
+		}
+		c.prev.Store(nil)
+		cells[i] = c
+		size += len(e.key) + 16 + len(c.value) // the state's name replaces its 2-byte id
+	}
+	d := &delta{arena: make([]byte, 0, size), recs: make([]deltaRec, len(s.ents))}
+	for i, e := range s.ents {
+		c := cells[i]
+		id, rec, ent := parseHotKey(e.key)
 		var name string
 		if int(id) < len(s.names) {
 			name = s.names[id]
@@ -181,57 +247,50 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 			name = "#" + strconv.FormatUint(uint64(id), 10)
 		}
 		kg := KeyGroupOf(rec, b.numKG)
-		at := len(arena)
-		arena = appendDurableKey(arena, kg, name, rec, ent)
-		ents[i] = segEntry{key: arena[at:len(arena):len(arena)], value: c.value, tomb: c.tomb}
+		at := len(d.arena)
+		d.arena = appendDurableKey(d.arena, kg, name, rec, ent)
+		klen := len(d.arena) - at
+		d.arena = append(d.arena, c.value...)
+		d.recs[i] = deltaRec{off: at, klen: uint32(klen), vlen: uint32(len(c.value)), tomb: c.tomb}
 	}
-	ents = sortDurable(ents)
-	tag := fmt.Sprintf("%020d", s.id)
-	if s.spill {
-		tag = fmt.Sprintf("%020d-spill%d", baseCkpt, s.seq)
-	}
-	var err error
-	w.segs, w.bytes, err = b.writeSegments(ctx, tag, ents, false)
-	return w, err
+	return d
 }
 
-// sortDurable returns ents in durable-key order. A durable key starts with its key group, big
-// endian, so a counting pass by group followed by a sort of each group's indexes gives that
-// order with fewer comparisons than one sort of the whole, and moves 4-byte indexes instead of
-// entries (which hold pointers, so every move of one costs write barriers while the GC runs).
-func sortDurable(ents []segEntry) []segEntry {
-	if len(ents) < 2 {
-		return ents
+// sortDurable returns the order of n durable keys. A durable key starts with its key group,
+// big endian, so a counting pass by group followed by a sort of each group's indexes gives
+// that order with fewer comparisons than one sort of the whole. Equal keys keep their order.
+func sortDurable(n int, key func(int) []byte) []int32 {
+	order := make([]int32, n)
+	if n < 2 {
+		for i := range order {
+			order[i] = int32(i)
+		}
+		return order
 	}
 	numKG := 0
-	for _, e := range ents {
-		numKG = max(numKG, durableKeyGroup(e.key)+1)
+	for i := range n {
+		numKG = max(numKG, durableKeyGroup(key(i))+1)
 	}
 	start := make([]int, numKG+1)
-	for _, e := range ents {
-		start[durableKeyGroup(e.key)+1]++
+	for i := range n {
+		start[durableKeyGroup(key(i))+1]++
 	}
 	for g := 1; g <= numKG; g++ {
 		start[g] += start[g-1]
 	}
-	order := make([]int32, len(ents))
 	next := slices.Clone(start[:numKG])
-	for i, e := range ents {
-		g := durableKeyGroup(e.key)
+	for i := range n {
+		g := durableKeyGroup(key(i))
 		order[next[g]] = int32(i)
 		next[g]++
 	}
 	for g := range numKG {
 		grp := order[start[g]:start[g+1]]
 		if len(grp) > 1 {
-			slices.SortFunc(grp, func(x, y int32) int { return bytes.Compare(ents[x].key[2:], ents[y].key[2:]) })
+			slices.SortStableFunc(grp, func(x, y int32) int { return bytes.Compare(key(int(x))[2:], key(int(y))[2:]) })
 		}
 	}
-	out := make([]segEntry, len(ents))
-	for i, j := range order {
-		out[i] = ents[j]
-	}
-	return out
+	return order
 }
 
 // commit publishes what write made: a spill's segments go into the version that cold reads
@@ -330,7 +389,7 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 
 // writeSegments cuts sorted entries into segments of about segmentBytes and writes them in
 // parallel. It returns their references (key groups used: the lineage's) and bytes written.
-func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []segEntry, dropTombs bool) ([]segRef, int64, error) {
+func (b *Tiered) writeSegments(ctx context.Context, tag string, n int, at func(int) segEntry, dropTombs bool) ([]segRef, int64, error) {
 	type out struct {
 		data []byte
 		ref  segRef
@@ -346,7 +405,8 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []segEntry,
 		outs = append(outs, out{data: data, ref: segRef{segInfo: info, use: b.rng}})
 		w = newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 	}
-	for _, e := range ents {
+	for i := range n {
+		e := at(i)
 		if dropTombs && e.tomb {
 			continue
 		}
