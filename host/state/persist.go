@@ -232,7 +232,9 @@ func (b *Tiered) encodeDelta(s *snapshot) *delta {
 		if c == nil || c.gen != s.seq {
 			panic(fmt.Sprintf("state: entry %q has no cell of generation %d", e.key, s.seq))
 		}
-		c.prev.Store(nil)
+		if c.prev.Load() != nil {
+			c.prev.Store(nil)
+		}
 		cells[i] = c
 		size += len(e.key) + 16 + len(c.value) // the state's name replaces its 2-byte id
 	}
@@ -258,7 +260,7 @@ func (b *Tiered) encodeDelta(s *snapshot) *delta {
 
 // sortDurable returns the order of n durable keys. A durable key starts with its key group,
 // big endian, so a counting pass by group followed by a sort of each group's indexes gives
-// that order with fewer comparisons than one sort of the whole. Equal keys keep their order.
+// that order with fewer comparisons than one sort of the whole. (A delta holds each key once.)
 func sortDurable(n int, key func(int) []byte) []int32 {
 	order := make([]int32, n)
 	if n < 2 {
@@ -287,7 +289,7 @@ func sortDurable(n int, key func(int) []byte) []int32 {
 	for g := range numKG {
 		grp := order[start[g]:start[g+1]]
 		if len(grp) > 1 {
-			slices.SortStableFunc(grp, func(x, y int32) int { return bytes.Compare(key(int(x))[2:], key(int(y))[2:]) })
+			slices.SortFunc(grp, func(x, y int32) int { return bytes.Compare(key(int(x))[2:], key(int(y))[2:]) })
 		}
 	}
 	return order
