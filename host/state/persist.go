@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -41,8 +42,29 @@ type snapshot struct {
 	// failed). Persists read their cells one at a time in capture order (see entry). Only the
 	// persist's goroutine closes it.
 	encoded chan struct{}
-	done    chan struct{}
-	err     error // set before done is closed
+	// readable is closed once the delta's segments are encoded and in the version cold reads
+	// use, from memory until they are durable (see publish): from then on the delta's entries
+	// need not stay hot. memBytes, set before, is what those segments hold in memory. Only
+	// the persist's goroutine closes it; a delta that fails before it never is.
+	readable chan struct{}
+	memBytes int64
+	// carriedBytes is the size of the carried segments this delta's persist took (see
+	// Tiered.mu.carried), set before done.
+	carriedBytes int64
+	// readSeen: the runner has applied readable (runner-owned).
+	readSeen bool
+	done     chan struct{}
+	err      error // set before done is closed
+}
+
+// isReadable reports whether readable is closed.
+func (s *snapshot) isReadable() bool {
+	select {
+	case <-s.readable:
+		return true
+	default:
+		return false
+	}
 }
 
 // markEncoded closes encoded, once.
@@ -148,7 +170,9 @@ func (s *snapshot) run(ctx context.Context) {
 	}
 	if err != nil {
 		b.cnt.ckptFailures.Add(1)
+		b.carry(w)
 	}
+	s.carriedBytes = w.carriedBytes
 	s.err = err
 	b.mu.Lock()
 	s.prev = nil
@@ -160,9 +184,24 @@ func (s *snapshot) run(ctx context.Context) {
 // written is what the write phase of a persist made: the delta's segments, not yet referenced
 // by any version or manifest (a crash leaves them to garbage collection).
 type written struct {
-	segs  []segRef
-	bytes int64
-	start time.Time
+	segs         []segRef
+	bytes        int64
+	start        time.Time
+	own          []string // names of the delta's own segments
+	took         []memSeg // carried segments this persist writes again, newest first
+	carriedBytes int64
+}
+
+// memSeg is an encoded segment held in memory, readable, until it is durable and committed
+// (see Tiered.mu.mem).
+type memSeg struct {
+	ref  segRef
+	seq  uint64 // the capture seq of the delta it came from
+	data []byte
+	// carried: the delta's persist failed after the segment was readable. Its entries may
+	// have left the hot tier, so its bytes stay here until the next delta to persist takes
+	// it, writes it again and commits it below its own.
+	carried bool
 }
 
 // write encodes the delta in durable-key order and writes it as segments.
@@ -183,15 +222,82 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 	// records, so that the GC neither scans them nor pays write barriers to sort them, and the
 	// sort is a counting pass by key group plus generic sorts of 4-byte indexes.
 	d := b.encodeDelta(s)
+	// The carried segments go with the first delta to read its cells after they were carried:
+	// deltas do that in capture order, and a delta commits only if every one before it did
+	// or had finished when it was captured, so the first to commit after a failure is one
+	// that took every segment carried since the last commit.
+	b.mu.Lock()
+	for i := range b.mu.mem {
+		if m := &b.mu.mem[i]; m.carried {
+			m.carried = false
+			w.took = append(w.took, *m)
+			w.carriedBytes += int64(len(m.data))
+		}
+	}
+	b.mu.Unlock()
 	s.markEncoded()
 	tag := fmt.Sprintf("%020d", s.id)
 	if s.spill {
 		tag = fmt.Sprintf("%020d-spill%d", baseCkpt, s.seq)
 	}
 	order := sortDurable(len(d.recs), d.key)
+	outs := b.encodeSegments(tag, len(order), func(i int) segEntry { return d.at(int(order[i])) }, false)
+	d = nil // the segments copied what they need: let the GC have the arena while the PUTs run
+	b.publish(s, outs)
+	for _, o := range outs {
+		w.own = append(w.own, o.ref.name)
+	}
+	for _, m := range w.took {
+		outs = append(outs, segOut{data: m.data, ref: m.ref})
+	}
 	var err error
-	w.segs, w.bytes, err = b.writeSegments(ctx, tag, len(order), func(i int) segEntry { return d.at(int(order[i])) }, false)
+	w.segs, w.bytes, err = b.putSegments(ctx, outs)
 	return w, err
+}
+
+// publish makes a delta's encoded segments readable from memory, in a version above every
+// committed segment, then tells the runner (readable), which may then evict the delta's
+// entries: the version INVARIANT holds for them as for a commit's.
+func (b *Tiered) publish(s *snapshot, outs []segOut) {
+	for _, o := range outs {
+		s.memBytes += int64(len(o.data))
+		b.wrote(o.ref.name, o.data, o.ref.segInfo)
+	}
+	b.mu.Lock()
+	for _, o := range outs {
+		b.mu.mem = append(b.mu.mem, memSeg{ref: o.ref, seq: s.seq, data: o.data})
+	}
+	sortMem(b.mu.mem)
+	b.version.Store(b.buildVersionLocked(b.mu.base))
+	b.mu.Unlock()
+	close(s.readable)
+	b.events.Add(1)
+}
+
+// sortMem orders in-memory segments newest first (by delta; a delta's own in their order).
+func sortMem(ms []memSeg) {
+	slices.SortStableFunc(ms, func(x, y memSeg) int { return cmp.Compare(y.seq, x.seq) })
+}
+
+// carry keeps what a failed persist leaves in memory readable until another delta writes it:
+// its own segments, if it published them, and the carried segments it took. Once the runner
+// has seen a delta readable it no longer holds the delta's entries, so that is where they are.
+func (b *Tiered) carry(w written) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.mu.mem {
+		m := &b.mu.mem[i]
+		if slices.Contains(w.own, m.ref.name) || slices.ContainsFunc(w.took, func(t memSeg) bool { return t.ref.name == m.ref.name }) {
+			m.carried = true
+		}
+	}
+}
+
+// dropMemLocked forgets the in-memory copies of segments a commit made durable.
+func (b *Tiered) dropMemLocked(w written) {
+	b.mu.mem = slices.DeleteFunc(b.mu.mem, func(m memSeg) bool {
+		return slices.Contains(w.own, m.ref.name) || slices.ContainsFunc(w.took, func(t memSeg) bool { return t.ref.name == m.ref.name })
+	})
 }
 
 // delta is a captured delta copied out of the hot tier: records in an arena.
@@ -314,6 +420,7 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 		// Publish a version with the spilled segments above everything, then (in run) mark
 		// the snapshot done: the version INVARIANT holds for spills as for commits.
 		b.mu.spills = slices.Concat(segs, b.mu.spills)
+		b.dropMemLocked(w)
 		b.version.Store(b.buildVersionLocked(b.mu.base))
 		b.mu.Unlock()
 		s.bytes.Store(written)
@@ -367,6 +474,7 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	if applied || comp != nil && b.mu.compaction == comp {
 		b.mu.compaction = nil
 	}
+	b.dropMemLocked(w)
 	b.version.Store(b.buildVersionLocked(m))
 	b.mu.Unlock()
 
@@ -389,14 +497,16 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	return nil
 }
 
-// writeSegments cuts sorted entries into segments of about segmentBytes and writes them in
-// parallel. It returns their references (key groups used: the lineage's) and bytes written.
-func (b *Tiered) writeSegments(ctx context.Context, tag string, n int, at func(int) segEntry, dropTombs bool) ([]segRef, int64, error) {
-	type out struct {
-		data []byte
-		ref  segRef
-	}
-	var outs []out
+// segOut is an encoded segment.
+type segOut struct {
+	data []byte
+	ref  segRef
+}
+
+// encodeSegments cuts sorted entries into segments of about segmentBytes. Their references
+// use the lineage's key groups.
+func (b *Tiered) encodeSegments(tag string, n int, at func(int) segEntry, dropTombs bool) []segOut {
+	var outs []segOut
 	w := newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 	flush := func() {
 		if w.n == 0 {
@@ -404,7 +514,7 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, n int, at func(i
 		}
 		data, info := w.finish()
 		info.name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
-		outs = append(outs, out{data: data, ref: segRef{segInfo: info, use: b.rng}})
+		outs = append(outs, segOut{data: data, ref: segRef{segInfo: info, use: b.rng}})
 		w = newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 	}
 	for i := range n {
@@ -418,6 +528,11 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, n int, at func(i
 		}
 	}
 	flush()
+	return outs
+}
+
+// putSegments writes segments in parallel and returns their references and bytes written.
+func (b *Tiered) putSegments(ctx context.Context, outs []segOut) ([]segRef, int64, error) {
 	var (
 		wg      sync.WaitGroup
 		errOnce sync.Once
@@ -427,7 +542,7 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, n int, at func(i
 	for i := range outs {
 		total += int64(len(outs[i].data))
 		wg.Add(1)
-		go func(o *out) {
+		go func(o *segOut) {
 			defer wg.Done()
 			if err := b.s.acquire(ctx); err != nil {
 				errOnce.Do(func() { first = err })
@@ -436,9 +551,7 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, n int, at func(i
 			defer b.s.release()
 			if _, err := b.s.os.put(ctx, b.root+o.ref.name, o.data, putCond{}); err != nil {
 				errOnce.Do(func() { first = err })
-				return
 			}
-			b.wrote(o.ref.name, o.data, o.ref.segInfo)
 		}(&outs[i])
 	}
 	wg.Wait()
@@ -896,7 +1009,7 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 					bhs = append(bhs, blocks[br.block])
 				}
 				var got [][]byte
-				got, errs[si] = b.fetchBlocks(ctx, seg.object, bhs)
+				got, errs[si] = b.fetchBlocks(ctx, seg, bhs)
 				copy(datas[sp.from:sp.to], got)
 			}()
 		}
@@ -999,15 +1112,27 @@ const (
 // fetchBlocks reads blocks of one segment, sorted by offset, with one ranged GET from the first
 // to the end of the last, and verifies each. A range with a block that fails its checksum is
 // read once more (corruption in transit), then reported.
-func (b *Tiered) fetchBlocks(ctx context.Context, object string, bhs []blockHandle) ([][]byte, error) {
+//
+// A segment still in memory (see Tiered.mu.mem) is read from there.
+func (b *Tiered) fetchBlocks(ctx context.Context, seg *liveSeg, bhs []blockHandle) ([][]byte, error) {
+	object := seg.object
 	off := bhs[0].off
 	n := bhs[len(bhs)-1].off + bhs[len(bhs)-1].n - off
 	for attempt := 0; ; attempt++ {
-		if err := b.s.acquire(ctx); err != nil {
-			return nil, err
+		var data []byte
+		var err error
+		if seg.mem != nil {
+			if off+n > int64(len(seg.mem)) {
+				return nil, corruptf(object, off, "block beyond the segment's %d bytes", len(seg.mem))
+			}
+			data = seg.mem[off : off+n]
+		} else {
+			if err := b.s.acquire(ctx); err != nil {
+				return nil, err
+			}
+			data, err = b.s.os.get(ctx, object, off, n)
+			b.s.release()
 		}
-		data, err := b.s.os.get(ctx, object, off, n)
-		b.s.release()
 		if err != nil {
 			return nil, err
 		}
@@ -1073,13 +1198,23 @@ func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*segMeta, error) {
 	if m := s.meta.Load(); m != nil {
 		return m, nil
 	}
-	if err := b.s.acquire(ctx); err != nil {
-		return nil, err
-	}
-	data, err := b.s.os.get(ctx, s.object, s.ref.metaOff, s.ref.metaLen)
-	b.s.release()
-	if err != nil {
-		return nil, err
+	var data []byte
+	if s.mem != nil {
+		if s.ref.metaOff+s.ref.metaLen > int64(len(s.mem)) {
+			return nil, corruptf(s.object, s.ref.metaOff, "meta beyond the segment's %d bytes", len(s.mem))
+		}
+		// A copy: the meta outlives the segment's bytes in memory.
+		data = bytes.Clone(s.mem[s.ref.metaOff : s.ref.metaOff+s.ref.metaLen])
+	} else {
+		if err := b.s.acquire(ctx); err != nil {
+			return nil, err
+		}
+		var err error
+		data, err = b.s.os.get(ctx, s.object, s.ref.metaOff, s.ref.metaLen)
+		b.s.release()
+		if err != nil {
+			return nil, err
+		}
 	}
 	if int64(len(data)) != s.ref.metaLen {
 		b.cnt.corruptions.Add(1)

@@ -120,8 +120,16 @@ type Tiered struct {
 		gen        entry
 		dirty      []*entry
 		bytes      int64
-		dirtyBytes int64  // sizes of the dirty entries, a part of bytes
-		pinnedOut  int64  // sizes of the entries captured by pending snapshots (pinned)
+		dirtyBytes int64 // sizes of the dirty entries, a part of bytes
+		// pinnedOut is what pending snapshots hold: the sizes of their entries (pinned) until
+		// they are readable, then what their segments hold in memory (memBytes).
+		pinnedOut int64
+		// memBytes is what encoded segments hold in memory (Tiered.mu.mem), counted in the
+		// budget: those of readable pending snapshots and the carried ones of failed ones.
+		memBytes int64
+		// readable lists the generations of pending snapshots seen readable: their entries
+		// are clean (evictable, and no persist reads their cells).
+		readable   []uint64
 		captureSeq uint64 // the current generation is captureSeq+1
 		// settled is the highest capture seq whose outcome the runner has observed: an entry
 		// whose cell's generation is at most settled is clean (a failed delta's entries were
@@ -150,6 +158,10 @@ type Tiered struct {
 		// checkpoint, newest first. Cold reads see them (the version puts them above base);
 		// the next checkpoint's manifest lists them, then they are cleared.
 		spills []segRef
+		// mem are encoded segments held in memory until a commit makes them durable, newest
+		// first: the deltas in flight (each readable once encoded, see snapshot.readable) and
+		// the carried segments of failed ones. Cold reads see them above everything else.
+		mem []memSeg
 		// written are the metas of segments this backend wrote, decoded from the bytes it
 		// put, for buildVersionLocked to install so that no cold read GETs them back.
 		// Bounded: cleared past maxWrittenMetas (a read then loads one, as after a restore).
@@ -176,6 +188,7 @@ type version struct {
 type liveSeg struct {
 	ref    segRef
 	object string
+	mem    []byte // the segment's bytes while it is in Tiered.mu.mem; reads use them
 	meta   atomic.Pointer[segMeta]
 	loadMu sync.Mutex
 }
@@ -243,13 +256,20 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 
 // buildVersionLocked makes the version of manifest m, reusing loaded segment metas.
 func (b *Tiered) buildVersionLocked(m *manifest) *version {
-	n := len(b.mu.spills) + len(m.segs)
+	n := len(b.mu.mem) + len(b.mu.spills) + len(m.segs)
 	v := &version{segs: make([]*liveSeg, 0, n), covered: make([]bool, b.numKG)}
 	live := make(map[string]*liveSeg, n)
-	for _, r := range slices.Concat(b.mu.spills, m.segs) {
+	mem := make(map[string][]byte, len(b.mu.mem))
+	refs := make([]segRef, 0, n)
+	for _, ms := range b.mu.mem {
+		refs = append(refs, ms.ref)
+		mem[ms.ref.name] = ms.data
+	}
+	for _, r := range slices.Concat(refs, b.mu.spills, m.segs) {
 		ls := b.mu.live[r.name]
-		if ls == nil || ls.ref.use != r.use {
-			n := &liveSeg{ref: r, object: b.root + r.name}
+		data := mem[r.name]
+		if ls == nil || ls.ref.use != r.use || (ls.mem == nil) != (data == nil) {
+			n := &liveSeg{ref: r, object: b.root + r.name, mem: data}
 			if ls != nil {
 				n.meta.Store(ls.meta.Load())
 			} else if m := b.mu.written[r.name]; m != nil {
@@ -319,32 +339,63 @@ func (b *Tiered) poll() {
 	b.observe()
 }
 
-// observe applies the outcomes of the finished snapshots at the front of the pending queue:
-// a committed delta's list of entries joins the LRU list whole (they are clean), a failed
-// one's entries become dirty again, in the current generation, so the next Capture retries
-// them.
+// observe applies what the pending snapshots' persists did. A delta readable from its
+// encoded segments (in memory until durable) no longer needs its entries hot: its list of
+// entries joins the LRU list whole, in O(1), and what it pins is its segments' bytes from then
+// on. Then the outcomes, in capture order: a committed delta's segments leave memory; a failed
+// one's entries are dirty again, in the current generation, if it failed before it was
+// readable (so the next Capture retries them), or its segments stay in memory, carried by the
+// next delta to persist (see Tiered.mu.mem).
 func (b *Tiered) observe() {
+	for _, s := range b.run.pending {
+		if !s.readSeen && s.isReadable() {
+			b.sawReadable(s)
+		}
+	}
 	for len(b.run.pending) > 0 {
 		s := b.run.pending[0]
 		if !s.finished() {
 			break
 		}
+		if !s.readSeen && s.isReadable() {
+			b.sawReadable(s)
+		}
 		b.run.pending[0] = nil
 		b.run.pending = b.run.pending[1:]
-		b.run.pinnedOut -= s.pinnedBytes
 		b.run.settled = s.seq
-		if s.err == nil {
-			listSpliceFront(&b.run.lru, &s.list)
-		} else {
+		if i := slices.Index(b.run.readable, s.seq); i >= 0 {
+			b.run.readable = slices.Delete(b.run.readable, i, i+1)
+		}
+		switch {
+		case !s.readSeen:
+			b.run.pinnedOut -= s.pinnedBytes
+			if s.err == nil {
+				listSpliceFront(&b.run.lru, &s.list) // an empty delta
+			}
 			for s.list.next != &s.list {
 				e := s.list.next
 				listRemove(e)
 				b.redirty(e)
 			}
+		case s.err == nil:
+			freed := s.memBytes + s.carriedBytes
+			b.run.pinnedOut -= freed
+			b.run.memBytes -= freed
 		}
+		// A failed readable delta's segments, and what it carried, stay in memory and pinned:
+		// the delta that takes them frees them with its own.
 		s.ents = nil
 	}
 	b.maybeEvict()
+}
+
+// sawReadable applies a delta's readable: its entries are clean from now on.
+func (b *Tiered) sawReadable(s *snapshot) {
+	s.readSeen = true
+	b.run.pinnedOut += s.memBytes - s.pinnedBytes
+	b.run.memBytes += s.memBytes
+	b.run.readable = append(b.run.readable, s.seq)
+	listSpliceFront(&b.run.lru, &s.list)
 }
 
 // redirty makes e, whose delta failed (so its cell is settled), dirty in the current
@@ -360,7 +411,13 @@ func (b *Tiered) redirty(e *entry) {
 
 // clean reports whether e is clean: durable in a committed checkpoint or spill (or filled
 // from the durable tier), so evictable once no record holds it.
-func (b *Tiered) clean(e *entry) bool { return e.c.Load().gen <= b.run.settled }
+func (b *Tiered) clean(e *entry) bool { return b.free(e.c.Load().gen) }
+
+// free reports whether the cells of generation gen are read by no persist, and its entries
+// clean: its delta's outcome was observed, or it was seen readable.
+func (b *Tiered) free(gen uint64) bool {
+	return gen <= b.run.settled || len(b.run.readable) > 0 && slices.Contains(b.run.readable, gen)
+}
 
 func (b *Tiered) lruPush(e *entry) { listPushFront(&b.run.lru, e) }
 
@@ -408,7 +465,7 @@ func listSpliceFront(dst, src *entry) {
 func (b *Tiered) maybeEvict() {
 	limit := b.member.limit.Load()
 	head := &b.run.lru
-	for limit > 0 && b.run.bytes > limit && head.prev != head {
+	for limit > 0 && b.run.bytes+b.run.memBytes > limit && head.prev != head {
 		e := head.prev
 		// INVARIANT: only clean entries are in the LRU list.
 		if !b.clean(e) {
@@ -425,12 +482,13 @@ func (b *Tiered) maybeEvict() {
 			b.run.guard.record(hash64([]byte(e.key)))
 		}
 	}
+	used := b.run.bytes + b.run.memBytes
 	over := int64(0)
-	if limit > 0 && b.run.bytes > limit {
-		over = b.run.bytes - limit
+	if limit > 0 && used > limit {
+		over = used - limit
 	}
-	b.member.usage.Store(b.run.bytes)
-	b.cnt.hotBytes.Store(b.run.bytes)
+	b.member.usage.Store(used)
+	b.cnt.hotBytes.Store(used)
 	b.cnt.hotLimit.Store(limit)
 	b.cnt.hotOverflow.Store(over)
 	b.cnt.hotEntries.Store(int64(len(b.run.hot)))
@@ -443,7 +501,7 @@ func (b *Tiered) Get(k Key) ([]byte, bool, bool) {
 	if e, ok := b.run.hot[string(b.run.scratch)]; ok {
 		b.cnt.hits.Add(1)
 		c := e.c.Load()
-		if e.linked && b.run.lru.next != e && c.gen <= b.run.settled {
+		if e.linked && b.run.lru.next != e && b.free(c.gen) {
 			listRemove(e)
 			b.lruPush(e)
 		}
@@ -570,11 +628,11 @@ func (b *Tiered) writeEntry(k Key) (*entry, *cell) {
 		listRemove(e)
 	}
 	switch {
-	case c.gen <= b.run.settled:
+	case b.free(c.gen):
 		// No persist reads c: write it in place (the common case).
 		c.gen = gen
 		c.prev.Store(nil)
-	case c != &e.own && e.own.gen <= b.run.settled && (c.prev.Load() == nil || c.prev.Load() == &e.own):
+	case c != &e.own && b.free(e.own.gen) && (c.prev.Load() == nil || c.prev.Load() == &e.own):
 		// c is captured and pending, own is free: c's value stays as the snapshot saw it.
 		c.prev.Store(nil)
 		o := &e.own
@@ -872,8 +930,20 @@ func (b *Tiered) waitPinned() {
 	for limit > 0 && len(b.run.pending) > 0 && b.run.pinnedOut+b.run.dirtyBytes > room && b.ctx.Err() == nil {
 		oldest := b.run.pending[0]
 		b.run.pending[len(b.run.pending)-1].startChain(b.ctx) // observed below and by poll
+		// The next to become readable frees its entries' bytes for its segments' (smaller)
+		// ones, so waiting for it is enough to go on, well before the PUTs end.
+		readable := make(chan struct{}) // never closed: every pending one was seen readable
+		for _, s := range b.run.pending {
+			if !s.readSeen {
+				readable = s.readable
+				break
+			}
+		}
 		t := time.Now()
-		<-oldest.done
+		select {
+		case <-oldest.done:
+		case <-readable:
+		}
 		b.cnt.backpressureNanos.Add(int64(time.Since(t)))
 		b.observe()
 	}
@@ -886,7 +956,7 @@ func (b *Tiered) waitPinned() {
 func (b *Tiered) captureDelta(id uint64, spill bool) *snapshot {
 	b.waitPinned()
 	b.run.captureSeq++
-	s := &snapshot{b: b, id: id, seq: b.run.captureSeq, spill: spill, names: b.run.names, done: make(chan struct{}), encoded: make(chan struct{})}
+	s := &snapshot{b: b, id: id, seq: b.run.captureSeq, spill: spill, names: b.run.names, done: make(chan struct{}), encoded: make(chan struct{}), readable: make(chan struct{})}
 	s.ents = b.run.dirty
 	listMove(&s.list, &b.run.gen)
 	s.pinnedBytes = b.run.dirtyBytes
