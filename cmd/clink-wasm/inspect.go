@@ -31,7 +31,7 @@ func cmdInspect(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer eng.Close(ctx)
-	rep := eng.Inspect(ctx, bin, abi.LoadOptions{})
+	rep := eng.Inspect(ctx, bin)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

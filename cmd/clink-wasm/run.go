@@ -354,6 +354,9 @@ func printSummary(w io.Writer, s *pipeline.Summary, err error) {
 	if s.DeadLetters > 0 {
 		fmt.Fprintf(w, ", %d dead-lettered (the module faulted)", s.DeadLetters)
 	}
+	if n := s.Scheduler.RecordRetries; n > 0 {
+		fmt.Fprintf(w, ", %d call%s retried", n, plural(int(n)))
+	}
 	fmt.Fprintf(w, " in %v (%s records/s)\n", s.Duration.Round(time.Millisecond), humanRate(s.RecordsPerSecond()))
 	if s.Restored != nil {
 		fmt.Fprintf(w, "state: %s\n", s.Restored)

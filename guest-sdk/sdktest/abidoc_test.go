@@ -121,7 +121,7 @@ __attribute__((export_name("clink_process"))) int32_t clink_process(int32_t k, i
 		t.Fatal(err)
 	}
 	m := module(t, bin)
-	rep := engine.e.Inspect(context.Background(), b, abi.LoadOptions{})
+	rep := engine.e.Inspect(context.Background(), b)
 	if rep.ManifestSource != "custom section "+abi.ManifestSection || m.Manifest.Name != "counter" || strings.Join(m.Manifest.States, ",") != "count" {
 		t.Errorf("manifest from %q: %+v (problems %v)", rep.ManifestSource, m.Manifest, rep.Problems)
 	}

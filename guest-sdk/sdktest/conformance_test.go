@@ -362,7 +362,7 @@ func TestPrefetchTooLarge(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m, err := e.Load(ctx, bin, abi.LoadOptions{Endpoints: []string{"echo"}})
+			m, err := e.Load(ctx, bin, abi.WithEndpoints("echo"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -153,7 +153,7 @@ func module(t testing.TB, path string) *abi.Module {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := engine.e.Load(ctx, bin, abi.LoadOptions{Endpoints: []string{"echo"}})
+	m, err := engine.e.Load(ctx, bin, abi.WithEndpoints("echo"))
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

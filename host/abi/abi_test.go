@@ -91,7 +91,11 @@ func newEngine(t testing.TB, lim Limits) *Engine {
 
 func load(t testing.TB, e *Engine, name string, endpoints ...string) *Module {
 	t.Helper()
-	m, err := e.Load(context.Background(), fixture(t, name), LoadOptions{Endpoints: endpoints})
+	var opts []LoadOption
+	if endpoints != nil {
+		opts = append(opts, WithEndpoints(endpoints...))
+	}
+	m, err := e.Load(context.Background(), fixture(t, name), opts...)
 	if err != nil {
 		t.Fatalf("load %s: %v", name, err)
 	}
@@ -123,7 +127,7 @@ func TestLoadRefusesBadModules(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := e.Load(ctx, tc.bin, LoadOptions{})
+			_, err := e.Load(ctx, tc.bin)
 			var le *LoadError
 			if !errors.As(err, &le) {
 				t.Fatalf("want *LoadError, got %v", err)
@@ -139,18 +143,33 @@ func TestLoadRefusesBadModules(t *testing.T) {
 
 func TestLoadChecksEndpoints(t *testing.T) {
 	e := newEngine(t, Limits{})
-	_, err := e.Load(context.Background(), fixture(t, "probe"), LoadOptions{Endpoints: []string{"other"}})
+	_, err := e.Load(context.Background(), fixture(t, "probe"), WithEndpoints("other"))
 	if err == nil || !strings.Contains(err.Error(), `declares lookup endpoint "ep" but the pipeline defines no such endpoint`) {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := e.Load(context.Background(), fixture(t, "probe"), LoadOptions{Endpoints: []string{"ep"}}); err != nil {
+	if _, err := e.Load(context.Background(), fixture(t, "probe"), WithEndpoints("ep")); err != nil {
 		t.Fatal(err)
+	}
+	// WithEndpoints with no names: the pipeline defines none, so a module declaring one is
+	// refused; without the option endpoints are not checked at all.
+	if _, err := e.Load(context.Background(), fixture(t, "probe"), WithEndpoints()); err == nil {
+		t.Fatal("a module declaring an endpoint loaded into a pipeline that defines none")
+	}
+	if _, err := e.Load(context.Background(), fixture(t, "probe")); err != nil {
+		t.Fatalf("without WithEndpoints: %v", err)
+	}
+	// Options apply in order: the last WithEndpoints wins, and the caller's slice is copied.
+	names := []string{"ep"}
+	opt := WithEndpoints(names...)
+	names[0] = "other"
+	if _, err := e.Load(context.Background(), fixture(t, "probe"), WithEndpoints("other"), opt); err != nil {
+		t.Fatalf("last option, copied names: %v", err)
 	}
 }
 
 func TestInspectReport(t *testing.T) {
 	e := newEngine(t, Limits{})
-	rep := e.Inspect(context.Background(), fixture(t, "probe"), LoadOptions{})
+	rep := e.Inspect(context.Background(), fixture(t, "probe"))
 	if !rep.Usable() || rep.ABIVersion != 1 || rep.Manifest.Name != "probe" ||
 		strings.Join(rep.Manifest.States, ",") != "s0,s1" || rep.ManifestSource != "custom section clink.manifest" {
 		t.Fatalf("report: %+v", rep)
@@ -158,7 +177,7 @@ func TestInspectReport(t *testing.T) {
 	if len(rep.Imports) != 13 {
 		t.Errorf("imports: %v (the instrumenter's fuel import must not be listed)", rep.Imports)
 	}
-	rep = e.Inspect(context.Background(), fixture(t, "counter"), LoadOptions{})
+	rep = e.Inspect(context.Background(), fixture(t, "counter"))
 	if !rep.Usable() || rep.ManifestSource != "export clink_manifest" || rep.Manifest.Name != "counter" {
 		t.Fatalf("report: %+v", rep)
 	}

@@ -104,7 +104,7 @@ func TestCacheRepairKeepsModuleErrors(t *testing.T) {
 		"\x01\x05\x01\x60\x00\x01\x7f" + // type 0: () -> i32
 		"\x03\x02\x01\x00" + // func 0: type 0
 		"\x0a\x04\x01\x02\x00\x0b") // body: no locals, end
-	_, err = e.Load(ctx, bin, LoadOptions{})
+	_, err = e.Load(ctx, bin)
 	var le *LoadError
 	if !errors.As(err, &le) || !strings.Contains(err.Error(), "invalid WebAssembly module") {
 		t.Fatalf("want a LoadError for an invalid module, got %v", err)

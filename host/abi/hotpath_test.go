@@ -113,7 +113,7 @@ func benchGuests(b *testing.B, guests []benchGuest) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			m, err := e.Load(ctx, bin, abi.LoadOptions{})
+			m, err := e.Load(ctx, bin)
 			if err != nil {
 				b.Fatal(err)
 			}

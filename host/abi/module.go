@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -143,11 +144,36 @@ func (e *LoadError) Error() string {
 	return "unusable module:\n  - " + strings.Join(e.Report.Problems, "\n  - ")
 }
 
-// LoadOptions tells Load what the pipeline provides.
-type LoadOptions struct {
-	// Endpoints are the lookup endpoints the pipeline defines. Each endpoint the manifest
-	// declares must be among them. When nil, endpoints are not checked (inspect).
-	Endpoints []string
+// LoadOption tells Load and Inspect what the pipeline provides. The same style as EngineOption
+// (and host/scheduler's and host/lookup's options): options apply in order.
+type LoadOption interface{ apply(*loadConfig) }
+
+type loadOptionFunc func(*loadConfig)
+
+func (f loadOptionFunc) apply(c *loadConfig) { f(c) }
+
+type loadConfig struct {
+	// endpoints are the lookup endpoints the pipeline defines; checked says whether the
+	// manifest's endpoints are checked against them at all (without WithEndpoints they are
+	// not: inspect, the registry).
+	endpoints []string
+	checked   bool
+}
+
+// WithEndpoints names the lookup endpoints the pipeline defines: each endpoint the manifest
+// declares must be among them (WithEndpoints() with no names: the pipeline defines none, so a
+// module that declares any is refused). Without this option endpoints are not checked.
+func WithEndpoints(names ...string) LoadOption {
+	names = slices.Clone(names)
+	return loadOptionFunc(func(c *loadConfig) { c.endpoints, c.checked = names, true })
+}
+
+func newLoadConfig(opts []LoadOption) loadConfig {
+	var c loadConfig
+	for _, o := range opts {
+		o.apply(&c)
+	}
+	return c
 }
 
 // Module is a checked, instrumented and compiled operator module. It is safe for concurrent use;
@@ -166,8 +192,8 @@ type Module struct {
 
 // Load checks bin against the ABI, instruments it, compiles it and reads its manifest. A module
 // that cannot be used yields a *LoadError listing every problem found.
-func (e *Engine) Load(ctx context.Context, bin []byte, opts LoadOptions) (*Module, error) {
-	m, rep := e.load(ctx, bin, opts)
+func (e *Engine) Load(ctx context.Context, bin []byte, opts ...LoadOption) (*Module, error) {
+	m, rep := e.load(ctx, bin, newLoadConfig(opts))
 	if !rep.Usable() {
 		if m != nil && m.compiled != nil {
 			_ = m.compiled.Close(ctx)
@@ -178,15 +204,15 @@ func (e *Engine) Load(ctx context.Context, bin []byte, opts LoadOptions) (*Modul
 }
 
 // Inspect runs the load-time checks and reports what it found without keeping the module.
-func (e *Engine) Inspect(ctx context.Context, bin []byte, opts LoadOptions) *Report {
-	m, rep := e.load(ctx, bin, opts)
+func (e *Engine) Inspect(ctx context.Context, bin []byte, opts ...LoadOption) *Report {
+	m, rep := e.load(ctx, bin, newLoadConfig(opts))
 	if m != nil && m.compiled != nil {
 		_ = m.compiled.Close(ctx)
 	}
 	return rep
 }
 
-func (e *Engine) load(ctx context.Context, bin []byte, opts LoadOptions) (*Module, *Report) {
+func (e *Engine) load(ctx context.Context, bin []byte, opts loadConfig) (*Module, *Report) {
 	rep := &Report{Size: len(bin)}
 	if len(bin) < 8 || !bytes.Equal(bin[:4], []byte("\x00asm")) {
 		rep.problem("not a WebAssembly module (the file does not start with the \\0asm magic)")
@@ -210,9 +236,9 @@ func (e *Engine) load(ctx context.Context, bin []byte, opts LoadOptions) (*Modul
 	m.checkImports(rep)
 	m.checkExports(rep)
 	m.readManifest(ctx, rep)
-	if rep.Manifest != nil && opts.Endpoints != nil {
-		defined := make(map[string]bool, len(opts.Endpoints))
-		for _, n := range opts.Endpoints {
+	if rep.Manifest != nil && opts.checked {
+		defined := make(map[string]bool, len(opts.endpoints))
+		for _, n := range opts.endpoints {
 			defined[n] = true
 		}
 		for _, n := range rep.Manifest.Endpoints {

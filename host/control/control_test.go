@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/clink-wasm/clink-wasm/internal/s3test"
 )
 
 func openTest(t *testing.T, st ObjectStore) *Control {
@@ -183,20 +184,12 @@ func TestQuotas(t *testing.T) {
 // s3Store opens the loopback S3 test server's bucket (scripts/with-s3.sh), or skips; under
 // CI=true it fails instead, so CI cannot skip the S3 tests silently.
 func s3Store(t *testing.T) ObjectStore {
-	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
-	if ep == "" {
-		msg := "S3 tests need a server: eval \"$(scripts/s3-up.sh)\" (sets CLINK_TEST_S3_ENDPOINT)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	u, err := url.Parse(ep)
-	if err != nil || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" && u.Hostname() != "::1") {
-		t.Fatalf("CLINK_TEST_S3_ENDPOINT must be a loopback URL, got %q", ep)
+	ep, bucket, ok := s3test.Endpoint(t)
+	if !ok {
+		t.Skip(s3test.Missing)
 	}
 	prefix := fmt.Sprintf("control-test/%s-%d", strings.ReplaceAll(t.Name(), "/", "-"), os.Getpid())
-	st, err := OpenStore(context.Background(), "s3://"+os.Getenv("CLINK_TEST_S3_BUCKET")+"/"+prefix, S3Options{Endpoint: ep, PathStyle: true})
+	st, err := OpenStore(context.Background(), "s3://"+bucket+"/"+prefix, S3Options{Endpoint: ep, PathStyle: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,18 +2,13 @@ package control
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
+
+	"github.com/clink-wasm/clink-wasm/internal/objstore"
 )
 
 // ObjectStore is the little an object store must do for the control plane: whole-object reads
@@ -38,8 +33,9 @@ type ObjectStore interface {
 }
 
 var (
-	// ErrNotFound: the object or record does not exist.
-	ErrNotFound = errors.New("not found")
+	// ErrNotFound: the object or record does not exist. It is internal/objstore's sentinel, so
+	// a missing object matches it whichever layer reports it.
+	ErrNotFound = objstore.ErrNotFound
 	// ErrConflict: a conditional write lost against another writer, or a record that must be
 	// unique exists already.
 	ErrConflict = errors.New("conflict")
@@ -103,191 +99,97 @@ func OpenStore(ctx context.Context, rawURL string, s3 S3Options) (ObjectStore, e
 	}
 }
 
-// FileStore keeps one file per object under a root directory. Every write is write-temp, fsync,
-// rename, fsync of the directory, so a crash leaves the old object or the new one, never a torn
-// one. Conditional writes are serialised by a process mutex plus flock(2) on <root>/.lock, which
-// also fences a second server process started on the same directory.
-type FileStore struct {
-	root string
-	mu   sync.Mutex
-}
+// FileStore keeps one file per object under a root directory: internal/objstore's file pool,
+// private (directories 0700, files 0600) and fsync'd. Every write is write-temp, fsync, rename
+// (or link(2) for a create), fsync of the directory, so a crash leaves the old object or the
+// new one, never a torn one. Conditional replaces are serialised by a process mutex plus
+// flock(2) on <root>/.lock, which also fences a second server process on the same directory.
+type FileStore struct{ store }
 
 // OpenFileStore opens (creating) a file store rooted at the absolute directory root.
 func OpenFileStore(root string) (*FileStore, error) {
 	if root == "" || !filepath.IsAbs(root) {
 		return nil, fmt.Errorf("control: file store needs an absolute path, got %q", root)
 	}
-	if err := os.MkdirAll(root, 0o700); err != nil {
-		return nil, &StoreError{Op: "open", Object: root, Err: err}
+	st, err := objstore.OpenFile(root, objstore.FileOptions{Fsync: true, Private: true})
+	if err != nil {
+		return nil, storeErr(err)
 	}
-	return &FileStore{root: root}, nil
+	return &FileStore{store{st}}, nil
 }
 
-// validObjectName refuses names that could leave the root or collide with temporaries.
-func validObjectName(name string) error {
-	if name == "" || strings.HasPrefix(name, "/") || strings.Contains(name, "\\") || strings.ContainsRune(name, 0) {
-		return fmt.Errorf("control: bad object name %q", name)
-	}
-	for _, part := range strings.Split(name, "/") {
-		if part == "" || part == "." || part == ".." || strings.HasPrefix(part, ".") {
-			return fmt.Errorf("control: bad object name %q", name)
-		}
-	}
-	return nil
+// pool is an objstore pool that measures usage (the file and the S3 pools both do).
+type pool interface {
+	objstore.Store
+	Usage(ctx context.Context, prefix string) (bytes, objects int64, err error)
 }
 
-func (s *FileStore) path(name string) (string, error) {
-	if err := validObjectName(name); err != nil {
-		return "", err
-	}
-	return filepath.Join(s.root, filepath.FromSlash(name)), nil
-}
+// store adapts an objstore pool to ObjectStore and UsageStore: a generation is the pool's ETag,
+// a failed condition is ErrConflict, and pool errors become *StoreError.
+type store struct{ p pool }
 
-func fileErr(op, name string, err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return &StoreError{Op: op, Object: name, Err: ErrNotFound}
+// storeErr carries a pool failure over as a *StoreError with the same operation, object,
+// retryability and cause.
+func storeErr(err error) error {
+	if e, ok := err.(*objstore.Error); ok {
+		return &StoreError{Op: e.Op, Object: e.Object, Retryable: e.Retryable, Err: e.Err}
 	}
-	return &StoreError{Op: op, Object: name, Retryable: true, Err: err}
-}
-
-func generationOf(data []byte) string {
-	h := sha256.Sum256(data)
-	return hex.EncodeToString(h[:16])
+	return err
 }
 
 // Get implements ObjectStore.
-func (s *FileStore) Get(ctx context.Context, name string) ([]byte, string, error) {
-	if err := ctx.Err(); err != nil {
+func (s store) Get(ctx context.Context, name string) ([]byte, string, error) {
+	if err := objstore.ValidName(name); err != nil {
 		return nil, "", err
 	}
-	p, err := s.path(name)
+	b, gen, err := s.p.Read(ctx, name)
 	if err != nil {
-		return nil, "", err
+		return nil, "", storeErr(err)
 	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, "", fileErr("get", name, err)
-	}
-	return b, generationOf(b), nil
+	return b, gen, nil
 }
 
 // Put implements ObjectStore.
-func (s *FileStore) Put(ctx context.Context, name string, data []byte, ifGen string) (string, error) {
-	if err := ctx.Err(); err != nil {
+func (s store) Put(ctx context.Context, name string, data []byte, ifGen string) (string, error) {
+	if err := objstore.ValidName(name); err != nil {
 		return "", err
 	}
-	p, err := s.path(name)
-	if err != nil {
-		return "", err
-	}
-	unlock, err := s.lock()
-	if err != nil {
-		return "", fileErr("put", name, err)
-	}
-	defer unlock()
-	cur, err := os.ReadFile(p)
+	gen, err := s.p.Put(ctx, name, data, objstore.Cond{IfAbsent: ifGen == "", IfMatch: ifGen})
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if ifGen != "" {
-			return "", &StoreError{Op: "put", Object: name, Err: fmt.Errorf("%w: object is gone (expected generation %s)", ErrConflict, ifGen)}
-		}
-	case err != nil:
-		return "", fileErr("put", name, err)
-	default:
-		if g := generationOf(cur); g != ifGen {
-			return "", &StoreError{Op: "put", Object: name, Err: fmt.Errorf("%w: generation is %s, expected %q", ErrConflict, g, ifGen)}
-		}
+	case err == nil:
+		return gen, nil
+	case errors.Is(err, objstore.ErrPrecondition) && ifGen == "":
+		return "", &StoreError{Op: "put", Object: name, Err: fmt.Errorf("%w: object exists", ErrConflict)}
+	case errors.Is(err, objstore.ErrPrecondition), ifGen != "" && errors.Is(err, ErrNotFound):
+		// If-Match on an object that changed, or that another writer deleted.
+		return "", &StoreError{Op: "put", Object: name, Err: fmt.Errorf("%w: object changed or is gone (expected generation %s)", ErrConflict, ifGen)}
 	}
-	if err := s.replace(p, data); err != nil {
-		return "", fileErr("put", name, err)
-	}
-	return generationOf(data), nil
+	return "", storeErr(err)
 }
 
-// PutImmutable implements ObjectStore.
-func (s *FileStore) PutImmutable(ctx context.Context, name string, data []byte) error {
-	if err := ctx.Err(); err != nil {
+// PutImmutable implements ObjectStore: an unconditional write, so writing the same bytes again
+// succeeds and leaves the same object (and, on file://, the same generation).
+func (s store) PutImmutable(ctx context.Context, name string, data []byte) error {
+	if err := objstore.ValidName(name); err != nil {
 		return err
 	}
-	p, err := s.path(name)
-	if err != nil {
-		return err
-	}
-	if cur, err := os.ReadFile(p); err == nil && generationOf(cur) == generationOf(data) {
-		return nil
-	}
-	if err := s.replace(p, data); err != nil {
-		return fileErr("put", name, err)
-	}
-	return nil
+	_, err := s.p.Put(ctx, name, data, objstore.Cond{})
+	return storeErr(err)
 }
 
 // Delete implements ObjectStore.
-func (s *FileStore) Delete(ctx context.Context, name string) error {
-	p, err := s.path(name)
-	if err != nil {
+func (s store) Delete(ctx context.Context, name string) error {
+	if err := objstore.ValidName(name); err != nil {
 		return err
 	}
-	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fileErr("delete", name, err)
-	}
-	return nil
+	return storeErr(s.p.Delete(ctx, name))
+}
+
+// Usage implements UsageStore.
+func (s store) Usage(ctx context.Context, prefix string) (int64, int64, error) {
+	n, objs, err := s.p.Usage(ctx, prefix)
+	return n, objs, storeErr(err)
 }
 
 // Close implements ObjectStore.
-func (s *FileStore) Close() error { return nil }
-
-// replace writes data to p atomically: a temporary in the same directory, fsync, rename, fsync
-// of the directory.
-func (s *FileStore) replace(p string, data []byte) error {
-	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	tmp := filepath.Join(dir, ".tmp-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp) // a no-op once renamed
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-func (s *FileStore) lock() (func(), error) {
-	s.mu.Lock()
-	f, err := os.OpenFile(filepath.Join(s.root, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		s.mu.Unlock()
-		return nil, err
-	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		s.mu.Unlock()
-		return nil, err
-	}
-	return func() {
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
-		s.mu.Unlock()
-	}, nil
-}
+func (s store) Close() error { return s.p.Close() }

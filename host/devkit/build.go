@@ -71,7 +71,7 @@ func Build(ctx context.Context, dir string) (*BuildResult, error) {
 	defer eng.Close(ctx)
 	// What the module itself declares (through its SDK) must be manifest.json: the state and
 	// endpoint indices the code uses are positions in that list.
-	if rep := eng.Inspect(ctx, bin, abi.LoadOptions{}); rep.Manifest != nil && !sameManifest(*rep.Manifest, want) {
+	if rep := eng.Inspect(ctx, bin); rep.Manifest != nil && !sameManifest(*rep.Manifest, want) {
 		got, _ := json.Marshal(rep.Manifest)
 		return nil, fmt.Errorf("the module declares %s, but manifest.json says %s: make them agree", got, bytes.TrimSpace(manifestJSON))
 	}
@@ -79,7 +79,7 @@ func Build(ctx context.Context, dir string) (*BuildResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := eng.Inspect(ctx, embedded, abi.LoadOptions{})
+	rep := eng.Inspect(ctx, embedded)
 	out := filepath.Join(dir, p.Module())
 	if err := os.WriteFile(out, embedded, 0o644); err != nil {
 		return nil, err

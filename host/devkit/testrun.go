@@ -258,7 +258,7 @@ func RunTable(ctx context.Context, bin []byte, keyField string, table *Table, w 
 		return nil, err
 	}
 	defer eng.Close(context.WithoutCancel(ctx))
-	m, err := eng.Load(ctx, bin, abi.LoadOptions{})
+	m, err := eng.Load(ctx, bin)
 	if err != nil {
 		return nil, err
 	}

@@ -616,7 +616,7 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 		return sum, err
 	}
 	defer eng.Close(context.WithoutCancel(ctx))
-	mod, err := eng.Load(ctx, opts.Module, abi.LoadOptions{Endpoints: append([]string{}, EndpointNames(opts.Endpoints)...)})
+	mod, err := eng.Load(ctx, opts.Module, abi.WithEndpoints(EndpointNames(opts.Endpoints)...))
 	if err != nil {
 		return sum, err
 	}

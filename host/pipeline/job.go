@@ -499,8 +499,10 @@ type SubtaskMetrics struct {
 	Skipped int64
 	// DeadLetters counts records whose guest call faulted and that went to NAME.errors.
 	DeadLetters int64 `json:",omitempty"`
-	InFlight    int64
-	Suspended   int64
+	// Retries counts the guest calls run again after a fault without effect (retries).
+	Retries   int64 `json:",omitempty"`
+	InFlight  int64
+	Suspended int64
 }
 
 // Metrics returns a snapshot of the job.
@@ -530,7 +532,8 @@ func (j *Job) Metrics() JobMetrics {
 		sm := SubtaskMetrics{Node: t.op.spec.Name, Subtask: t.subtask, RecordsOut: t.out.records.Load(), InputDepth: t.in.depth(), Late: t.in.dropped.Load(), DeadLetters: t.deadLetters.Load()}
 		if c := t.ctrl.Load(); c != nil {
 			cm := c.Metrics()
-			sm.RecordsIn, sm.InFlight, sm.Suspended = cm.Records, cm.InFlight, cm.Suspended
+			// The scheduler counts guest calls, a retried record's attempts included.
+			sm.RecordsIn, sm.InFlight, sm.Suspended, sm.Retries = cm.Records-cm.RecordRetries, cm.InFlight, cm.Suspended, cm.RecordRetries
 		}
 		m.Operators = append(m.Operators, sm)
 	}

@@ -518,7 +518,7 @@ func loadOperators(ctx context.Context, spec *Spec, env *Env) ([]*opNode, error)
 			if err != nil {
 				return fail(err)
 			}
-			mod, err := eng.Load(ctx, bin, abi.LoadOptions{Endpoints: EndpointNames(os.Endpoints)})
+			mod, err := eng.Load(ctx, bin, abi.WithEndpoints(EndpointNames(os.Endpoints)...))
 			if err != nil {
 				eng.Close(context.WithoutCancel(ctx))
 				return fail(&SpecError{Problems: []*FieldError{{Path: path + ".module", Reason: err.Error()}}})

@@ -170,7 +170,7 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	for i, e := range man.Endpoints {
 		names[i] = e.Name
 	}
-	mod, err := eng.Load(ctx, opts.Module, abi.LoadOptions{Endpoints: names})
+	mod, err := eng.Load(ctx, opts.Module, abi.WithEndpoints(names...))
 	if err != nil {
 		return nil, fmt.Errorf("loading the module to replay (the recording has endpoints %q): %w", names, err)
 	}

@@ -41,7 +41,7 @@ func loadModule(t testing.TB, path string) *abi.Module {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := engine(t).Load(context.Background(), bin, abi.LoadOptions{})
+	m, err := engine(t).Load(context.Background(), bin)
 	if err != nil {
 		t.Fatal(err)
 	}

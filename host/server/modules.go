@@ -183,7 +183,7 @@ func (s *Server) uploadModule(c echo.Context) error {
 		return c.JSON(http.StatusOK, viewModule(s.ctl.Snapshot(), m))
 	}
 
-	rep := s.engine.Inspect(r.Context(), bin, abi.LoadOptions{})
+	rep := s.engine.Inspect(r.Context(), bin)
 	problems := make([]ModuleProblem, 0, len(rep.Problems))
 	for _, p := range rep.Problems {
 		problems = append(problems, ModuleProblem{Source: "abi", Detail: p})

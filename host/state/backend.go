@@ -5,7 +5,9 @@
 // A process opens one [Store] over a pool URL (mem://, file:///path or s3://bucket/prefix) and
 // gets one [Backend] per operator subtask from [Store.Operator]: a [*Tiered]. [Memory] is the
 // volatile reference backend. The durable format, the checkpoint protocol and the options are
-// documented in docs/state-format.md.
+// documented in docs/state-format.md. Two internal packages sit under the seam this package
+// reads and writes through: the byte layout of segments and manifests (host/state/internal/format)
+// and the mem, file and S3 pools (internal/objstore, shared with host/control).
 //
 // # Threading
 //

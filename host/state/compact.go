@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 // Compaction merges a run of a lineage's newest segments into one (or a few) sorted segments
@@ -18,24 +20,24 @@ import (
 
 type compactResult struct {
 	inputs  []string // segment names, newest first, contiguous in the base manifest
-	outputs []segRef
+	outputs []format.SegRef
 }
 
 // apply replaces the inputs in segs with the outputs, if segs still holds them contiguously.
-func (c *compactResult) apply(segs []segRef) ([]segRef, bool) {
+func (c *compactResult) apply(segs []format.SegRef) ([]format.SegRef, bool) {
 	for i := range segs {
-		if segs[i].name != c.inputs[0] {
+		if segs[i].Name != c.inputs[0] {
 			continue
 		}
 		if i+len(c.inputs) > len(segs) {
 			return nil, false
 		}
 		for j, n := range c.inputs {
-			if segs[i+j].name != n {
+			if segs[i+j].Name != n {
 				return nil, false
 			}
 		}
-		out := make([]segRef, 0, len(segs)-len(c.inputs)+len(c.outputs))
+		out := make([]format.SegRef, 0, len(segs)-len(c.inputs)+len(c.outputs))
 		out = append(out, segs[:i]...)
 		out = append(out, c.outputs...)
 		return append(out, segs[i+len(c.inputs):]...), true
@@ -44,14 +46,14 @@ func (c *compactResult) apply(segs []segRef) ([]segRef, bool) {
 }
 
 // pickRun chooses how many of the newest segments to merge (0: none needed).
-func pickRun(segs []segRef, maxSegments int) int {
+func pickRun(segs []format.SegRef, maxSegments int) int {
 	if len(segs) <= maxSegments {
 		return 0
 	}
-	acc := segs[0].size
+	acc := segs[0].Size
 	j := 1
-	for j < len(segs) && acc*2 >= segs[j].size {
-		acc += segs[j].size
+	for j < len(segs) && acc*2 >= segs[j].Size {
+		acc += segs[j].Size
 		j++
 	}
 	if j < 2 {
@@ -61,11 +63,11 @@ func pickRun(segs []segRef, maxSegments int) int {
 	return max(j, len(segs)-maxSegments+1)
 }
 
-func compactionDebt(segs []segRef, maxSegments int) int64 {
+func compactionDebt(segs []format.SegRef, maxSegments int) int64 {
 	n := pickRun(segs, maxSegments)
 	var d int64
 	for _, s := range segs[:n] {
-		d += s.size
+		d += s.Size
 	}
 	return d
 }
@@ -112,23 +114,23 @@ func (b *Tiered) compact(ctx context.Context) error {
 	if pending != nil {
 		return nil
 	}
-	n := pickRun(base.segs, b.cfg.maxSegments)
+	n := pickRun(base.Segs, b.cfg.maxSegments)
 	if n == 0 {
 		return nil
 	}
-	run := base.segs[:n]
-	bottom := n == len(base.segs) // nothing older: tombstones can go
+	run := base.Segs[:n]
+	bottom := n == len(base.Segs) // nothing older: tombstones can go
 	its := make([]*segScan, 0, n)
 	for i, s := range run {
 		if err := b.s.acquire(ctx); err != nil {
 			return err
 		}
-		data, err := b.s.os.get(ctx, b.root+s.name, 0, -1)
+		data, err := b.s.os.get(ctx, b.root+s.Name, 0, -1)
 		b.s.release()
 		if err != nil {
 			return err
 		}
-		sc, err := newSegScan(b.root+s.name, data, s, i)
+		sc, err := newSegScan(b.root+s.Name, data, s, i)
 		if err != nil {
 			b.cnt.corruptions.Add(1)
 			return err
@@ -138,11 +140,11 @@ func (b *Tiered) compact(ctx context.Context) error {
 	// The merged entries stream into segment writers, each written out as soon as it is full:
 	// what a compaction holds is its inputs and one output segment, never the merged entries
 	// (a run of spilled deltas can hold every key of the operator).
-	tag := fmt.Sprintf("c%019d", base.checkpoint)
-	w := newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
-	var outs []segRef
+	tag := fmt.Sprintf("c%019d", base.Checkpoint)
+	w := format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+	var outs []format.SegRef
 	flush := func() error {
-		if w.n == 0 {
+		if w.Len() == 0 {
 			return nil
 		}
 		ref, err := b.putSegment(ctx, tag, w)
@@ -150,7 +152,7 @@ func (b *Tiered) compact(ctx context.Context) error {
 			return err
 		}
 		outs = append(outs, ref)
-		w = newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+		w = format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 		return nil
 	}
 	h := scanHeap{}
@@ -169,8 +171,8 @@ func (b *Tiered) compact(ctx context.Context) error {
 			// The first time a key appears it comes from the newest segment (heap order).
 			last = append(last[:0], sc.key...)
 			if !(bottom && sc.tomb) {
-				w.add(segEntry{key: sc.key, value: sc.value, tomb: sc.tomb}) // add copies
-				if w.size() >= b.cfg.segmentBytes {
+				w.Add(format.SegEntry{Key: sc.key, Value: sc.value, Tomb: sc.tomb}) // add copies
+				if w.Size() >= b.cfg.segmentBytes {
 					if err := flush(); err != nil {
 						return err
 					}
@@ -191,7 +193,7 @@ func (b *Tiered) compact(ctx context.Context) error {
 	}
 	res := &compactResult{outputs: outs}
 	for _, s := range run {
-		res.inputs = append(res.inputs, s.name)
+		res.inputs = append(res.inputs, s.Name)
 	}
 	b.mu.Lock()
 	if b.mu.compaction == nil && !b.mu.closed {
@@ -205,51 +207,51 @@ func (b *Tiered) compact(ctx context.Context) error {
 type segScan struct {
 	object string
 	data   []byte
-	meta   *segMeta
+	meta   *format.SegMeta
 	use    KeyGroupRange
 	age    int // position in the run: lower is newer
 	block  int
-	it     *blockIter
+	it     *format.BlockIter
 	key    []byte
 	value  []byte
 	tomb   bool
 	err    error
 }
 
-func newSegScan(object string, data []byte, ref segRef, age int) (*segScan, error) {
-	if int64(len(data)) != ref.size {
-		return nil, corruptf(object, 0, "size %d, manifest says %d", len(data), ref.size)
+func newSegScan(object string, data []byte, ref format.SegRef, age int) (*segScan, error) {
+	if int64(len(data)) != ref.Size {
+		return nil, format.Corruptf(object, 0, "size %d, manifest says %d", len(data), ref.Size)
 	}
-	mo, ml, err := decodeSegFooter(object, data[len(data)-segFooterLen:], int64(len(data)))
+	mo, ml, err := format.DecodeSegFooter(object, data[len(data)-format.SegFooterLen:], int64(len(data)))
 	if err != nil {
 		return nil, err
 	}
-	m, err := decodeSegMeta(object, data[mo:mo+ml], mo)
+	m, err := format.DecodeSegMeta(object, data[mo:mo+ml], mo)
 	if err != nil {
 		return nil, err
 	}
-	return &segScan{object: object, data: data, meta: m, use: ref.use, age: age}, nil
+	return &segScan{object: object, data: data, meta: m, use: ref.Use, age: age}, nil
 }
 
 func (s *segScan) next() bool {
 	for {
-		if s.it != nil && s.it.next() {
-			if !s.use.Contains(durableKeyGroup(s.it.key)) {
+		if s.it != nil && s.it.Next() {
+			if !s.use.Contains(format.DurableKeyGroup(s.it.Key)) {
 				continue
 			}
-			s.key, s.value, s.tomb = s.it.key, s.it.value, s.it.tomb
+			s.key, s.value, s.tomb = s.it.Key, s.it.Value, s.it.Tomb
 			return true
 		}
-		if s.it != nil && s.it.err != nil {
-			s.err = s.it.err
+		if s.it != nil && s.it.Err != nil {
+			s.err = s.it.Err
 			return false
 		}
-		if s.block >= len(s.meta.blocks) {
+		if s.block >= len(s.meta.Blocks) {
 			return false
 		}
-		bh := s.meta.blocks[s.block]
+		bh := s.meta.Blocks[s.block]
 		s.block++
-		s.it, s.err = openBlock(s.object, bh.off, s.data[bh.off:bh.off+bh.n])
+		s.it, s.err = format.OpenBlock(s.object, bh.Off, s.data[bh.Off:bh.Off+bh.N])
 		if s.err != nil {
 			return false
 		}
@@ -286,7 +288,7 @@ func (b *Tiered) collectGarbage(ctx context.Context) error {
 	for i, o := range objs {
 		names[i] = strings.TrimPrefix(o.name, b.root)
 	}
-	complete := completeCheckpoints(names, b.numKG)
+	complete := format.CompleteCheckpoints(names, b.numKG)
 	spObjs, err := b.s.os.list(ctx, b.root+"savepoints/")
 	if err != nil {
 		return err
@@ -303,11 +305,11 @@ func (b *Tiered) collectGarbage(ctx context.Context) error {
 		keepFrom = complete[b.cfg.retainCheckpoints-1]
 	}
 	b.mu.Lock()
-	restored := b.mu.base.checkpoint
+	restored := b.mu.base.Checkpoint
 	b.mu.Unlock()
 	referenced := map[string]bool{}
 	for _, n := range names {
-		c, _, ok := parseManifestName(n)
+		c, _, ok := format.ParseManifestName(n)
 		if !ok {
 			continue
 		}
@@ -328,13 +330,13 @@ func (b *Tiered) collectGarbage(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			m, err := decodeManifest(b.root+n, data)
+			m, err := format.DecodeManifest(b.root+n, data)
 			if err != nil {
 				b.cnt.corruptions.Add(1)
 				return err
 			}
-			for _, s := range m.segs {
-				segs = append(segs, s.name)
+			for _, s := range m.Segs {
+				segs = append(segs, s.Name)
 			}
 			b.mu.Lock()
 			b.mu.gcCache[n] = segs
@@ -351,7 +353,7 @@ func (b *Tiered) collectGarbage(ctx context.Context) error {
 	}
 	if c := b.mu.compaction; c != nil {
 		for _, o := range c.outputs {
-			referenced[o.name] = true
+			referenced[o.Name] = true
 		}
 	}
 	b.mu.Unlock()

@@ -72,7 +72,7 @@ func crashChild(dir string) {
 	}
 	b.Open([]string{"v"})
 	b.mu.Lock()
-	c := b.mu.base.checkpoint
+	c := b.mu.base.Checkpoint
 	b.mu.Unlock()
 	fmt.Println("restored", c)
 	for {

@@ -2,7 +2,9 @@ package state
 
 import (
 	"errors"
-	"fmt"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
+	"github.com/clink-wasm/clink-wasm/internal/objstore"
 )
 
 // Sentinel errors. Match them with errors.Is; the typed errors below wrap them.
@@ -10,10 +12,10 @@ var (
 	// ErrClosed is returned by a Store or Backend used after Close.
 	ErrClosed = errors.New("state: closed")
 	// ErrNotFound reports a missing object or checkpoint in the durable tier.
-	ErrNotFound = errors.New("state: not found")
+	ErrNotFound = objstore.ErrNotFound
 	// ErrCorrupt reports bytes that fail their checksum or do not decode. Corrupt data is
 	// reported, never served.
-	ErrCorrupt = errors.New("state: corrupt data")
+	ErrCorrupt = format.ErrCorrupt
 	// ErrFenced reports that another writer committed first: a conditional write of a manifest
 	// or a lineage head lost. The writer is stale and must stop; retrying cannot help.
 	ErrFenced = errors.New("state: fenced by a newer writer")
@@ -33,16 +35,7 @@ type Error struct {
 	Err       error
 }
 
-func (e *Error) Error() string {
-	kind := "permanent"
-	if e.Retryable {
-		kind = "retryable"
-	}
-	if e.Object != "" {
-		return fmt.Sprintf("state: %s %s (%s): %v", e.Op, e.Object, kind, e.Err)
-	}
-	return fmt.Sprintf("state: %s (%s): %v", e.Op, kind, e.Err)
-}
+func (e *Error) Error() string { return objstore.Describe("state", e.Op, e.Object, e.Retryable, e.Err) }
 
 func (e *Error) Unwrap() error { return e.Err }
 
@@ -52,20 +45,6 @@ func IsRetryable(err error) bool {
 	return errors.As(err, &e) && e.Retryable
 }
 
-// CorruptError locates corrupt bytes. It matches ErrCorrupt with errors.Is.
-type CorruptError struct {
-	Object string
-	Offset int64
-	Reason string
-}
-
-func (e *CorruptError) Error() string {
-	return fmt.Sprintf("state: corrupt %s at offset %d: %s", e.Object, e.Offset, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrCorrupt) true.
-func (e *CorruptError) Is(target error) bool { return target == ErrCorrupt }
-
-func corruptf(object string, off int64, format string, args ...any) error {
-	return &CorruptError{Object: object, Offset: off, Reason: fmt.Sprintf(format, args...)}
-}
+// CorruptError locates corrupt bytes: Object, Offset and Reason. It matches ErrCorrupt with
+// errors.Is.
+type CorruptError = format.CorruptError

@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/internal/objstore"
 )
 
 // Option configures a Store. Options given to Open override the same setting in the URL query.
@@ -39,15 +41,8 @@ type config struct {
 	maxOpenFiles int
 	useUring     bool
 
-	// s3://
-	s3Endpoint    string
-	s3Region      string
-	s3PathStyle   bool
-	s3MaxConns    int
-	s3Timeout     time.Duration // per attempt, request and body
-	s3MaxAttempts int
-	s3MaxBackoff  time.Duration
-	s3HTTPClient  *http.Client // replaces the built transport (fault injection, custom TLS)
+	// s3://: the pool's own options; MaxConns is unsetByPool until poolDefaults.
+	s3 objstore.S3Options
 }
 
 func defaultConfig() config {
@@ -67,11 +62,12 @@ func defaultConfig() config {
 		logger:            slog.New(slog.DiscardHandler),
 		fsync:             true,
 		maxOpenFiles:      256,
-		s3MaxConns:        unsetByPool,
-		s3Timeout:         30 * time.Second,
-		s3MaxAttempts:     8,
-		s3MaxBackoff:      5 * time.Second,
-		s3PathStyle:       false,
+		s3: objstore.S3Options{
+			MaxConns:   unsetByPool,
+			Timeout:    30 * time.Second,
+			Attempts:   8,
+			MaxBackoff: 5 * time.Second,
+		},
 	}
 }
 
@@ -91,8 +87,8 @@ func (c *config) poolDefaults(scheme string) {
 			c.ioConcurrency = 256
 		}
 	}
-	if c.s3MaxConns == unsetByPool {
-		c.s3MaxConns = c.ioConcurrency
+	if c.s3.MaxConns == unsetByPool {
+		c.s3.MaxConns = c.ioConcurrency
 	}
 }
 
@@ -114,10 +110,10 @@ func (c *config) validate() error {
 		return fmt.Errorf("state: must retain at least one checkpoint, got %d", c.retainCheckpoints)
 	case c.retention < 0 || c.gcInterval <= 0 || c.rebalanceInterval <= 0:
 		return fmt.Errorf("state: bad retention or intervals")
-	case c.ioConcurrency < 1 || c.maxOpenFiles < 1 || c.s3MaxConns < 1 || c.s3MaxAttempts < 1:
+	case c.ioConcurrency < 1 || c.maxOpenFiles < 1 || c.s3.MaxConns < 1 || c.s3.Attempts < 1:
 		return fmt.Errorf("state: concurrency limits and attempts must be >= 1")
-	case c.s3Timeout <= 0:
-		return fmt.Errorf("state: s3 timeout must be > 0")
+	case c.s3.Timeout <= 0 || c.s3.MaxBackoff <= 0:
+		return fmt.Errorf("state: s3 timeout and backoff must be > 0")
 	}
 	return nil
 }
@@ -161,19 +157,19 @@ func (c *config) applyQuery(q url.Values) error {
 		case "uring":
 			c.useUring, err = strconv.ParseBool(v)
 		case "endpoint":
-			c.s3Endpoint = v
+			c.s3.Endpoint = v
 		case "region":
-			c.s3Region = v
+			c.s3.Region = v
 		case "path_style":
-			c.s3PathStyle, err = strconv.ParseBool(v)
+			c.s3.PathStyle, err = strconv.ParseBool(v)
 		case "max_conns":
-			c.s3MaxConns, err = strconv.Atoi(v)
+			c.s3.MaxConns, err = strconv.Atoi(v)
 		case "timeout":
-			c.s3Timeout, err = time.ParseDuration(v)
+			c.s3.Timeout, err = time.ParseDuration(v)
 		case "max_attempts":
-			c.s3MaxAttempts, err = strconv.Atoi(v)
+			c.s3.Attempts, err = strconv.Atoi(v)
 		case "max_backoff":
-			c.s3MaxBackoff, err = time.ParseDuration(v)
+			c.s3.MaxBackoff, err = time.ParseDuration(v)
 		default:
 			return fmt.Errorf("state: unknown URL option %q", k)
 		}
@@ -258,37 +254,60 @@ func WithPrefetchIndexes(on bool) Option {
 // Default true. URL: fsync=true.
 func WithFsync(on bool) Option { return optionFunc(func(c *config) { c.fsync = on }) }
 
-// WithS3Endpoint points the s3 pool at an S3-compatible server (for example
-// "http://127.0.0.1:7070"). URL: endpoint=http://127.0.0.1:7070.
-func WithS3Endpoint(endpoint string) Option {
-	return optionFunc(func(c *config) { c.s3Endpoint = endpoint })
+// S3Options configures an s3:// pool. Each field also has a URL query option (in brackets); a
+// zero field leaves the URL's value or the default in force.
+type S3Options struct {
+	// Endpoint is an S3-compatible server, for example "http://127.0.0.1:7070". Default: AWS.
+	// [endpoint]
+	Endpoint string
+	// Region defaults to the standard AWS configuration chain, falling back to us-east-1.
+	// [region]
+	Region string
+	// PathStyle selects path-style addressing (bucket in the path), which most S3-compatible
+	// servers need. [path_style=true]
+	PathStyle bool
+	// MaxConns bounds the connection pool. Default: the IO concurrency. [max_conns]
+	MaxConns int
+	// Timeout bounds one attempt, including reading the body. Default 30s. [timeout]
+	Timeout time.Duration
+	// MaxAttempts is the attempts per request: 5xx, SlowDown, timeouts and broken connections
+	// are retried with jittered exponential backoff capped at MaxBackoff. Default 8 and 5s.
+	// [max_attempts, max_backoff]
+	MaxAttempts int
+	MaxBackoff  time.Duration
+	// HTTPClient replaces the pool's HTTP client (fault injection, custom TLS); the pool still
+	// applies its timeouts and retries.
+	HTTPClient *http.Client
 }
 
-// WithS3PathStyle selects path-style addressing (bucket in the path), which most S3-compatible
-// servers need. Default false. URL: path_style=true.
-func WithS3PathStyle(on bool) Option { return optionFunc(func(c *config) { c.s3PathStyle = on }) }
-
-// WithS3Region sets the region; by default it comes from the standard AWS configuration chain,
-// falling back to us-east-1. URL: region=us-east-1.
-func WithS3Region(r string) Option { return optionFunc(func(c *config) { c.s3Region = r }) }
-
-// WithS3MaxConns bounds the S3 connection pool. Default: the IO concurrency. URL: max_conns=64.
-func WithS3MaxConns(n int) Option { return optionFunc(func(c *config) { c.s3MaxConns = n }) }
-
-// WithS3Timeout bounds one S3 attempt, including reading the body. Default 30s. URL: timeout=30s.
-func WithS3Timeout(d time.Duration) Option { return optionFunc(func(c *config) { c.s3Timeout = d }) }
-
-// WithS3Retries sets the attempts per S3 request (retrying 5xx, SlowDown, timeouts and broken
-// connections with jittered exponential backoff) and the backoff cap. Default 8 attempts, 5s.
-// URL: max_attempts=8&max_backoff=5s.
-func WithS3Retries(attempts int, maxBackoff time.Duration) Option {
-	return optionFunc(func(c *config) { c.s3MaxAttempts, c.s3MaxBackoff = attempts, maxBackoff })
-}
-
-// WithS3HTTPClient replaces the HTTP client of the s3 pool. The pool still applies its timeouts
-// and retries. For fault injection and custom transports.
-func WithS3HTTPClient(hc *http.Client) Option {
-	return optionFunc(func(c *config) { c.s3HTTPClient = hc })
+// WithS3 configures the s3:// pool; see S3Options.
+func WithS3(o S3Options) Option {
+	return optionFunc(func(c *config) {
+		if o.Endpoint != "" {
+			c.s3.Endpoint = o.Endpoint
+		}
+		if o.Region != "" {
+			c.s3.Region = o.Region
+		}
+		if o.PathStyle {
+			c.s3.PathStyle = true
+		}
+		if o.MaxConns != 0 {
+			c.s3.MaxConns = o.MaxConns
+		}
+		if o.Timeout != 0 {
+			c.s3.Timeout = o.Timeout
+		}
+		if o.MaxAttempts != 0 {
+			c.s3.Attempts = o.MaxAttempts
+		}
+		if o.MaxBackoff != 0 {
+			c.s3.MaxBackoff = o.MaxBackoff
+		}
+		if o.HTTPClient != nil {
+			c.s3.HTTPClient = o.HTTPClient
+		}
+	})
 }
 
 // WithUring makes the file pool read blocks through io_uring (experimental; see host/uring).

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 // snapshot is a captured delta of one Tiered backend.
@@ -32,7 +34,7 @@ type snapshot struct {
 	// (runner-owned): observe moves them to the LRU list, or makes them dirty again.
 	list        entry
 	pinnedBytes int64 // their sizes, counted in Tiered.run.pinnedOut while pending
-	opState     []namedBlob
+	opState     []format.NamedBlob
 	estimate    int64
 	bytes       atomic.Int64
 
@@ -184,7 +186,7 @@ func (s *snapshot) run(ctx context.Context) {
 // written is what the write phase of a persist made: the delta's segments, not yet referenced
 // by any version or manifest (a crash leaves them to garbage collection).
 type written struct {
-	segs         []segRef
+	segs         []format.SegRef
 	bytes        int64
 	start        time.Time
 	own          []string // names of the delta's own segments
@@ -195,7 +197,7 @@ type written struct {
 // memSeg is an encoded segment held in memory, readable, until it is durable and committed
 // (see Tiered.mu.mem).
 type memSeg struct {
-	ref  segRef
+	ref  format.SegRef
 	seq  uint64 // the capture seq of the delta it came from
 	data []byte
 	// carried: the delta's persist failed after the segment was readable. Its entries may
@@ -212,7 +214,7 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 	stop := context.AfterFunc(b.ctx, cancel) // Close cancels a persist in flight
 	defer stop()
 	b.mu.Lock()
-	closed, baseCkpt := b.mu.closed, b.mu.base.checkpoint
+	closed, baseCkpt := b.mu.closed, b.mu.base.Checkpoint
 	b.mu.Unlock()
 	if closed {
 		return w, ErrClosed
@@ -241,11 +243,11 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 		tag = fmt.Sprintf("%020d-spill%d", baseCkpt, s.seq)
 	}
 	order := sortDurable(len(d.recs), d.key)
-	outs := b.encodeSegments(tag, len(order), func(i int) segEntry { return d.at(int(order[i])) }, false)
+	outs := b.encodeSegments(tag, len(order), func(i int) format.SegEntry { return d.at(int(order[i])) }, false)
 	d = nil // the segments copied what they need: let the GC have the arena while the PUTs run
 	b.publish(s, outs)
 	for _, o := range outs {
-		w.own = append(w.own, o.ref.name)
+		w.own = append(w.own, o.ref.Name)
 	}
 	for _, m := range w.took {
 		outs = append(outs, segOut{data: m.data, ref: m.ref})
@@ -261,7 +263,7 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 func (b *Tiered) publish(s *snapshot, outs []segOut) {
 	for _, o := range outs {
 		s.memBytes += int64(len(o.data))
-		b.wrote(o.ref.name, o.data, o.ref.segInfo)
+		b.wrote(o.ref.Name, o.data, o.ref.SegInfo)
 	}
 	b.mu.Lock()
 	for _, o := range outs {
@@ -287,7 +289,7 @@ func (b *Tiered) carry(w written) {
 	defer b.mu.Unlock()
 	for i := range b.mu.mem {
 		m := &b.mu.mem[i]
-		if slices.Contains(w.own, m.ref.name) || slices.ContainsFunc(w.took, func(t memSeg) bool { return t.ref.name == m.ref.name }) {
+		if slices.Contains(w.own, m.ref.Name) || slices.ContainsFunc(w.took, func(t memSeg) bool { return t.ref.Name == m.ref.Name }) {
 			m.carried = true
 		}
 	}
@@ -296,7 +298,7 @@ func (b *Tiered) carry(w written) {
 // dropMemLocked forgets the in-memory copies of segments a commit made durable.
 func (b *Tiered) dropMemLocked(w written) {
 	b.mu.mem = slices.DeleteFunc(b.mu.mem, func(m memSeg) bool {
-		return slices.Contains(w.own, m.ref.name) || slices.ContainsFunc(w.took, func(t memSeg) bool { return t.ref.name == m.ref.name })
+		return slices.Contains(w.own, m.ref.Name) || slices.ContainsFunc(w.took, func(t memSeg) bool { return t.ref.Name == m.ref.Name })
 	})
 }
 
@@ -318,10 +320,10 @@ func (d *delta) key(i int) []byte {
 	return d.arena[r.off : r.off+int(r.klen) : r.off+int(r.klen)]
 }
 
-func (d *delta) at(i int) segEntry {
+func (d *delta) at(i int) format.SegEntry {
 	r := d.recs[i]
 	k := r.off + int(r.klen)
-	return segEntry{key: d.arena[r.off:k:k], value: d.arena[k : k+int(r.vlen) : k+int(r.vlen)], tomb: r.tomb}
+	return format.SegEntry{Key: d.arena[r.off:k:k], Value: d.arena[k : k+int(r.vlen) : k+int(r.vlen)], Tomb: r.tomb}
 }
 
 // encodeDelta reads the value of s's generation of each of its entries (see entry) into a
@@ -356,7 +358,7 @@ func (b *Tiered) encodeDelta(s *snapshot) *delta {
 		}
 		kg := KeyGroupOf(rec, b.numKG)
 		at := len(d.arena)
-		d.arena = appendDurableKey(d.arena, kg, name, rec, ent)
+		d.arena = format.AppendDurableKey(d.arena, kg, name, rec, ent)
 		klen := len(d.arena) - at
 		d.arena = append(d.arena, c.value...)
 		d.recs[i] = deltaRec{off: at, klen: uint32(klen), vlen: uint32(len(c.value)), tomb: c.tomb}
@@ -377,18 +379,18 @@ func sortDurable(n int, key func(int) []byte) []int32 {
 	}
 	numKG := 0
 	for i := range n {
-		numKG = max(numKG, durableKeyGroup(key(i))+1)
+		numKG = max(numKG, format.DurableKeyGroup(key(i))+1)
 	}
 	start := make([]int, numKG+1)
 	for i := range n {
-		start[durableKeyGroup(key(i))+1]++
+		start[format.DurableKeyGroup(key(i))+1]++
 	}
 	for g := 1; g <= numKG; g++ {
 		start[g] += start[g-1]
 	}
 	next := slices.Clone(start[:numKG])
 	for i := range n {
-		g := durableKeyGroup(key(i))
+		g := format.DurableKeyGroup(key(i))
 		order[next[g]] = int32(i)
 		next[g]++
 	}
@@ -434,24 +436,24 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	b.mu.Unlock()
 
 	// The new manifest: this delta on top of the base, with a finished compaction applied.
-	m := &manifest{
-		checkpoint: s.id, parent: base.checkpoint, numKG: b.numKG, rng: b.rng,
-		savepoint: s.savepoint, createdMS: time.Now().UnixMilli(), epoch: epoch, opState: s.opState,
+	m := &format.Manifest{
+		Checkpoint: s.id, Parent: base.Checkpoint, NumKG: b.numKG, Rng: b.rng,
+		Savepoint: s.savepoint, CreatedMS: time.Now().UnixMilli(), Epoch: epoch, OpState: s.opState,
 	}
-	older := base.segs
+	older := base.Segs
 	applied := false
 	if comp != nil {
 		if o, ok := comp.apply(older); ok {
 			older, applied = o, true
 		}
 	}
-	m.segs = slices.Concat(segs, spills, older)
-	enc := encodeManifest(m)
+	m.Segs = slices.Concat(segs, spills, older)
+	enc := format.EncodeManifest(m)
 	written += int64(len(enc))
 
 	// Commit: savepoint marker, fence on the lineage head, then create the manifest.
 	if s.savepoint {
-		if _, err := b.s.os.put(ctx, b.root+savepointName(s.id), []byte(strconv.FormatUint(s.id, 10)), putCond{}); err != nil {
+		if _, err := b.s.os.put(ctx, b.root+format.SavepointName(s.id), []byte(strconv.FormatUint(s.id, 10)), putCond{}); err != nil {
 			return err
 		}
 	}
@@ -463,7 +465,7 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	b.mu.Lock()
 	b.mu.headETag = etag
 	b.mu.Unlock()
-	if err := b.createOnce(ctx, b.root+manifestName(s.id, b.rng), enc); err != nil {
+	if err := b.createOnce(ctx, b.root+format.ManifestName(s.id, b.rng), enc); err != nil {
 		return err
 	}
 
@@ -485,11 +487,11 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	b.cnt.lastCkptBytes.Store(written)
 	b.cnt.lastCkptNanos.Store(int64(d))
 	b.cnt.ckptNanos.Add(int64(d))
-	b.cnt.segments.Store(int64(len(m.segs)))
+	b.cnt.segments.Store(int64(len(m.Segs)))
 	if applied {
 		b.cnt.compactions.Add(1)
 	}
-	b.cnt.compactionDebt.Store(compactionDebt(m.segs, b.cfg.maxSegments))
+	b.cnt.compactionDebt.Store(compactionDebt(m.Segs, b.cfg.maxSegments))
 	select {
 	case b.kick <- struct{}{}:
 	default:
@@ -500,30 +502,30 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 // segOut is an encoded segment.
 type segOut struct {
 	data []byte
-	ref  segRef
+	ref  format.SegRef
 }
 
 // encodeSegments cuts sorted entries into segments of about segmentBytes. Their references
 // use the lineage's key groups.
-func (b *Tiered) encodeSegments(tag string, n int, at func(int) segEntry, dropTombs bool) []segOut {
+func (b *Tiered) encodeSegments(tag string, n int, at func(int) format.SegEntry, dropTombs bool) []segOut {
 	var outs []segOut
-	w := newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+	w := format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 	flush := func() {
-		if w.n == 0 {
+		if w.Len() == 0 {
 			return
 		}
-		data, info := w.finish()
-		info.name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
-		outs = append(outs, segOut{data: data, ref: segRef{segInfo: info, use: b.rng}})
-		w = newSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+		data, info := w.Finish()
+		info.Name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
+		outs = append(outs, segOut{data: data, ref: format.SegRef{SegInfo: info, Use: b.rng}})
+		w = format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 	}
 	for i := range n {
 		e := at(i)
-		if dropTombs && e.tomb {
+		if dropTombs && e.Tomb {
 			continue
 		}
-		w.add(e)
-		if w.size() >= b.cfg.segmentBytes {
+		w.Add(e)
+		if w.Size() >= b.cfg.segmentBytes {
 			flush()
 		}
 	}
@@ -532,7 +534,7 @@ func (b *Tiered) encodeSegments(tag string, n int, at func(int) segEntry, dropTo
 }
 
 // putSegments writes segments in parallel and returns their references and bytes written.
-func (b *Tiered) putSegments(ctx context.Context, outs []segOut) ([]segRef, int64, error) {
+func (b *Tiered) putSegments(ctx context.Context, outs []segOut) ([]format.SegRef, int64, error) {
 	var (
 		wg      sync.WaitGroup
 		errOnce sync.Once
@@ -549,7 +551,7 @@ func (b *Tiered) putSegments(ctx context.Context, outs []segOut) ([]segRef, int6
 				return
 			}
 			defer b.s.release()
-			if _, err := b.s.os.put(ctx, b.root+o.ref.name, o.data, putCond{}); err != nil {
+			if _, err := b.s.os.put(ctx, b.root+o.ref.Name, o.data, putCond{}); err != nil {
 				errOnce.Do(func() { first = err })
 			}
 		}(&outs[i])
@@ -558,7 +560,7 @@ func (b *Tiered) putSegments(ctx context.Context, outs []segOut) ([]segRef, int6
 	if first != nil {
 		return nil, 0, first
 	}
-	refs := make([]segRef, len(outs))
+	refs := make([]format.SegRef, len(outs))
 	for i, o := range outs {
 		refs[i] = o.ref
 	}
@@ -568,18 +570,18 @@ func (b *Tiered) putSegments(ctx context.Context, outs []segOut) ([]segRef, int6
 const segSuffix = ".seg"
 
 // putSegment finishes w and writes it as one segment named after tag.
-func (b *Tiered) putSegment(ctx context.Context, tag string, w *segWriter) (segRef, error) {
-	data, info := w.finish()
-	info.name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
+func (b *Tiered) putSegment(ctx context.Context, tag string, w *format.SegWriter) (format.SegRef, error) {
+	data, info := w.Finish()
+	info.Name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
 	if err := b.s.acquire(ctx); err != nil {
-		return segRef{}, err
+		return format.SegRef{}, err
 	}
 	defer b.s.release()
-	if _, err := b.s.os.put(ctx, b.root+info.name, data, putCond{}); err != nil {
-		return segRef{}, err
+	if _, err := b.s.os.put(ctx, b.root+info.Name, data, putCond{}); err != nil {
+		return format.SegRef{}, err
 	}
-	b.wrote(info.name, data, info)
-	return segRef{segInfo: info, use: b.rng}, nil
+	b.wrote(info.Name, data, info)
+	return format.SegRef{SegInfo: info, Use: b.rng}, nil
 }
 
 func randomHex(n int) string {
@@ -606,7 +608,7 @@ func parseHeadEpoch(data []byte) uint64 {
 // claimHead takes over the lineage head of this backend's key-group range, bumping its epoch.
 // Any older writer of the range is fenced: its next head update fails its If-Match.
 func (b *Tiered) claimHead(ctx context.Context) error {
-	name := b.root + headName(b.rng)
+	name := b.root + format.HeadName(b.rng)
 	for attempt := 0; attempt < 8; attempt++ {
 		info, err := b.s.os.head(ctx, name)
 		var epoch uint64
@@ -740,7 +742,7 @@ func (b *Tiered) ownWrite(ctx context.Context, name string, data []byte) (bool, 
 // while the write itself landed) moved the etag on. Only we write heads with our token, so the
 // update is retried on top of it.
 func (b *Tiered) casHead(ctx context.Context, etag string, content []byte) (string, error) {
-	name := b.root + headName(b.rng)
+	name := b.root + format.HeadName(b.rng)
 	for attempt := 0; ; attempt++ {
 		newTag, err := b.s.os.put(ctx, name, content, putCond{ifMatch: etag})
 		if !errors.Is(err, errPrecondition) {
@@ -812,7 +814,7 @@ func (b *Tiered) createOnce(ctx context.Context, name string, data []byte) error
 // restore reads the manifests of checkpoint ckpt (or the newest complete one) that overlap this
 // backend's key groups, and returns the lineage's base manifest and the restored operator
 // state. It reads manifests only: segment indexes load lazily.
-func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[string][]RangeBlob, error) {
+func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*format.Manifest, map[string][]RangeBlob, error) {
 	if ckpt == RestoreLatest {
 		objs, err := b.s.os.list(ctx, b.root+"manifests/")
 		if err != nil {
@@ -822,7 +824,7 @@ func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[strin
 		for i, o := range objs {
 			names[i] = strings.TrimPrefix(o.name, b.root)
 		}
-		complete := completeCheckpoints(names, b.numKG)
+		complete := format.CompleteCheckpoints(names, b.numKG)
 		if len(complete) == 0 {
 			return nil, nil, nil // nothing to restore: start empty
 		}
@@ -833,10 +835,10 @@ func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[strin
 	if err != nil {
 		return nil, nil, err
 	}
-	var ms []*manifest
+	var ms []*format.Manifest
 	var rs []KeyGroupRange
 	for _, o := range objs {
-		_, r, ok := parseManifestName(strings.TrimPrefix(o.name, b.root))
+		_, r, ok := format.ParseManifestName(strings.TrimPrefix(o.name, b.root))
 		if !ok || !r.Overlaps(b.rng) {
 			continue
 		}
@@ -844,16 +846,16 @@ func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[strin
 		if err != nil {
 			return nil, nil, err
 		}
-		m, err := decodeManifest(o.name, data)
+		m, err := format.DecodeManifest(o.name, data)
 		if err != nil {
 			b.cnt.corruptions.Add(1)
 			return nil, nil, err
 		}
-		if m.numKG != b.numKG {
-			return nil, nil, fmt.Errorf("state: checkpoint %d of %s has %d key groups, want %d", ckpt, b.name, m.numKG, b.numKG)
+		if m.NumKG != b.numKG {
+			return nil, nil, fmt.Errorf("state: checkpoint %d of %s has %d key groups, want %d", ckpt, b.name, m.NumKG, b.numKG)
 		}
 		ms = append(ms, m)
-		rs = append(rs, m.rng)
+		rs = append(rs, m.Rng)
 	}
 	for i := range rs {
 		for j := i + 1; j < len(rs); j++ {
@@ -862,25 +864,25 @@ func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*manifest, map[strin
 			}
 		}
 	}
-	if !covers(rs, b.rng) {
+	if !format.Covers(rs, b.rng) {
 		return nil, nil, &Error{Op: "restore", Object: prefix, Err: fmt.Errorf("checkpoint %d does not cover key groups %v: %w", ckpt, b.rng, ErrNotFound)}
 	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].rng.Lo < ms[j].rng.Lo })
-	base := &manifest{checkpoint: ckpt, numKG: b.numKG, rng: b.rng}
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Rng.Lo < ms[j].Rng.Lo })
+	base := &format.Manifest{Checkpoint: ckpt, NumKG: b.numKG, Rng: b.rng}
 	ops := map[string][]RangeBlob{}
 	for _, m := range ms {
 		// Lineages own disjoint key groups, so their segments never hold the same key and
 		// their order relative to each other does not matter; within one, newest first.
-		for _, s := range m.segs {
-			use := s.use.Intersect(m.rng).Intersect(b.rng)
-			if use.Empty() || use.Lo > s.kgHi || use.Hi <= s.kgLo {
+		for _, s := range m.Segs {
+			use := s.Use.Intersect(m.Rng).Intersect(b.rng)
+			if use.Empty() || use.Lo > s.KGHi || use.Hi <= s.KGLo {
 				continue
 			}
-			s.use = use
-			base.segs = append(base.segs, s)
+			s.Use = use
+			base.Segs = append(base.Segs, s)
 		}
-		for _, o := range m.opState {
-			ops[o.name] = append(ops[o.name], RangeBlob{Range: m.rng, Data: o.data})
+		for _, o := range m.OpState {
+			ops[o.Name] = append(ops[o.Name], RangeBlob{Range: m.Rng, Data: o.Data})
 		}
 	}
 	return base, ops, nil
@@ -917,7 +919,7 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 	}
 	from := make([]int, len(out)) // per request (by idx): the first segment it may still be in
 	in := func(seg *liveSeg, r *fetchReq) bool {
-		return seg.ref.use.Contains(r.kg) && bytes.Compare(r.dk, seg.ref.minKey) >= 0 && bytes.Compare(r.dk, seg.ref.maxKey) <= 0
+		return seg.ref.Use.Contains(r.kg) && bytes.Compare(r.dk, seg.ref.MinKey) >= 0 && bytes.Compare(r.dk, seg.ref.MaxKey) <= 0
 	}
 	type blockRef struct{ seg, block int }
 	type walk struct {
@@ -939,10 +941,10 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 					continue
 				}
 				m := seg.meta.Load()
-				if !m.bloom.mayContain(r.h) {
+				if !m.Bloom.MayContain(r.h) {
 					continue
 				}
-				if bi := m.find(r.dk); bi >= 0 {
+				if bi := m.Find(r.dk); bi >= 0 {
 					w.cands = append(w.cands, blockRef{i, bi})
 				}
 			}
@@ -983,11 +985,11 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 		gap, most := max(int64(b.cfg.blockSize), rangeGap), max(int64(b.cfg.blockSize), rangeMax)
 		for i := 0; i < len(order); {
 			j := i + 1
-			blocks := v.segs[order[i].seg].meta.Load().blocks
+			blocks := v.segs[order[i].seg].meta.Load().Blocks
 			first := blocks[order[i].block]
 			for j < len(order) && order[j].seg == order[i].seg {
 				prev, next := blocks[order[j-1].block], blocks[order[j].block]
-				if next.off-(prev.off+prev.n) > gap || next.off+next.n-first.off > most {
+				if next.Off-(prev.Off+prev.N) > gap || next.Off+next.N-first.Off > most {
 					break
 				}
 				j++
@@ -1003,8 +1005,8 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 			go func() {
 				defer wg.Done()
 				seg := v.segs[order[sp.from].seg]
-				blocks := seg.meta.Load().blocks
-				bhs := make([]blockHandle, 0, sp.to-sp.from)
+				blocks := seg.meta.Load().Blocks
+				bhs := make([]format.BlockHandle, 0, sp.to-sp.from)
 				for _, br := range order[sp.from:sp.to] {
 					bhs = append(bhs, blocks[br.block])
 				}
@@ -1046,7 +1048,7 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 			for _, c := range blocks {
 				seg := v.segs[c.seg]
 				rs := at[c]
-				hit, err := resolveBlock(seg.object, seg.meta.Load().blocks[c.block], read[c], rs, out)
+				hit, err := resolveBlock(seg.object, seg.meta.Load().Blocks[c.block], read[c], rs, out)
 				if err != nil {
 					b.cnt.corruptions.Add(1)
 					return err
@@ -1114,16 +1116,16 @@ const (
 // read once more (corruption in transit), then reported.
 //
 // A segment still in memory (see Tiered.mu.mem) is read from there.
-func (b *Tiered) fetchBlocks(ctx context.Context, seg *liveSeg, bhs []blockHandle) ([][]byte, error) {
+func (b *Tiered) fetchBlocks(ctx context.Context, seg *liveSeg, bhs []format.BlockHandle) ([][]byte, error) {
 	object := seg.object
-	off := bhs[0].off
-	n := bhs[len(bhs)-1].off + bhs[len(bhs)-1].n - off
+	off := bhs[0].Off
+	n := bhs[len(bhs)-1].Off + bhs[len(bhs)-1].N - off
 	for attempt := 0; ; attempt++ {
 		var data []byte
 		var err error
 		if seg.mem != nil {
 			if off+n > int64(len(seg.mem)) {
-				return nil, corruptf(object, off, "block beyond the segment's %d bytes", len(seg.mem))
+				return nil, format.Corruptf(object, off, "block beyond the segment's %d bytes", len(seg.mem))
 			}
 			data = seg.mem[off : off+n]
 		} else {
@@ -1138,14 +1140,14 @@ func (b *Tiered) fetchBlocks(ctx context.Context, seg *liveSeg, bhs []blockHandl
 		}
 		out := make([][]byte, len(bhs))
 		if int64(len(data)) != n {
-			err = corruptf(object, off, "short read: %d of %d bytes", len(data), n)
+			err = format.Corruptf(object, off, "short read: %d of %d bytes", len(data), n)
 		}
 		for i, bh := range bhs {
 			if err != nil {
 				break
 			}
-			out[i] = data[bh.off-off : bh.off-off+bh.n : bh.off-off+bh.n]
-			_, err = openBlock(object, bh.off, out[i])
+			out[i] = data[bh.Off-off : bh.Off-off+bh.N : bh.Off-off+bh.N]
+			_, err = format.OpenBlock(object, bh.Off, out[i])
 		}
 		if err == nil {
 			return out, nil
@@ -1158,38 +1160,38 @@ func (b *Tiered) fetchBlocks(ctx context.Context, seg *liveSeg, bhs []blockHandl
 }
 
 // resolveBlock resolves the sorted requests found in a verified block, returning their idx.
-func resolveBlock(object string, bh blockHandle, data []byte, rs []*fetchReq, out []Fetched) ([]int, error) {
-	it, err := openBlock(object, bh.off, data)
+func resolveBlock(object string, bh format.BlockHandle, data []byte, rs []*fetchReq, out []Fetched) ([]int, error) {
+	it, err := format.OpenBlock(object, bh.Off, data)
 	if err != nil {
 		return nil, err
 	}
 	var hit []int
 	i := 0
-	for i < len(rs) && it.next() {
+	for i < len(rs) && it.Next() {
 		for i < len(rs) {
-			c := bytes.Compare(rs[i].dk, it.key)
+			c := bytes.Compare(rs[i].dk, it.Key)
 			if c > 0 {
 				break
 			}
 			if c == 0 {
 				f := &out[rs[i].idx]
-				f.Found = !it.tomb
+				f.Found = !it.Tomb
 				if f.Found {
-					f.Value = append([]byte(nil), it.value...)
+					f.Value = append([]byte(nil), it.Value...)
 				}
 				hit = append(hit, rs[i].idx)
 			}
 			i++
 		}
 	}
-	if it.err != nil {
-		return nil, it.err
+	if it.Err != nil {
+		return nil, it.Err
 	}
 	return hit, nil
 }
 
 // loadMeta returns a segment's index and filter, reading them (one ranged GET) on first use.
-func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*segMeta, error) {
+func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*format.SegMeta, error) {
 	if m := s.meta.Load(); m != nil {
 		return m, nil
 	}
@@ -1200,27 +1202,27 @@ func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*segMeta, error) {
 	}
 	var data []byte
 	if s.mem != nil {
-		if s.ref.metaOff+s.ref.metaLen > int64(len(s.mem)) {
-			return nil, corruptf(s.object, s.ref.metaOff, "meta beyond the segment's %d bytes", len(s.mem))
+		if s.ref.MetaOff+s.ref.MetaLen > int64(len(s.mem)) {
+			return nil, format.Corruptf(s.object, s.ref.MetaOff, "meta beyond the segment's %d bytes", len(s.mem))
 		}
 		// A copy: the meta outlives the segment's bytes in memory.
-		data = bytes.Clone(s.mem[s.ref.metaOff : s.ref.metaOff+s.ref.metaLen])
+		data = bytes.Clone(s.mem[s.ref.MetaOff : s.ref.MetaOff+s.ref.MetaLen])
 	} else {
 		if err := b.s.acquire(ctx); err != nil {
 			return nil, err
 		}
 		var err error
-		data, err = b.s.os.get(ctx, s.object, s.ref.metaOff, s.ref.metaLen)
+		data, err = b.s.os.get(ctx, s.object, s.ref.MetaOff, s.ref.MetaLen)
 		b.s.release()
 		if err != nil {
 			return nil, err
 		}
 	}
-	if int64(len(data)) != s.ref.metaLen {
+	if int64(len(data)) != s.ref.MetaLen {
 		b.cnt.corruptions.Add(1)
-		return nil, corruptf(s.object, s.ref.metaOff, "short meta: %d of %d bytes", len(data), s.ref.metaLen)
+		return nil, format.Corruptf(s.object, s.ref.MetaOff, "short meta: %d of %d bytes", len(data), s.ref.MetaLen)
 	}
-	m, err := decodeSegMeta(s.object, data, s.ref.metaOff)
+	m, err := format.DecodeSegMeta(s.object, data, s.ref.MetaOff)
 	if err != nil {
 		b.cnt.corruptions.Add(1)
 		return nil, err

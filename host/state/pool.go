@@ -3,14 +3,19 @@ package state
 import (
 	"context"
 	"errors"
-	"sync"
+	"fmt"
+	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/internal/objstore"
 )
 
 // objectStore is the durable tier as the backends see it: a flat namespace of immutable-ish
 // objects with ranged reads and two kinds of conditional create. Names use '/' separators and
-// are relative to the pool root (the file directory or the S3 prefix).
+// are relative to the pool root (the file directory or the S3 prefix). The pools themselves
+// (mem, file, s3) are internal/objstore's; metered adapts one to this interface.
 type objectStore interface {
 	// get reads n bytes at off (n < 0: to the end). A missing object is ErrNotFound.
 	get(ctx context.Context, name string, off, n int64) ([]byte, error)
@@ -41,12 +46,13 @@ type objectInfo struct {
 }
 
 // errPrecondition is a failed conditional put; callers turn it into ErrFenced.
-var errPrecondition = errors.New("state: precondition failed")
+var errPrecondition = objstore.ErrPrecondition
 
-// metered wraps an objectStore, counting requests, bytes and latency into m.
+// metered adapts an objstore pool to objectStore: it counts requests, bytes and latency into m
+// and turns the pool's errors into this package's *Error.
 type metered struct {
-	objectStore
-	m *remoteMetrics
+	st objstore.Store
+	m  *remoteMetrics
 }
 
 type remoteMetrics struct {
@@ -56,170 +62,96 @@ type remoteMetrics struct {
 	errors                     atomic.Int64
 }
 
+// poolErr carries a pool failure over as an *Error with the same operation, object,
+// retryability and cause. ErrNotFound is the pool's own sentinel, so errors.Is still holds.
+func poolErr(err error) error {
+	if e, ok := err.(*objstore.Error); ok {
+		return &Error{Op: e.Op, Object: e.Object, Retryable: e.Retryable, Err: e.Err}
+	}
+	return err
+}
+
 func (s metered) get(ctx context.Context, name string, off, n int64) ([]byte, error) {
 	t := time.Now()
-	b, err := s.objectStore.get(ctx, name, off, n)
+	b, err := s.st.Get(ctx, name, off, n)
 	s.m.gets.Add(1)
 	s.m.getBytes.Add(int64(len(b)))
 	s.m.getNanos.Add(int64(time.Since(t)))
 	if err != nil {
 		s.m.errors.Add(1)
 	}
-	return b, err
+	return b, poolErr(err)
 }
 
 func (s metered) put(ctx context.Context, name string, data []byte, c putCond) (string, error) {
 	t := time.Now()
-	e, err := s.objectStore.put(ctx, name, data, c)
+	e, err := s.st.Put(ctx, name, data, objstore.Cond{IfAbsent: c.ifAbsent, IfMatch: c.ifMatch})
 	s.m.puts.Add(1)
 	s.m.putBytes.Add(int64(len(data)))
 	s.m.putNanos.Add(int64(time.Since(t)))
 	if err != nil && !errors.Is(err, errPrecondition) {
 		s.m.errors.Add(1)
 	}
-	return e, err
+	return e, poolErr(err)
+}
+
+func (s metered) head(ctx context.Context, name string) (objectInfo, error) {
+	in, err := s.st.Head(ctx, name)
+	return objectInfo{name: in.Name, size: in.Size, modTime: in.ModTime, etag: in.ETag}, poolErr(err)
 }
 
 func (s metered) list(ctx context.Context, prefix string) ([]objectInfo, error) {
 	s.m.lists.Add(1)
-	return s.objectStore.list(ctx, prefix)
-}
-
-func (s metered) del(ctx context.Context, name string) error {
-	s.m.deletes.Add(1)
-	return s.objectStore.del(ctx, name)
-}
-
-// memStore is the mem:// pool: objects in process memory. Pools with a host name are
-// registered process-wide, so reopening mem://name sees the same objects (used by restore
-// tests); mem:// without a name is private to its Store.
-type memStore struct {
-	mu struct {
-		sync.Mutex
-		objs map[string]memObject
-		seq  uint64
+	ins, err := s.st.List(ctx, prefix)
+	if err != nil {
+		return nil, poolErr(err)
 	}
-}
-
-type memObject struct {
-	data    []byte
-	modTime time.Time
-	etag    string
-}
-
-var memRegistry = struct {
-	sync.Mutex
-	m map[string]*memStore
-}{m: map[string]*memStore{}}
-
-func openMemStore(name string) *memStore {
-	if name == "" {
-		return newMemStore()
-	}
-	memRegistry.Lock()
-	defer memRegistry.Unlock()
-	s, ok := memRegistry.m[name]
-	if !ok {
-		s = newMemStore()
-		memRegistry.m[name] = s
-	}
-	return s
-}
-
-func newMemStore() *memStore {
-	s := &memStore{}
-	s.mu.objs = map[string]memObject{}
-	return s
-}
-
-func (s *memStore) get(ctx context.Context, name string, off, n int64) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	o, ok := s.mu.objs[name]
-	s.mu.Unlock()
-	if !ok {
-		return nil, &Error{Op: "get", Object: name, Err: ErrNotFound}
-	}
-	if off < 0 || off > int64(len(o.data)) {
-		return nil, &Error{Op: "get", Object: name, Err: errors.New("range out of bounds")}
-	}
-	end := int64(len(o.data))
-	if n >= 0 && off+n < end {
-		end = off + n
-	}
-	return append([]byte(nil), o.data[off:end]...), nil
-}
-
-func (s *memStore) put(ctx context.Context, name string, data []byte, c putCond) (string, error) {
-	if err := ctx.Err(); err != nil {
-		return "", err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old, exists := s.mu.objs[name]
-	if c.ifAbsent && exists || c.ifMatch != "" && (!exists || old.etag != c.ifMatch) {
-		return "", errPrecondition
-	}
-	s.mu.seq++
-	etag := "m" + itoa(s.mu.seq)
-	s.mu.objs[name] = memObject{data: append([]byte(nil), data...), modTime: time.Now(), etag: etag}
-	return etag, nil
-}
-
-func (s *memStore) head(ctx context.Context, name string) (objectInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o, ok := s.mu.objs[name]
-	if !ok {
-		return objectInfo{}, &Error{Op: "head", Object: name, Err: ErrNotFound}
-	}
-	return objectInfo{name: name, size: int64(len(o.data)), modTime: o.modTime, etag: o.etag}, nil
-}
-
-func (s *memStore) list(ctx context.Context, prefix string) ([]objectInfo, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []objectInfo
-	for n, o := range s.mu.objs {
-		if len(n) >= len(prefix) && n[:len(prefix)] == prefix {
-			out = append(out, objectInfo{name: n, size: int64(len(o.data)), modTime: o.modTime, etag: o.etag})
-		}
+	out := make([]objectInfo, len(ins))
+	for i, in := range ins {
+		out[i] = objectInfo{name: in.Name, size: in.Size, modTime: in.ModTime, etag: in.ETag}
 	}
 	return out, nil
 }
 
-func (s *memStore) del(ctx context.Context, name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.mu.objs, name)
-	return nil
+func (s metered) del(ctx context.Context, name string) error {
+	s.m.deletes.Add(1)
+	return poolErr(s.st.Delete(ctx, name))
 }
 
-func (s *memStore) close() error { return nil }
+func (s metered) close() error { return s.st.Close() }
 
-// corrupt flips a byte of an object (tests).
-func (s *memStore) corrupt(name string, off int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	o, ok := s.mu.objs[name]
-	if !ok || off >= len(o.data) {
-		return false
-	}
-	o.data[off] ^= 0xff
-	return true
-}
-
-func itoa(v uint64) string {
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			return string(b[i:])
+// openPool opens the objstore pool u names, configured by cfg.
+func openPool(ctx context.Context, u *url.URL, cfg *config) (objstore.Store, error) {
+	switch u.Scheme {
+	case "mem":
+		return objstore.OpenMem(u.Host + u.Path), nil
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return nil, fmt.Errorf("state: file URL must be file:///abs/path, got %q", u.Redacted())
 		}
+		o := objstore.FileOptions{Fsync: cfg.fsync, MaxOpenFiles: cfg.maxOpenFiles, ImmutableSuffix: segSuffix}
+		if cfg.useUring {
+			r, err := objstore.NewUringReader()
+			if err != nil {
+				return nil, err
+			}
+			o.Reader = r
+		}
+		fs, err := objstore.OpenFile(u.Path, o)
+		if err != nil {
+			if o.Reader != nil {
+				o.Reader.Close()
+			}
+			return nil, poolErr(err)
+		}
+		return fs, nil
+	case "s3":
+		st, err := objstore.OpenS3(ctx, u.Host, strings.Trim(u.Path, "/"), cfg.s3)
+		if err != nil {
+			return nil, poolErr(err)
+		}
+		return st, nil
+	default:
+		return nil, fmt.Errorf("state: unknown pool scheme %q (want mem, file or s3)", u.Scheme)
 	}
 }

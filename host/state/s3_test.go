@@ -9,12 +9,14 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
+	"github.com/clink-wasm/clink-wasm/internal/s3test"
 )
 
 // s3URL returns an s3:// URL under a fresh prefix of the test server started by
@@ -22,21 +24,9 @@ import (
 // where it fails: CI must not skip the S3 tests silently.
 func s3URL(t testing.TB, query string) string {
 	t.Helper()
-	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
-	if ep == "" {
-		msg := "S3 tests need a server: eval \"$(scripts/s3-up.sh)\" (sets CLINK_TEST_S3_ENDPOINT)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	u, err := url.Parse(ep)
-	if err != nil || (u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" && u.Hostname() != "::1") {
-		t.Fatalf("CLINK_TEST_S3_ENDPOINT must be a loopback URL, got %q", ep)
-	}
-	bucket := os.Getenv("CLINK_TEST_S3_BUCKET")
-	if bucket == "" {
-		bucket = "clink-test"
+	ep, bucket, ok := s3test.Endpoint(t)
+	if !ok {
+		t.Skip(s3test.Missing)
 	}
 	prefix := fmt.Sprintf("t/%s-%s", strings.ReplaceAll(t.Name(), "/", "_"), randomHex(4))
 	q := "endpoint=" + url.QueryEscape(ep) + "&path_style=true"
@@ -77,33 +67,12 @@ func TestS3RoundTrip(t *testing.T) {
 		float64(m.FetchKeys)/float64(m.FetchBlocks), m.RemoteGetLatency)
 }
 
-// TestS3ConditionalWrites checks the server really evaluates If-None-Match and If-Match, which
-// fencing depends on.
+// TestS3ConditionalWrites checks the fencing that depends on the server evaluating
+// If-None-Match and If-Match (internal/objstore's TestConditionalPuts checks the pool itself).
 func TestS3ConditionalWrites(t *testing.T) {
 	u := s3URL(t, "")
 	s := openTest(t, u)
 	ctx := context.Background()
-	os := s.os
-	tag1, err := os.put(ctx, "cond/obj", []byte("one"), putCond{ifAbsent: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.put(ctx, "cond/obj", []byte("two"), putCond{ifAbsent: true}); !errors.Is(err, errPrecondition) {
-		t.Fatalf("If-None-Match on an existing object: %v", err)
-	}
-	if _, err := os.put(ctx, "cond/obj", []byte("two"), putCond{ifMatch: `"not-the-etag"`}); !errors.Is(err, errPrecondition) {
-		t.Fatalf("If-Match with a stale etag: %v", err)
-	}
-	tag2, err := os.put(ctx, "cond/obj", []byte("two"), putCond{ifMatch: tag1})
-	if err != nil {
-		t.Fatalf("If-Match with the current etag: %v", err)
-	}
-	if _, err := os.put(ctx, "cond/obj", []byte("three"), putCond{ifMatch: tag1}); !errors.Is(err, errPrecondition) {
-		t.Fatalf("If-Match with the previous etag: %v", err)
-	}
-	if got, _ := os.get(ctx, "cond/obj", 0, -1); string(got) != "two" || tag2 == tag1 {
-		t.Fatalf("object %q", got)
-	}
 	// The whole fencing path: a stale writer's checkpoint fails.
 	old := operator(t, s, OperatorOptions{Name: "f"})
 	old.Put(key(0, "a", ""), []byte("1"))
@@ -118,7 +87,7 @@ func TestS3ConditionalWrites(t *testing.T) {
 	checkpoint(t, newer, 2)
 	// And the same checkpoint id cannot be committed twice for a range.
 	other := operator(t, s, OperatorOptions{Name: "f", RestoreFrom: 2})
-	if err := other.createOnce(ctx, other.root+manifestName(2, other.rng), []byte("x")); !errors.Is(err, ErrFenced) {
+	if err := other.createOnce(ctx, other.root+format.ManifestName(2, other.rng), []byte("x")); !errors.Is(err, ErrFenced) {
 		t.Fatalf("manifest created twice: %v", err)
 	}
 }
@@ -234,7 +203,7 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestS3FaultInjection(t *testing.T) {
 	u := s3URL(t, "timeout=150ms&max_attempts=4&max_backoff=20ms")
 	ft := &faultyTransport{base: http.DefaultTransport.(*http.Transport).Clone(), rate: 0.25, rng: rand.New(rand.NewPCG(1, 2))}
-	s := openTest(t, u, WithS3HTTPClient(&http.Client{Transport: ft}), WithHotBytes(16<<10), WithMaxSegments(3))
+	s := openTest(t, u, WithS3(S3Options{HTTPClient: &http.Client{Transport: ft}}), WithHotBytes(16<<10), WithMaxSegments(3))
 	ctx := context.Background()
 	b := operator(t, s, OperatorOptions{Name: "faulty"})
 	model := map[string]string{}

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 // sortDurable must give exactly the order of one sort by durable key, across key groups,
@@ -13,7 +15,7 @@ import (
 func TestSortDurableMatchesSort(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, n := range []int{0, 1, 2, 7, 1000, 20000} {
-		ents := make([]segEntry, n)
+		ents := make([]format.SegEntry, n)
 		for i := range ents {
 			rec := fmt.Appendf(nil, "u%d", r.IntN(n+1))
 			name := []string{"count", "c", "count2"}[r.IntN(3)]
@@ -21,12 +23,12 @@ func TestSortDurableMatchesSort(t *testing.T) {
 			if r.IntN(4) == 0 {
 				ent = []byte{byte(r.IntN(3))}
 			}
-			ents[i] = segEntry{key: appendDurableKey(nil, KeyGroupOf(rec, 128), name, rec, ent), value: []byte{byte(i)}}
+			ents[i] = format.SegEntry{Key: format.AppendDurableKey(nil, KeyGroupOf(rec, 128), name, rec, ent), Value: []byte{byte(i)}}
 		}
 		want := slices.Clone(ents)
-		slices.SortStableFunc(want, func(x, y segEntry) int { return bytes.Compare(x.key, y.key) })
-		order := sortDurable(len(ents), func(i int) []byte { return ents[i].key })
-		got := make([]segEntry, len(order))
+		slices.SortStableFunc(want, func(x, y format.SegEntry) int { return bytes.Compare(x.Key, y.Key) })
+		order := sortDurable(len(ents), func(i int) []byte { return ents[i].Key })
+		got := make([]format.SegEntry, len(order))
 		for i, j := range order {
 			got[i] = ents[j]
 		}
@@ -34,8 +36,8 @@ func TestSortDurableMatchesSort(t *testing.T) {
 			t.Fatalf("n=%d: %d entries, want %d", n, len(got), len(want))
 		}
 		for i := range got {
-			if !bytes.Equal(got[i].key, want[i].key) {
-				t.Fatalf("n=%d: entry %d has key %x, want %x", n, i, got[i].key, want[i].key)
+			if !bytes.Equal(got[i].Key, want[i].Key) {
+				t.Fatalf("n=%d: entry %d has key %x, want %x", n, i, got[i].Key, want[i].Key)
 			}
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 // RestoreLatest as OperatorOptions.RestoreFrom restores the newest complete checkpoint: the
@@ -60,34 +62,9 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	var os objectStore
-	switch u.Scheme {
-	case "mem":
-		os = openMemStore(u.Host + u.Path)
-	case "file":
-		if u.Host != "" && u.Host != "localhost" {
-			return nil, fmt.Errorf("state: file URL must be file:///abs/path, got %q", rawURL)
-		}
-		fs, err := openFileStore(u.Path, cfg.fsync, cfg.maxOpenFiles)
-		if err != nil {
-			return nil, err
-		}
-		if cfg.useUring {
-			r, err := newUringReader()
-			if err != nil {
-				fs.close()
-				return nil, err
-			}
-			fs.reader = r
-		}
-		os = fs
-	case "s3":
-		os, err = openS3Store(ctx, u.Host, strings.Trim(u.Path, "/"), &cfg)
-		if err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("state: unknown pool scheme %q (want mem, file or s3)", u.Scheme)
+	pool, err := openPool(ctx, u, &cfg)
+	if err != nil {
+		return nil, err
 	}
 	s := &Store{
 		cfg:    cfg,
@@ -96,7 +73,7 @@ func Open(ctx context.Context, rawURL string, opts ...Option) (*Store, error) {
 		ioSem:  make(chan struct{}, cfg.ioConcurrency),
 		done:   make(chan struct{}),
 	}
-	s.os = metered{objectStore: os, m: s.remote}
+	s.os = metered{st: pool, m: s.remote}
 	s.mu.backends = map[*Tiered]struct{}{}
 	s.wg.Add(1)
 	go s.rebalanceLoop()
@@ -230,7 +207,7 @@ func (s *Store) Checkpoints(ctx context.Context, tenant, operator string, numKey
 	for i, o := range objs {
 		names[i] = strings.TrimPrefix(o.name, root)
 	}
-	complete = completeCheckpoints(names, numKeyGroups)
+	complete = format.CompleteCheckpoints(names, numKeyGroups)
 	sp, err := s.os.list(ctx, root+"savepoints/")
 	if err != nil {
 		return nil, nil, err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 // entryOverhead is what one hot entry costs beyond its key and value bytes (the entry struct,
@@ -146,7 +148,7 @@ type Tiered struct {
 
 	mu struct {
 		sync.Mutex
-		base       *manifest // last committed (or restored) manifest of this lineage
+		base       *format.Manifest // last committed (or restored) manifest of this lineage
 		headETag   string
 		epoch      uint64
 		live       map[string]*liveSeg
@@ -157,7 +159,7 @@ type Tiered struct {
 		// spills are the segments of spilled deltas (see spill) not yet adopted by a
 		// checkpoint, newest first. Cold reads see them (the version puts them above base);
 		// the next checkpoint's manifest lists them, then they are cleared.
-		spills []segRef
+		spills []format.SegRef
 		// mem are encoded segments held in memory until a commit makes them durable, newest
 		// first: the deltas in flight (each readable once encoded, see snapshot.readable) and
 		// the carried segments of failed ones. Cold reads see them above everything else.
@@ -165,7 +167,7 @@ type Tiered struct {
 		// written are the metas of segments this backend wrote, decoded from the bytes it
 		// put, for buildVersionLocked to install so that no cold read GETs them back.
 		// Bounded: cleared past maxWrittenMetas (a read then loads one, as after a restore).
-		written map[string]*segMeta
+		written map[string]*format.SegMeta
 	}
 }
 
@@ -186,10 +188,10 @@ type version struct {
 // liveSeg is a segment in use; its meta (index + bloom) is loaded on first need and shared by
 // every version that contains the segment.
 type liveSeg struct {
-	ref    segRef
+	ref    format.SegRef
 	object string
 	mem    []byte // the segment's bytes while it is in Tiered.mu.mem; reads use them
-	meta   atomic.Pointer[segMeta]
+	meta   atomic.Pointer[format.SegMeta]
 	loadMu sync.Mutex
 }
 
@@ -215,7 +217,7 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 		b.member.limit.Store(s.cfg.hotBytes)
 	}
 
-	base := &manifest{numKG: b.numKG, rng: b.rng}
+	base := &format.Manifest{NumKG: b.numKG, Rng: b.rng}
 	if o.RestoreFrom != 0 {
 		m, ops, err := b.restore(ctx, o.RestoreFrom)
 		if err != nil {
@@ -242,12 +244,12 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 	b.mu.base = base
 	b.version.Store(b.buildVersionLocked(base))
 	b.mu.Unlock()
-	b.cnt.segments.Store(int64(len(base.segs)))
+	b.cnt.segments.Store(int64(len(base.Segs)))
 	b.cnt.hotLimit.Store(b.member.limit.Load())
 
 	b.wg.Add(1)
 	go b.maintain()
-	if s.cfg.prefetchIndexes && len(base.segs) > 0 {
+	if s.cfg.prefetchIndexes && len(base.Segs) > 0 {
 		b.wg.Add(1)
 		go b.prefetch(b.version.Load())
 	}
@@ -255,31 +257,31 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 }
 
 // buildVersionLocked makes the version of manifest m, reusing loaded segment metas.
-func (b *Tiered) buildVersionLocked(m *manifest) *version {
-	n := len(b.mu.mem) + len(b.mu.spills) + len(m.segs)
+func (b *Tiered) buildVersionLocked(m *format.Manifest) *version {
+	n := len(b.mu.mem) + len(b.mu.spills) + len(m.Segs)
 	v := &version{segs: make([]*liveSeg, 0, n), covered: make([]bool, b.numKG)}
 	live := make(map[string]*liveSeg, n)
 	mem := make(map[string][]byte, len(b.mu.mem))
-	refs := make([]segRef, 0, n)
+	refs := make([]format.SegRef, 0, n)
 	for _, ms := range b.mu.mem {
 		refs = append(refs, ms.ref)
-		mem[ms.ref.name] = ms.data
+		mem[ms.ref.Name] = ms.data
 	}
-	for _, r := range slices.Concat(refs, b.mu.spills, m.segs) {
-		ls := b.mu.live[r.name]
-		data := mem[r.name]
-		if ls == nil || ls.ref.use != r.use || (ls.mem == nil) != (data == nil) {
-			n := &liveSeg{ref: r, object: b.root + r.name, mem: data}
+	for _, r := range slices.Concat(refs, b.mu.spills, m.Segs) {
+		ls := b.mu.live[r.Name]
+		data := mem[r.Name]
+		if ls == nil || ls.ref.Use != r.Use || (ls.mem == nil) != (data == nil) {
+			n := &liveSeg{ref: r, object: b.root + r.Name, mem: data}
 			if ls != nil {
 				n.meta.Store(ls.meta.Load())
-			} else if m := b.mu.written[r.name]; m != nil {
+			} else if m := b.mu.written[r.Name]; m != nil {
 				n.meta.Store(m)
 			}
 			ls = n
 		}
-		live[r.name] = ls
+		live[r.Name] = ls
 		v.segs = append(v.segs, ls)
-		for kg := max(r.use.Lo, r.kgLo); kg < r.use.Hi && kg <= r.kgHi; kg++ {
+		for kg := max(r.Use.Lo, r.KGLo); kg < r.Use.Hi && kg <= r.KGHi; kg++ {
 			v.covered[kg] = true
 		}
 	}
@@ -295,18 +297,18 @@ func (b *Tiered) buildVersionLocked(m *manifest) *version {
 const maxWrittenMetas = 256
 
 // wrote records the meta of a segment just written (see mu.written).
-func (b *Tiered) wrote(name string, data []byte, info segInfo) {
+func (b *Tiered) wrote(name string, data []byte, info format.SegInfo) {
 	// A copy: the meta's keys and filter alias what it is decoded from, which is the whole
 	// segment here.
-	raw := bytes.Clone(data[info.metaOff : info.metaOff+info.metaLen])
-	m, err := decodeSegMeta(b.root+name, raw, info.metaOff)
+	raw := bytes.Clone(data[info.MetaOff : info.MetaOff+info.MetaLen])
+	m, err := format.DecodeSegMeta(b.root+name, raw, info.MetaOff)
 	if err != nil {
 		return // a read will load and verify it from the pool
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.mu.written == nil || len(b.mu.written) >= maxWrittenMetas {
-		b.mu.written = map[string]*segMeta{}
+		b.mu.written = map[string]*format.SegMeta{}
 	}
 	b.mu.written[name] = m
 }
@@ -479,7 +481,7 @@ func (b *Tiered) maybeEvict() {
 		b.run.bytes -= e.size
 		b.cnt.evictions.Add(1)
 		if e.written {
-			b.run.guard.record(hash64([]byte(e.key)))
+			b.run.guard.record(format.Hash64([]byte(e.key)))
 		}
 	}
 	used := b.run.bytes + b.run.memBytes
@@ -529,15 +531,15 @@ func (b *Tiered) mayBeDurable(k Key) bool {
 	if !v.covered[kg] {
 		return false
 	}
-	b.run.dkey = appendDurableKey(b.run.dkey[:0], kg, b.stateName(k.State), k.Record, k.Entry)
+	b.run.dkey = format.AppendDurableKey(b.run.dkey[:0], kg, b.stateName(k.State), k.Record, k.Entry)
 	dk := b.run.dkey
-	h := hash64(dk)
+	h := format.Hash64(dk)
 	for _, s := range v.segs {
-		if !s.ref.use.Contains(kg) || bytes.Compare(dk, s.ref.minKey) < 0 || bytes.Compare(dk, s.ref.maxKey) > 0 {
+		if !s.ref.Use.Contains(kg) || bytes.Compare(dk, s.ref.MinKey) < 0 || bytes.Compare(dk, s.ref.MaxKey) > 0 {
 			continue
 		}
 		m := s.meta.Load()
-		if m == nil || m.bloom.mayContain(h) {
+		if m == nil || m.Bloom.MayContain(h) {
 			return true
 		}
 	}
@@ -716,8 +718,8 @@ func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 		ent := buf[off+len(k.Record) : len(buf) : len(buf)]
 		out[i] = Fetched{Key: Key{State: k.State, Record: rec, Entry: ent}, gen: stamp}
 		kg := KeyGroupOf(k.Record, b.numKG)
-		dk := appendDurableKey(nil, kg, b.stateName(k.State), k.Record, k.Entry)
-		reqs[i] = fetchReq{idx: i, kg: kg, dk: dk, h: hash64(dk)}
+		dk := format.AppendDurableKey(nil, kg, b.stateName(k.State), k.Record, k.Entry)
+		reqs[i] = fetchReq{idx: i, kg: kg, dk: dk, h: format.Hash64(dk)}
 	}
 	b.cnt.fetchKeys.Add(int64(len(keys)))
 	j := &fetchJob{reqs: reqs, out: out, done: done}
@@ -818,7 +820,7 @@ func (b *Tiered) Fill(results []Fetched) {
 		if _, ok := b.run.hot[string(b.run.scratch)]; ok {
 			continue
 		}
-		if !b.run.guard.allow(r.gen, hash64(b.run.scratch)) {
+		if !b.run.guard.allow(r.gen, format.Hash64(b.run.scratch)) {
 			b.cnt.fillsDenied.Add(1)
 			continue
 		}
@@ -965,9 +967,9 @@ func (b *Tiered) captureDelta(id uint64, spill bool) *snapshot {
 	b.run.dirty = make([]*entry, 0, min(len(s.ents), 1024))
 	b.run.dirtyBytes = 0
 	for name, data := range b.run.opState {
-		s.opState = append(s.opState, namedBlob{name: name, data: data}) // SetOperatorState copies
+		s.opState = append(s.opState, format.NamedBlob{Name: name, Data: data}) // SetOperatorState copies
 	}
-	sort.Slice(s.opState, func(i, j int) bool { return s.opState[i].name < s.opState[j].name })
+	sort.Slice(s.opState, func(i, j int) bool { return s.opState[i].Name < s.opState[j].Name })
 	s.bytes.Store(s.estimate)
 	// The new snapshot builds on the newest one whose outcome the runner has not observed yet:
 	// if that one fails, this one must fail too (its keys were not re-dirtied in time). Once

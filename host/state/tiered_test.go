@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
 var testNames = []string{"count", "sum", "seen"}
@@ -402,12 +404,12 @@ func testCompactionAndGC(t *testing.T) {
 	live := map[string]bool{}
 	for _, o := range mans {
 		data, _ := ms.get(context.Background(), o.name, 0, -1)
-		m, err := decodeManifest(o.name, data)
+		m, err := format.DecodeManifest(o.name, data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, sg := range m.segs {
-			live["operators/g/"+sg.name] = true
+		for _, sg := range m.Segs {
+			live["operators/g/"+sg.Name] = true
 		}
 	}
 	garbage := 0

@@ -1,4 +1,4 @@
-package state
+package format
 
 import (
 	"bytes"
@@ -12,38 +12,38 @@ import (
 //	go test -run '^$' -fuzz FuzzManifestDecode -fuzztime 2m ./host/state/
 
 func sampleSegment(n int) []byte {
-	w := newSegWriter(256, 10)
+	w := NewSegWriter(256, 10)
 	for i := range n {
-		k := appendDurableKey(nil, i%4, "s", []byte(fmt.Sprintf("r%04d", i)), nil)
-		w.add(segEntry{key: k, value: []byte(fmt.Sprint("v", i)), tomb: i%7 == 0})
+		k := AppendDurableKey(nil, i%4, "s", []byte(fmt.Sprintf("r%04d", i)), nil)
+		w.Add(SegEntry{Key: k, Value: []byte(fmt.Sprint("v", i)), Tomb: i%7 == 0})
 	}
-	data, _ := w.finish()
+	data, _ := w.Finish()
 	return data
 }
 
 // decodeWholeSegment decodes every part of a segment as a cold read or compaction would.
 func decodeWholeSegment(data []byte) (n int, err error) {
-	if len(data) < segFooterLen {
+	if len(data) < SegFooterLen {
 		return 0, ErrCorrupt
 	}
-	mo, ml, err := decodeSegFooter("f", data[len(data)-segFooterLen:], int64(len(data)))
+	mo, ml, err := DecodeSegFooter("f", data[len(data)-SegFooterLen:], int64(len(data)))
 	if err != nil {
 		return 0, err
 	}
-	m, err := decodeSegMeta("f", data[mo:mo+ml], mo)
+	m, err := DecodeSegMeta("f", data[mo:mo+ml], mo)
 	if err != nil {
 		return 0, err
 	}
-	for _, bh := range m.blocks {
-		it, err := openBlock("f", bh.off, data[bh.off:bh.off+bh.n])
+	for _, bh := range m.Blocks {
+		it, err := OpenBlock("f", bh.Off, data[bh.Off:bh.Off+bh.N])
 		if err != nil {
 			return n, err
 		}
-		for it.next() {
+		for it.Next() {
 			n++
 		}
-		if it.err != nil {
-			return n, it.err
+		if it.Err != nil {
+			return n, it.Err
 		}
 	}
 	return n, nil
@@ -52,7 +52,7 @@ func decodeWholeSegment(data []byte) (n int, err error) {
 func FuzzSegmentDecode(f *testing.F) {
 	f.Add(sampleSegment(1))
 	f.Add(sampleSegment(50))
-	f.Add([]byte(segMagic))
+	f.Add([]byte(SegMagic))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n, err := decodeWholeSegment(data)
 		if err == nil && n < 0 {
@@ -72,28 +72,28 @@ func FuzzSegmentDecode(f *testing.F) {
 }
 
 func FuzzManifestDecode(f *testing.F) {
-	m := &manifest{checkpoint: 9, parent: 8, numKG: 128, rng: KeyGroupRange{Lo: 0, Hi: 64}, epoch: 3,
-		opState: []namedBlob{{name: "timers", data: []byte("t")}}}
+	m := &Manifest{Checkpoint: 9, Parent: 8, NumKG: 128, Rng: KeyGroupRange{Lo: 0, Hi: 64}, Epoch: 3,
+		OpState: []NamedBlob{{Name: "timers", Data: []byte("t")}}}
 	data := sampleSegment(10)
-	_, info := func() ([]byte, segInfo) {
-		w := newSegWriter(256, 10)
-		w.add(segEntry{key: []byte{0, 1, 1, 's', 1, 'r'}, value: []byte("v")})
-		return w.finish()
+	_, info := func() ([]byte, SegInfo) {
+		w := NewSegWriter(256, 10)
+		w.Add(SegEntry{Key: []byte{0, 1, 1, 's', 1, 'r'}, Value: []byte("v")})
+		return w.Finish()
 	}()
-	info.name = "segments/x.seg"
-	m.segs = append(m.segs, segRef{segInfo: info, use: m.rng})
-	f.Add(encodeManifest(m))
+	info.Name = "segments/x.seg"
+	m.Segs = append(m.Segs, SegRef{SegInfo: info, Use: m.Rng})
+	f.Add(EncodeManifest(m))
 	f.Add(data)
 	f.Fuzz(func(t *testing.T, b []byte) {
-		got, err := decodeManifest("f", b)
+		got, err := DecodeManifest("f", b)
 		if err != nil {
 			return
 		}
-		again, err := decodeManifest("f", encodeManifest(got))
+		again, err := DecodeManifest("f", EncodeManifest(got))
 		if err != nil {
 			t.Fatalf("re-encoded manifest does not decode: %v", err)
 		}
-		if again.checkpoint != got.checkpoint || len(again.segs) != len(got.segs) || len(again.opState) != len(got.opState) {
+		if again.Checkpoint != got.Checkpoint || len(again.Segs) != len(got.Segs) || len(again.OpState) != len(got.OpState) {
 			t.Fatal("manifest round trip changed it")
 		}
 	})

@@ -1,6 +1,6 @@
 //go:build unix
 
-package state
+package objstore
 
 import (
 	"io"
@@ -10,14 +10,14 @@ import (
 	"github.com/clink-wasm/clink-wasm/host/uring"
 )
 
-// uringReader reads segment blocks of the file pool through io_uring (host/uring, experimental).
-// Each read is submitted to the ring and the fetching goroutine waits for its completion; many
-// concurrent fetches share the ring, so their reads batch into few syscalls.
+// uringReader reads the file pool's immutable objects through io_uring (host/uring,
+// experimental). Each read is submitted to the ring and the reading goroutine waits for its
+// completion; many concurrent reads share the ring, so they batch into few syscalls.
 type uringReader struct{ br uring.BlockReader }
 
-// newUringReader returns the io_uring block reader, or an error matching uring.ErrUnavailable
-// when io_uring cannot be used in this process.
-func newUringReader() (blockReader, error) {
+// NewUringReader returns the io_uring block reader for FileOptions.Reader, or an error
+// matching uring.ErrUnavailable when io_uring cannot be used in this process.
+func NewUringReader() (BlockReader, error) {
 	if err := uring.Available(); err != nil {
 		return nil, err
 	}
@@ -28,7 +28,7 @@ func newUringReader() (blockReader, error) {
 	return &uringReader{br: br}, nil
 }
 
-func (u *uringReader) readAt(f *os.File, off, n int64) ([]byte, error) {
+func (u *uringReader) ReadAt(f *os.File, off, n int64) ([]byte, error) {
 	buf := make([]byte, n)
 	type res struct {
 		n   int
@@ -44,4 +44,4 @@ func (u *uringReader) readAt(f *os.File, off, n int64) ([]byte, error) {
 	return buf, nil
 }
 
-func (u *uringReader) close() error { return u.br.Close() }
+func (u *uringReader) Close() error { return u.br.Close() }

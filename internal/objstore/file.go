@@ -1,10 +1,9 @@
-package state
+package objstore
 
 import (
 	"container/list"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,44 +16,63 @@ import (
 	"syscall"
 )
 
-// fileStore is the file:// pool: one file per object under a root directory. Every put is
-// write-temp, fsync, rename (or link, for a create-only put), fsync of the directory, so a
-// crash leaves either the old object or the new one. Conditional replaces are serialised by a
+// FileOptions configures a file pool.
+type FileOptions struct {
+	// Fsync makes every write durable before it returns (file, then directory). Off is only
+	// for tests and benchmarks.
+	Fsync bool
+	// Private creates directories 0700 and files 0600 instead of 0755 and 0644 (the control
+	// plane's catalog holds token hashes and secrets).
+	Private bool
+	// ImmutableSuffix names the objects that are never rewritten in place (host/state's
+	// segments, ".seg"): their reads go through a cache of open files. "" caches nothing.
+	ImmutableSuffix string
+	// MaxOpenFiles bounds that cache. Default 256.
+	MaxOpenFiles int
+	// Reader, when set, serves the ranged reads of immutable objects (NewUringReader). The
+	// pool closes it.
+	Reader BlockReader
+}
+
+// File is the file pool: one file per object under a root directory. Every Put is write-temp,
+// fsync, rename (or link(2), for a create-only Put), fsync of the directory, so a crash leaves
+// either the old object or the new one. Replaces conditional on an ETag are serialised by a
 // process mutex plus flock(2) on <root>/.lock, which also fences other processes on the host.
-type fileStore struct {
-	root  string
-	fsync bool
-	files *fileCache
-	// reader, when set, serves ranged reads of immutable objects (the io_uring path).
-	reader blockReader
-
-	casMu sync.Mutex // serialises ifMatch puts in this process; flock covers other processes
+type File struct {
+	root              string
+	opt               FileOptions
+	dirPerm, filePerm os.FileMode
+	files             *fileCache
+	casMu             sync.Mutex // serialises IfMatch puts in this process; flock covers other processes
 }
 
-// blockReader reads n bytes at off of an open file.
-type blockReader interface {
-	readAt(f *os.File, off, n int64) ([]byte, error)
-	close() error
+// BlockReader reads n bytes at off of an open file (an io_uring ring, for example).
+type BlockReader interface {
+	ReadAt(f *os.File, off, n int64) ([]byte, error)
+	Close() error
 }
 
-func openFileStore(root string, fsync bool, maxOpenFiles int) (*fileStore, error) {
+// OpenFile opens (creating) the file pool rooted at the absolute directory root.
+func OpenFile(root string, o FileOptions) (*File, error) {
 	if root == "" || !filepath.IsAbs(root) {
-		return nil, fmt.Errorf("state: file pool needs an absolute path, got %q", root)
+		return nil, fmt.Errorf("objstore: file pool needs an absolute path, got %q", root)
 	}
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	if o.MaxOpenFiles <= 0 {
+		o.MaxOpenFiles = 256
+	}
+	s := &File{root: root, opt: o, dirPerm: 0o755, filePerm: 0o644, files: newFileCache(o.MaxOpenFiles)}
+	if o.Private {
+		s.dirPerm, s.filePerm = 0o700, 0o600
+	}
+	if err := os.MkdirAll(root, s.dirPerm); err != nil {
 		return nil, &Error{Op: "open", Object: root, Err: err}
 	}
-	return &fileStore{root: root, fsync: fsync, files: newFileCache(maxOpenFiles)}, nil
+	return s, nil
 }
 
-func (s *fileStore) path(name string) (string, error) {
-	if name == "" || strings.HasPrefix(name, "/") || strings.Contains(name, "\\") {
-		return "", fmt.Errorf("state: bad object name %q", name)
-	}
-	for _, part := range strings.Split(name, "/") {
-		if part == "" || part == "." || part == ".." || strings.HasPrefix(part, ".tmp-") {
-			return "", fmt.Errorf("state: bad object name %q", name)
-		}
+func (s *File) path(name string) (string, error) {
+	if err := ValidName(name); err != nil {
+		return "", err
 	}
 	return filepath.Join(s.root, filepath.FromSlash(name)), nil
 }
@@ -67,7 +85,8 @@ func fileErr(op, name string, err error) error {
 	return &Error{Op: op, Object: name, Retryable: true, Err: err}
 }
 
-func (s *fileStore) get(ctx context.Context, name string, off, n int64) ([]byte, error) {
+// Get implements Store.
+func (s *File) Get(ctx context.Context, name string, off, n int64) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -76,7 +95,7 @@ func (s *fileStore) get(ctx context.Context, name string, off, n int64) ([]byte,
 		return nil, err
 	}
 	// Immutable objects (segments) go through the open-file cache; others are opened per read.
-	if strings.HasSuffix(name, segSuffix) {
+	if s.opt.ImmutableSuffix != "" && strings.HasSuffix(name, s.opt.ImmutableSuffix) {
 		h, err := s.files.open(p)
 		if err != nil {
 			return nil, fileErr("get", name, err)
@@ -96,15 +115,15 @@ func (s *fileStore) get(ctx context.Context, name string, off, n int64) ([]byte,
 	return s.readAt(f, st.Size(), name, off, n)
 }
 
-func (s *fileStore) readAt(f *os.File, size int64, name string, off, n int64) ([]byte, error) {
+func (s *File) readAt(f *os.File, size int64, name string, off, n int64) ([]byte, error) {
 	if off < 0 || off > size {
 		return nil, &Error{Op: "get", Object: name, Err: errors.New("range out of bounds")}
 	}
 	if n < 0 || off+n > size {
 		n = size - off
 	}
-	if s.reader != nil {
-		b, err := s.reader.readAt(f, off, n)
+	if s.opt.Reader != nil {
+		b, err := s.opt.Reader.ReadAt(f, off, n)
 		if err != nil {
 			return nil, fileErr("get", name, err)
 		}
@@ -117,12 +136,24 @@ func (s *fileStore) readAt(f *os.File, size int64, name string, off, n int64) ([
 	return b, nil
 }
 
-func etagOf(data []byte) string {
-	h := sha256.Sum256(data)
-	return hex.EncodeToString(h[:16])
+// Read implements Store: the ETag is the hash of the bytes read.
+func (s *File) Read(ctx context.Context, name string) ([]byte, string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, "", err
+	}
+	p, err := s.path(name)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, "", fileErr("get", name, err)
+	}
+	return b, ETagOf(b), nil
 }
 
-func (s *fileStore) put(ctx context.Context, name string, data []byte, c putCond) (string, error) {
+// Put implements Store.
+func (s *File) Put(ctx context.Context, name string, data []byte, c Cond) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
@@ -131,7 +162,7 @@ func (s *fileStore) put(ctx context.Context, name string, data []byte, c putCond
 		return "", err
 	}
 	dir := filepath.Dir(p)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, s.dirPerm); err != nil {
 		return "", fileErr("put", name, err)
 	}
 	tmp, err := s.writeTemp(dir, data)
@@ -140,23 +171,23 @@ func (s *fileStore) put(ctx context.Context, name string, data []byte, c putCond
 	}
 	defer os.Remove(tmp) // no-op once renamed or linked
 	switch {
-	case c.ifAbsent:
+	case c.IfAbsent:
 		// link(2) fails with EEXIST if the name exists: an atomic create-only.
 		if err := os.Link(tmp, p); err != nil {
 			if errors.Is(err, fs.ErrExist) {
-				return "", errPrecondition
+				return "", ErrPrecondition
 			}
 			return "", fileErr("put", name, err)
 		}
-	case c.ifMatch != "":
+	case c.IfMatch != "":
 		unlock, err := s.lock()
 		if err != nil {
 			return "", fileErr("put", name, err)
 		}
 		defer unlock()
 		cur, err := os.ReadFile(p)
-		if err != nil || etagOf(cur) != c.ifMatch {
-			return "", errPrecondition
+		if err != nil || ETagOf(cur) != c.IfMatch {
+			return "", ErrPrecondition
 		}
 		if err := os.Rename(tmp, p); err != nil {
 			return "", fileErr("put", name, err)
@@ -169,19 +200,19 @@ func (s *fileStore) put(ctx context.Context, name string, data []byte, c putCond
 	if err := s.syncDir(dir); err != nil {
 		return "", fileErr("put", name, err)
 	}
-	return etagOf(data), nil
+	return ETagOf(data), nil
 }
 
-func (s *fileStore) writeTemp(dir string, data []byte) (string, error) {
+func (s *File) writeTemp(dir string, data []byte) (string, error) {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	tmp := filepath.Join(dir, ".tmp-"+hex.EncodeToString(rnd[:]))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, s.filePerm)
 	if err != nil {
 		return "", err
 	}
 	_, err = f.Write(data)
-	if err == nil && s.fsync {
+	if err == nil && s.opt.Fsync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -194,8 +225,8 @@ func (s *fileStore) writeTemp(dir string, data []byte) (string, error) {
 	return tmp, nil
 }
 
-func (s *fileStore) syncDir(dir string) error {
-	if !s.fsync {
+func (s *File) syncDir(dir string) error {
+	if !s.opt.Fsync {
 		return nil
 	}
 	d, err := os.Open(dir)
@@ -206,9 +237,9 @@ func (s *fileStore) syncDir(dir string) error {
 	return d.Sync()
 }
 
-func (s *fileStore) lock() (func(), error) {
+func (s *File) lock() (func(), error) {
 	s.casMu.Lock()
-	f, err := os.OpenFile(filepath.Join(s.root, ".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(filepath.Join(s.root, ".lock"), os.O_RDWR|os.O_CREATE, s.filePerm)
 	if err != nil {
 		s.casMu.Unlock()
 		return nil, err
@@ -225,49 +256,58 @@ func (s *fileStore) lock() (func(), error) {
 	}, nil
 }
 
-func (s *fileStore) head(ctx context.Context, name string) (objectInfo, error) {
+// Head implements Store.
+func (s *File) Head(ctx context.Context, name string) (Info, error) {
 	p, err := s.path(name)
 	if err != nil {
-		return objectInfo{}, err
+		return Info{}, err
 	}
 	b, err := os.ReadFile(p)
 	if err != nil {
-		return objectInfo{}, fileErr("head", name, err)
+		return Info{}, fileErr("head", name, err)
 	}
 	st, err := os.Stat(p)
 	if err != nil {
-		return objectInfo{}, fileErr("head", name, err)
+		return Info{}, fileErr("head", name, err)
 	}
-	return objectInfo{name: name, size: int64(len(b)), modTime: st.ModTime(), etag: etagOf(b)}, nil
+	return Info{Name: name, Size: int64(len(b)), ModTime: st.ModTime(), ETag: ETagOf(b)}, nil
 }
 
-func (s *fileStore) list(ctx context.Context, prefix string) ([]objectInfo, error) {
-	// Walk the deepest directory named by the prefix.
-	dirPart := prefix
+// List implements Store. Temporaries and the lock file are not objects and are not listed.
+func (s *File) List(ctx context.Context, prefix string) ([]Info, error) {
+	var out []Info
+	err := s.walk(prefix, func(name string, info fs.FileInfo) {
+		if !strings.HasPrefix(info.Name(), ".") && strings.HasPrefix(name, prefix) {
+			out = append(out, Info{Name: name, Size: info.Size(), ModTime: info.ModTime()})
+		}
+	})
+	if err != nil {
+		return nil, fileErr("list", prefix, err)
+	}
+	return out, nil
+}
+
+// walk calls fn for every regular file in the deepest directory named by prefix, with its name
+// relative to the root. Files removed while it walks are skipped.
+func (s *File) walk(prefix string, fn func(name string, info fs.FileInfo)) error {
+	dirPart := ""
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
 		dirPart = prefix[:i]
-	} else {
-		dirPart = ""
 	}
 	start := filepath.Join(s.root, filepath.FromSlash(dirPart))
-	var out []objectInfo
-	err := filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+	return filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
 			return err
 		}
-		if d.IsDir() || strings.HasPrefix(d.Name(), ".") {
+		if !d.Type().IsRegular() {
 			return nil
 		}
 		rel, err := filepath.Rel(s.root, p)
 		if err != nil {
 			return err
-		}
-		name := filepath.ToSlash(rel)
-		if !strings.HasPrefix(name, prefix) {
-			return nil
 		}
 		info, err := d.Info()
 		if err != nil {
@@ -276,16 +316,35 @@ func (s *fileStore) list(ctx context.Context, prefix string) ([]objectInfo, erro
 			}
 			return err
 		}
-		out = append(out, objectInfo{name: name, size: info.Size(), modTime: info.ModTime()})
+		fn(filepath.ToSlash(rel), info)
 		return nil
 	})
-	if err != nil {
-		return nil, fileErr("list", prefix, err)
-	}
-	return out, nil
 }
 
-func (s *fileStore) del(ctx context.Context, name string) error {
+// Usage returns the bytes and the number of files under the directory prefix names
+// ("state/acme/"), temporaries included: they occupy the disk too. A missing directory is 0.
+func (s *File) Usage(ctx context.Context, prefix string) (bytes, objects int64, err error) {
+	if err := ValidName(strings.TrimSuffix(prefix, "/")); err != nil {
+		return 0, 0, err
+	}
+	dir := strings.TrimSuffix(prefix, "/") + "/"
+	err = s.walk(dir, func(name string, info fs.FileInfo) {
+		if strings.HasPrefix(name, dir) {
+			bytes += info.Size()
+			objects++
+		}
+	})
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return 0, 0, fileErr("usage", prefix, err)
+	}
+	return bytes, objects, nil
+}
+
+// Delete implements Store.
+func (s *File) Delete(ctx context.Context, name string) error {
 	p, err := s.path(name)
 	if err != nil {
 		return err
@@ -297,10 +356,11 @@ func (s *fileStore) del(ctx context.Context, name string) error {
 	return nil
 }
 
-func (s *fileStore) close() error {
+// Close implements Store: it closes the cached files and the block reader.
+func (s *File) Close() error {
 	err := s.files.closeAll()
-	if s.reader != nil {
-		if rerr := s.reader.close(); err == nil {
+	if s.opt.Reader != nil {
+		if rerr := s.opt.Reader.Close(); err == nil {
 			err = rerr
 		}
 	}
