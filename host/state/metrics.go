@@ -8,10 +8,18 @@ import (
 // Metrics is a point-in-time view of a Store or of one backend. Counters are cumulative.
 type Metrics struct {
 	// Hot tier.
-	HotBytes    int64 // bytes held (keys + values + per-entry overhead)
+	// HotBytes is what the hot tier holds, all counted in its budget: entries (keys + values
+	// + per-entry overhead), MemSegmentBytes and IndexBytes.
+	HotBytes    int64
 	HotLimit    int64 // current budget (sum over backends for a Store; 0 = unbounded)
-	HotOverflow int64 // bytes above the limit that only dirty or pinned entries hold
+	HotOverflow int64 // bytes above the limit that only dirty or pinned entries, in-memory segments and indexes hold
 	HotEntries  int64
+	// MemSegmentBytes: encoded segments held in memory until durable (deltas in flight,
+	// readable from there, and the carried ones of failed persists).
+	MemSegmentBytes int64
+	// IndexBytes: the loaded indexes and bloom filters of the live segments (about 2 bytes
+	// per durable key at 16 bits per key, plus a block index).
+	IndexBytes  int64
 	Hits        int64   // Get answered authoritatively (including known-absent keys)
 	Misses      int64   // Get answered cold: the caller must Fetch
 	HitRatio    float64 // Hits / (Hits + Misses); 0 before any Get
@@ -61,6 +69,7 @@ type Metrics struct {
 // any goroutine while the runner and workers write them.
 type backendCounters struct {
 	hotBytes, hotLimit, hotOverflow, hotEntries atomic.Int64
+	memSegBytes, indexBytes                     atomic.Int64
 	hits, misses, evictions, fills, fillsDenied atomic.Int64
 	fetchKeys, fetchFound, fetchBlocks          atomic.Int64
 	metaLoads                                   atomic.Int64
@@ -76,6 +85,7 @@ func (c *backendCounters) snapshot() Metrics {
 	return Metrics{
 		HotBytes: c.hotBytes.Load(), HotLimit: c.hotLimit.Load(), HotOverflow: c.hotOverflow.Load(),
 		HotEntries: c.hotEntries.Load(), Hits: c.hits.Load(), Misses: c.misses.Load(),
+		MemSegmentBytes: c.memSegBytes.Load(), IndexBytes: c.indexBytes.Load(),
 		Evictions: c.evictions.Load(), Fills: c.fills.Load(), FillsDenied: c.fillsDenied.Load(),
 		FetchKeys: c.fetchKeys.Load(), FetchFound: c.fetchFound.Load(), FetchBlocks: c.fetchBlocks.Load(),
 		MetaLoads: c.metaLoads.Load(),
@@ -98,6 +108,8 @@ func (m *Metrics) add(b Metrics, live bool) {
 		m.HotLimit += b.HotLimit
 		m.HotOverflow += b.HotOverflow
 		m.HotEntries += b.HotEntries
+		m.MemSegmentBytes += b.MemSegmentBytes
+		m.IndexBytes += b.IndexBytes
 		m.Segments += b.Segments
 		m.MaxSegments = max(m.MaxSegments, b.MaxSegments)
 		m.CompactionDebt += b.CompactionDebt

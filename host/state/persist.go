@@ -270,7 +270,7 @@ func (b *Tiered) publish(s *snapshot, outs []segOut) {
 		b.mu.mem = append(b.mu.mem, memSeg{ref: o.ref, seq: s.seq, data: o.data})
 	}
 	sortMem(b.mu.mem)
-	b.version.Store(b.buildVersionLocked(b.mu.base))
+	b.setVersionLocked(b.buildVersionLocked(b.mu.base))
 	b.mu.Unlock()
 	close(s.readable)
 	b.events.Add(1)
@@ -423,7 +423,7 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 		// the snapshot done: the version INVARIANT holds for spills as for commits.
 		b.mu.spills = slices.Concat(segs, b.mu.spills)
 		b.dropMemLocked(w)
-		b.version.Store(b.buildVersionLocked(b.mu.base))
+		b.setVersionLocked(b.buildVersionLocked(b.mu.base))
 		b.mu.Unlock()
 		s.bytes.Store(written)
 		b.cnt.spillBytes.Add(written)
@@ -477,7 +477,7 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 		b.mu.compaction = nil
 	}
 	b.dropMemLocked(w)
-	b.version.Store(b.buildVersionLocked(m))
+	b.setVersionLocked(b.buildVersionLocked(m))
 	b.mu.Unlock()
 
 	d := time.Since(w.start)
@@ -1229,6 +1229,7 @@ func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*format.SegMeta, err
 	}
 	s.meta.Store(m)
 	b.cnt.metaLoads.Add(1)
+	b.countIndexes(b.version.Load())
 	return m, nil
 }
 

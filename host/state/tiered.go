@@ -108,7 +108,10 @@ type Tiered struct {
 	// sees a commit (and may evict the committed keys) every later Fetch reads a version that
 	// has them.
 	version atomic.Pointer[version]
-	events  atomic.Uint64 // bumped when a snapshot finishes; the runner polls it
+	// indexBytes is what the loaded metas of the newest version hold (see countIndexes),
+	// counted in the hot budget.
+	indexBytes atomic.Int64
+	events     atomic.Uint64 // bumped when a snapshot finishes; the runner polls it
 
 	// run is runner-owned. INVARIANT: only the runner touches it.
 	run struct {
@@ -242,7 +245,7 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 	}
 	b.mu.Lock()
 	b.mu.base = base
-	b.version.Store(b.buildVersionLocked(base))
+	b.setVersionLocked(b.buildVersionLocked(base))
 	b.mu.Unlock()
 	b.cnt.segments.Store(int64(len(base.Segs)))
 	b.cnt.hotLimit.Store(b.member.limit.Load())
@@ -255,6 +258,30 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 	}
 	return b, nil
 }
+
+// setVersionLocked publishes v as the version cold reads use.
+func (b *Tiered) setVersionLocked(v *version) {
+	b.version.Store(v)
+	b.countIndexes(v)
+}
+
+// countIndexes sets indexBytes from the loaded metas of v, the newest version (a meta that
+// loads later counts it again). A meta holds its encoded bytes (which its keys and filter
+// alias) and a handle per block.
+func (b *Tiered) countIndexes(v *version) {
+	var n int64
+	for _, s := range v.segs {
+		if m := s.meta.Load(); m != nil {
+			n += s.ref.MetaLen + int64(len(m.Blocks))*blockHandleBytes
+		}
+	}
+	if b.version.Load() == v {
+		b.indexBytes.Store(n)
+	}
+}
+
+// blockHandleBytes is what a loaded block handle costs besides its key bytes.
+const blockHandleBytes = 48
 
 // buildVersionLocked makes the version of manifest m, reusing loaded segment metas.
 func (b *Tiered) buildVersionLocked(m *format.Manifest) *version {
@@ -467,7 +494,8 @@ func listSpliceFront(dst, src *entry) {
 func (b *Tiered) maybeEvict() {
 	limit := b.member.limit.Load()
 	head := &b.run.lru
-	for limit > 0 && b.run.bytes+b.run.memBytes > limit && head.prev != head {
+	index := b.indexBytes.Load()
+	for limit > 0 && b.run.bytes+b.run.memBytes+index > limit && head.prev != head {
 		e := head.prev
 		// INVARIANT: only clean entries are in the LRU list.
 		if !b.clean(e) {
@@ -484,7 +512,7 @@ func (b *Tiered) maybeEvict() {
 			b.run.guard.record(format.Hash64([]byte(e.key)))
 		}
 	}
-	used := b.run.bytes + b.run.memBytes
+	used := b.run.bytes + b.run.memBytes + index
 	over := int64(0)
 	if limit > 0 && used > limit {
 		over = used - limit
@@ -494,6 +522,8 @@ func (b *Tiered) maybeEvict() {
 	b.cnt.hotLimit.Store(limit)
 	b.cnt.hotOverflow.Store(over)
 	b.cnt.hotEntries.Store(int64(len(b.run.hot)))
+	b.cnt.memSegBytes.Store(b.run.memBytes)
+	b.cnt.indexBytes.Store(index)
 }
 
 // Get implements Backend.
