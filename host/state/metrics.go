@@ -31,7 +31,10 @@ type Metrics struct {
 	FetchKeys   int64 // keys asked of Fetch
 	FetchFound  int64 // of them, found in the durable tier (the rest cost a read for nothing)
 	FetchBlocks int64 // blocks read for them (one ranged GET each)
-	MetaLoads   int64 // segment indexes and filters read (one ranged GET each)
+	// FetchRetryRounds counts lookup rounds after the first: a round trip more for the keys
+	// whose first candidate block a segment's filter named falsely.
+	FetchRetryRounds int64
+	MetaLoads        int64 // segment indexes and filters read (one ranged GET each)
 
 	// Remote requests to the pool: every GET (ranged block reads, metas, manifests), PUT,
 	// LIST and DELETE, from cold reads, checkpoints, spills, compaction and GC. The pool is
@@ -72,6 +75,7 @@ type backendCounters struct {
 	memSegBytes, indexBytes                     atomic.Int64
 	hits, misses, evictions, fills, fillsDenied atomic.Int64
 	fetchKeys, fetchFound, fetchBlocks          atomic.Int64
+	fetchRounds                                 atomic.Int64
 	metaLoads                                   atomic.Int64
 	segments, compactionDebt, compactions       atomic.Int64
 	corruptions                                 atomic.Int64
@@ -88,8 +92,9 @@ func (c *backendCounters) snapshot() Metrics {
 		MemSegmentBytes: c.memSegBytes.Load(), IndexBytes: c.indexBytes.Load(),
 		Evictions: c.evictions.Load(), Fills: c.fills.Load(), FillsDenied: c.fillsDenied.Load(),
 		FetchKeys: c.fetchKeys.Load(), FetchFound: c.fetchFound.Load(), FetchBlocks: c.fetchBlocks.Load(),
-		MetaLoads: c.metaLoads.Load(),
-		Segments:  c.segments.Load(), MaxSegments: c.segments.Load(),
+		FetchRetryRounds: c.fetchRounds.Load(),
+		MetaLoads:        c.metaLoads.Load(),
+		Segments:         c.segments.Load(), MaxSegments: c.segments.Load(),
 		CompactionDebt: c.compactionDebt.Load(), Compactions: c.compactions.Load(),
 		Corruptions: c.corruptions.Load(), Checkpoints: c.checkpoints.Load(),
 		CheckpointFailures: c.ckptFailures.Load(), CheckpointBytes: c.ckptBytes.Load(),
@@ -126,6 +131,7 @@ func (m *Metrics) add(b Metrics, live bool) {
 	m.FetchKeys += b.FetchKeys
 	m.FetchFound += b.FetchFound
 	m.FetchBlocks += b.FetchBlocks
+	m.FetchRetryRounds += b.FetchRetryRounds
 	m.MetaLoads += b.MetaLoads
 	m.Compactions += b.Compactions
 	m.Corruptions += b.Corruptions
@@ -148,6 +154,7 @@ func (r *backendCounters) add(b *backendCounters, _ bool) {
 	r.fetchKeys.Add(b.fetchKeys.Load())
 	r.fetchFound.Add(b.fetchFound.Load())
 	r.fetchBlocks.Add(b.fetchBlocks.Load())
+	r.fetchRounds.Add(b.fetchRounds.Load())
 	r.metaLoads.Add(b.metaLoads.Load())
 	r.compactions.Add(b.compactions.Load())
 	r.corruptions.Add(b.corruptions.Load())

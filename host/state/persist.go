@@ -951,10 +951,15 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 			if len(w.cands) == 0 {
 				continue // no segment may hold it: absent, out[idx] stays not found
 			}
-			// The first round reads each key's first candidate; a later one, for the few keys a
-			// filter lied to, all their candidates, so that a chain of false positives does not
-			// cost a round trip each.
-			cs := w.cands[:1]
+			// The first round reads each key's first candidate, and the ones before it in
+			// segments still in memory (which cost no request, so a filter that lies about one
+			// costs no round trip); a later one, for the few keys a filter lied to, all their
+			// candidates, so that a chain of false positives does not cost a round trip each.
+			n := 1
+			for n < len(w.cands) && v.segs[w.cands[n-1].seg].mem != nil {
+				n++
+			}
+			cs := w.cands[:n]
 			if round > 0 {
 				cs = w.cands
 			}
@@ -1018,6 +1023,9 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			return err
+		}
+		if round > 0 {
+			b.cnt.fetchRounds.Add(1)
 		}
 		b.cnt.fetchBlocks.Add(int64(len(order)))
 		for i, br := range order {
