@@ -918,8 +918,9 @@ func (b *Tiered) KeyGroups() KeyGroupRange { return b.rng }
 func (b *Tiered) NumKeyGroups() int { return b.numKG }
 
 // Capture implements Backend: it ends the current generation, whose entries (the delta since
-// the last capture) stay pinned until its outcome is observed, and returns a Snapshot whose
-// Persist commits it. O(1): no entry is visited or copied on the runner (see entry).
+// the last capture) stay pinned until its persist has made them readable from its encoded
+// segments, and returns a Snapshot whose Persist commits it. O(1): no entry is visited or
+// copied on the runner (see entry).
 func (b *Tiered) Capture(checkpointID uint64) (Snapshot, error) {
 	return b.capture(checkpointID, false)
 }
