@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
@@ -56,6 +57,7 @@ type entry struct {
 	// INVARIANT: a dirty or pinned entry is never in the LRU list.
 	prev, next *entry
 	linked     bool
+	kbuf       [smallKey]byte // key's bytes when they fit (see newEntry)
 }
 
 // cell is one generation's value of an entry.
@@ -63,9 +65,43 @@ type cell struct {
 	// gen is the generation the value belongs to; 0 for a value filled from the durable tier
 	// (clean from the start).
 	gen   uint64
-	value []byte
-	tomb  bool // deleted, or known absent from the durable tier
+	value []byte // in small when it fits
+	tomb  bool   // deleted, or known absent from the durable tier
 	prev  atomic.Pointer[cell]
+	small [smallValue]byte
+}
+
+// smallValue is the largest value a cell holds inline, and smallKey the largest key an entry
+// does: a hot tier of counters is then one object per key for the GC to mark, not three (the
+// entry, its key and its value), and its writes allocate nothing.
+const (
+	smallValue = 16
+	smallKey   = 24
+)
+
+// set writes v as the cell's value: inline when it fits, else in place when the current
+// buffer is large enough (the caller owns the cell: see entry).
+func (c *cell) set(v []byte) {
+	switch {
+	case len(v) <= smallValue:
+		c.value = append(c.small[:0], v...)
+	case cap(c.value) < len(v) || c.tomb:
+		c.value = append([]byte(nil), v...)
+	default:
+		c.value = append(c.value[:0], v...)
+	}
+}
+
+// newEntry returns an entry for the AppendKey encoding k (copied), without a generation.
+func newEntry(k []byte) *entry {
+	e := &entry{}
+	if len(k) <= smallKey {
+		n := copy(e.kbuf[:], k)
+		e.key = unsafe.String(&e.kbuf[0], n) // e.kbuf is never written again
+	} else {
+		e.key = string(k)
+	}
+	return e
 }
 
 // Tiered is the tiered Backend of one operator subtask: a hot in-memory tier with LRU eviction
@@ -612,11 +648,7 @@ func (b *Tiered) Release(k Key) {
 func (b *Tiered) Put(k Key, value []byte) {
 	b.poll()
 	e, c := b.writeEntry(k)
-	if cap(c.value) < len(value) || c.tomb {
-		c.value = append([]byte(nil), value...)
-	} else {
-		c.value = append(c.value[:0], value...)
-	}
+	c.set(value)
 	c.tomb = false
 	b.account(e, c)
 }
@@ -640,7 +672,8 @@ func (b *Tiered) writeEntry(k Key) (*entry, *cell) {
 	b.run.scratch = AppendKey(b.run.scratch[:0], k)
 	e, ok := b.run.hot[string(b.run.scratch)]
 	if !ok {
-		e = &entry{key: string(b.run.scratch), written: true}
+		e = newEntry(b.run.scratch)
+		e.written = true
 		e.own.gen = gen
 		e.c.Store(&e.own)
 		b.run.hot[e.key] = e
@@ -863,10 +896,10 @@ func (b *Tiered) Fill(results []Fetched) {
 // newFilled installs the hot entry of a fetched result (the key in b.run.scratch), clean and
 // in no list.
 func (b *Tiered) newFilled(r *Fetched) *entry {
-	e := &entry{key: string(b.run.scratch)}
+	e := newEntry(b.run.scratch)
 	e.own.tomb = !r.Found
 	if r.Found {
-		e.own.value = append([]byte(nil), r.Value...)
+		e.own.set(r.Value)
 	}
 	e.c.Store(&e.own)
 	e.size = int64(len(e.key)+len(e.own.value)) + entryOverhead
