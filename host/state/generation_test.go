@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"unsafe"
 )
 
 // TestCaptureGenerations captures several deltas before any persists, rewriting the same keys
@@ -157,4 +158,12 @@ func TestFailedSpillsCarried(t *testing.T) {
 	check(b, "after the checkpoint")
 	rb := operator(t, s, OperatorOptions{Name: "carry", RestoreFrom: 2})
 	check(rb, "restored")
+}
+
+// TestEntrySize: an entry is one 128-byte size class (its key and a counter's value inline);
+// a field added carelessly makes every hot key cost a size class more.
+func TestEntrySize(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n != 128 {
+		t.Fatalf("entry is %d bytes, want 128", n)
+	}
 }
