@@ -126,3 +126,30 @@ func TestRunRetryThenSucceeds(t *testing.T) {
 		t.Fatalf("%d idempotency keys, want one per record (%d)", len(attempts), n)
 	}
 }
+
+// TestRunHostMigration: `run --restore latest` into a module that exports clink_migrate says in
+// its summary that the host migrated the state, and how much; a migration that traps fails the
+// run (exit 1) naming the operator, the state and the key.
+func TestRunHostMigration(t *testing.T) {
+	dir := t.TempDir()
+	st := "file://" + filepath.Join(dir, "state")
+	in1 := writeTemp(t, "in1.jsonl", "{\"u\":\"a\"}\n{\"u\":\"b\"}\n{\"u\":\"a\"}\n")
+	if r := runCLI(t, "", "run", "--module", abiTestdata+"migv1.wasm", "--input", in1, "--key", "u", "--state", st); r.code != 0 {
+		t.Fatalf("v1: exit %d\n%s", r.code, r.stderr)
+	}
+	in2 := writeTemp(t, "in2.jsonl", "{\"u\":\"a\"}\n")
+	r := runCLI(t, "", "run", "--module", abiTestdata+"migv2.wasm", "--input", in2, "--key", "u", "--state", st, "--restore", "latest")
+	if r.code != 0 || r.stdout != "{\"count\":3,\"v\":2}\n" ||
+		!strings.Contains(r.stderr, "state version 1 migrated to 2 through the module's clink_migrate (2 values rewritten, 0 dropped)") {
+		t.Fatalf("v2: exit %d, out %q\n%s", r.code, r.stdout, r.stderr)
+	}
+	st = "file://" + filepath.Join(dir, "state2")
+	in3 := writeTemp(t, "in3.jsonl", "{\"u\":\"poison\"}\n")
+	if r := runCLI(t, "", "run", "--module", abiTestdata+"migv1.wasm", "--input", in3, "--key", "u", "--state", st); r.code != 0 {
+		t.Fatalf("v1: exit %d\n%s", r.code, r.stderr)
+	}
+	r = runCLI(t, "", "run", "--module", abiTestdata+"migv2.wasm", "--input", in3, "--key", "u", "--state", st, "--restore", "latest")
+	if r.code != 1 || !strings.Contains(r.stderr, `operator "migcount": migrating checkpoint`) || !strings.Contains(r.stderr, `state "count" from version 1 to 2 failed at key "poison"`) {
+		t.Fatalf("poison: exit %d\n%s", r.code, r.stderr)
+	}
+}

@@ -220,7 +220,7 @@ func (in *Instance) hostFault(k callKind, err error) error {
 // outputArea serves the output_area import.
 func (in *Instance) outputArea(ptr, n uint32) uint64 {
 	switch in.kind {
-	case callManifest, callKey, callInput:
+	case callManifest, callKey, callInput, callMigrate:
 		return i32result(NotAllowed)
 	}
 	if (ptr != 0 || n != 0) && n < minOutputArea {

@@ -35,12 +35,13 @@ const (
 	callTimer
 	callClose
 	callProcTimer // clink_on_processing_timer: the permissions of callTimer
+	callMigrate   // clink_migrate (migrate.go): the permissions of callKey
 )
 
 var callExport = [...]string{
 	callNone: "", callInit: ExportInitialize, callManifest: ExportManifest, callInput: ExportInput,
 	callKey: ExportKey, callOpen: ExportOpen, callProcess: ExportProcess, callTimer: ExportOnTimer,
-	callClose: ExportClose, callProcTimer: ExportOnProcessingTimer,
+	callClose: ExportClose, callProcTimer: ExportOnProcessingTimer, callMigrate: ExportMigrate,
 }
 
 // instanceCtx is the context every call of an instance runs with: its parent context plus the

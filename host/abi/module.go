@@ -50,6 +50,8 @@ var exportSigs = map[string]sig{
 	ExportKey:               {[]api.ValueType{i32}, []api.ValueType{i64}},
 	ExportManifest:          {nil, []api.ValueType{i64}},
 	ExportInitialize:        {nil, nil},
+	ExportMigrate:           {[]api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i64}},
+	ExportStateVersions:     {nil, []api.ValueType{i64}},
 }
 
 // wasiAllowed is the WASI preview 1 surface the host provides (docs/abi.md, "WASI"): all of
@@ -236,6 +238,7 @@ func (e *Engine) load(ctx context.Context, bin []byte, opts loadConfig) (*Module
 	m.checkImports(rep)
 	m.checkExports(rep)
 	m.readManifest(ctx, rep)
+	m.readStateVersions(ctx, rep) // migrate.go
 	if rep.Manifest != nil && opts.checked {
 		defined := make(map[string]bool, len(opts.endpoints))
 		for _, n := range opts.endpoints {

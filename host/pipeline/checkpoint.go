@@ -148,12 +148,19 @@ type RestoreInfo struct {
 	// (ToVersion), which migrates it (its manifest's migrates_from).
 	Migrated               bool
 	FromVersion, ToVersion int
+	// Migration is set when the host migrated the state through the module's clink_migrate
+	// (docs/abi.md) before the first record, and says what it did.
+	Migration *MigrationStats
 }
 
 // String describes the restore in one line.
 func (r *RestoreInfo) String() string {
 	s := r.describe()
-	if r.Migrated {
+	switch {
+	case r.Migrated && r.Migration != nil:
+		s += fmt.Sprintf("; state version %d migrated to %d through the module's clink_migrate (%d values rewritten, %d dropped)",
+			r.FromVersion, r.ToVersion, r.Migration.Migrated, r.Migration.Deleted)
+	case r.Migrated:
 		s += fmt.Sprintf("; state version %d migrated to %d by the module", r.FromVersion, r.ToVersion)
 	}
 	return s

@@ -59,6 +59,14 @@ type flagForm struct {
 	checkpoints []uint64
 	ckptBytes   int64
 	last        *CheckpointInfo
+	migration   *MigrationStats
+}
+
+// migrated records a host-driven migration of the restored state (migrate.go).
+func (f *flagForm) migrated(st MigrationStats) {
+	f.mu.Lock()
+	f.migration = &st
+	f.mu.Unlock()
 }
 
 func (f *flagForm) describe(pos int64) string { return fmt.Sprintf("input line %d", pos) }
@@ -790,6 +798,9 @@ func Run(ctx context.Context, opts Options) (*Summary, error) {
 
 	hooks.mu.Lock()
 	sum.Scheduler, sum.MaxInFlight, sum.State, sum.Lookups = hooks.sched, hooks.maxInFlight, hooks.stateM, hooks.lookups
+	if hooks.migration != nil && sum.Restored != nil {
+		sum.Restored.Migration = hooks.migration
+	}
 	if opts.StateURL != "" {
 		sum.Checkpoints, sum.CheckpointBytes = slices.Clone(hooks.checkpoints), hooks.ckptBytes
 		if l := hooks.last; l != nil {

@@ -353,7 +353,7 @@ func (j *Job) loop(restore *CheckpointRecord) {
 // away by restarting.
 func restartable(err error) bool {
 	var se *SpecError
-	return !errors.As(err, &se) && !errors.Is(err, ErrStateVersion)
+	return !errors.As(err, &se) && !errors.Is(err, ErrStateVersion) && !errors.Is(err, ErrMigration)
 }
 
 func (j *Job) runAttempt(ctx context.Context, restore *CheckpointRecord) error {

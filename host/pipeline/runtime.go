@@ -284,7 +284,7 @@ func (a *attempt) run(parent context.Context) error {
 			if err := checkCompatible(oc, op, numKG, a.restored); err != nil {
 				return err
 			}
-			if v := op.mod.Manifest.StateVersion; v != oc.StateVersion {
+			if v := op.mod.Manifest.StateVersion; v != oc.StateVersion && !op.mod.HasMigrate() {
 				a.log.Info("restoring an older state version: the module migrates it", "operator", op.spec.Name,
 					"checkpoint", a.restored.ID, "from_version", oc.StateVersion, "to_version", v)
 			}
@@ -321,6 +321,9 @@ func (a *attempt) run(parent context.Context) error {
 			t.backend.Close()
 		}
 	}()
+	if err := a.migrateRestored(ctx); err != nil {
+		return err
+	}
 	for _, sk := range a.spec.Sinks {
 		for i := range sk.Parallelism {
 			var ckpt uint64

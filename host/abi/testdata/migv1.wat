@@ -1,0 +1,38 @@
+;; migv1: state version 1 of a counter whose state migrates (see migv2): state "count" holds
+;; the key's count as 8 bytes little-endian; each record emits {"count":N} with its key.
+;; clink.manifest: {"abi":1,"name":"migcount","states":["count"],"state_version":1}
+(module
+  (import "clink_v1" "get_async" (func $get (param i32 i32 i32 i32 i32) (result i32)))
+  (import "clink_v1" "put" (func $put (param i32 i32 i32 i32 i32) (result i32)))
+  (import "clink_v1" "emit" (func $emit (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 2)
+  (data (i32.const 512) "{\"count\":")
+  (func (export "clink_input") (param $cap i32) (result i32)
+    (if (i32.gt_u (local.get $cap) (i32.const 65536)) (then (return (i32.const 0))))
+    (i32.const 65536))
+  (func $itoa (param $v i64) (param $p i32) (result i32)
+    (local $q i32) (local $n i32) (local $t i64)
+    (local.set $t (local.get $v)) (local.set $n (i32.const 1))
+    (block $d (loop $l
+      (local.set $t (i64.div_u (local.get $t) (i64.const 10)))
+      (br_if $d (i64.eqz (local.get $t)))
+      (local.set $n (i32.add (local.get $n) (i32.const 1)))
+      (br $l)))
+    (local.set $q (i32.add (local.get $p) (local.get $n)))
+    (local.set $p (local.get $q))
+    (loop $w
+      (local.set $p (i32.sub (local.get $p) (i32.const 1)))
+      (i32.store8 (local.get $p) (i32.add (i32.const 48) (i32.wrap_i64 (i64.rem_u (local.get $v) (i64.const 10)))))
+      (local.set $v (i64.div_u (local.get $v) (i64.const 10)))
+      (br_if $w (i64.ne (local.get $v) (i64.const 0))))
+    (local.get $q))
+  (func (export "clink_process") (param $kl i32) (param $vl i32) (param $ts i64) (result i32)
+    (local $end i32)
+    (if (i32.lt_s (call $get (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 1024) (i32.const 8)) (i32.const 0))
+      (then (i64.store (i32.const 1024) (i64.const 0))))
+    (i64.store (i32.const 1024) (i64.add (i64.load (i32.const 1024)) (i64.const 1)))
+    (drop (call $put (i32.const 0) (i32.const 0) (i32.const 0) (i32.const 1024) (i32.const 8)))
+    (local.set $end (call $itoa (i64.load (i32.const 1024)) (i32.const 521)))
+    (i32.store8 (local.get $end) (i32.const 125))
+    (call $emit (i32.const 65536) (local.get $kl) (i32.const 512) (i32.sub (i32.add (local.get $end) (i32.const 1)) (i32.const 512))))
+)
