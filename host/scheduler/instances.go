@@ -21,6 +21,9 @@ func (c *Controller) sizePool() error {
 		return err
 	}
 	c.overhead = instanceOverhead(heapAllocated()-before, int64(s.inst.MemoryBytes()), s.inst.MemoryOnHeap())
+	if c.cfg.instanceOverhead > 0 {
+		c.overhead = c.cfg.instanceOverhead
+	}
 	c.instBytes -= s.cost
 	s.cost = c.footprint(s)
 	c.instBytes += s.cost

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
 )
 
 // syncBuffer is a bytes.Buffer a logger may write to from any goroutine.
@@ -152,11 +154,21 @@ func TestGoGuestOverheadCounted(t *testing.T) {
 // records of one key that both waited must not run side by side once instances free (the
 // second parks behind the first in the gate). Half the reads go cold again (eviction). Every
 // key's count comes out as with an unlimited budget, and each key's outputs count up one by one.
+// It runs in a synctest bubble: the fake tier's fetches complete only once every record that can
+// run has run, so records of more keys than the budget allows are in their calls together and
+// waits happen on any machine (on real time, fast fetches under -race let a run pass with none).
 func TestInstanceBudgetKeyOrder(t *testing.T) {
-	m := loadModule(t, "testdata/accum.wasm")
+	m := loadModule(t, "testdata/accum.wasm") // the engine (and its watchdog) outside the bubble
+	synctest.Test(t, func(t *testing.T) { testInstanceBudgetKeyOrder(t, m) })
+}
+
+func testInstanceBudgetKeyOrder(t *testing.T, m *abi.Module) {
+	// A fixed overhead makes an instance's cost exact (linear memory + overhead): the measured
+	// one counts whatever else allocated during the first instantiation.
+	fixed := optionFunc(func(c *config) { c.instanceOverhead = 64 << 10 })
 	var budget, cost int64 // of the last run
 	run := func(budgetFor func(cost int64) int64) (Snapshot, []out) {
-		probe, err := New(m, newFakeTier(1, 0, 0, 0), &collectSink{})
+		probe, err := New(m, newFakeTier(1, 0, 0, 0), &collectSink{}, fixed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +178,7 @@ func TestInstanceBudgetKeyOrder(t *testing.T) {
 		tier := newFakeTier(3, 100*time.Microsecond, time.Millisecond, 0.5)
 		sink := &collectSink{}
 		budget = budgetFor(probe.nextCost)
-		c, err := New(m, tier, sink, WithMaxInFlight(32), WithInstanceMemoryBudget(budget), WithExecMode(ExecDirect))
+		c, err := New(m, tier, sink, fixed, WithMaxInFlight(32), WithInstanceMemoryBudget(budget), WithExecMode(ExecDirect))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +187,10 @@ func TestInstanceBudgetKeyOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 		tier.pending.Wait()
-		cost = c.nextCost // each controller measures it; under -race it varies between runs
+		if c.nextCost != probe.nextCost {
+			t.Fatalf("an instance cost %d B in the run and %d B in the probe: the fixed overhead did not apply", c.nextCost, probe.nextCost)
+		}
+		cost = c.nextCost
 		return c.Metrics(), sink.outs
 	}
 	small, smallOuts := run(func(cost int64) int64 { return 3*cost + cost/2 })

@@ -39,12 +39,16 @@ type config struct {
 	Order                Order
 	ExecMode             ExecMode
 	NoSpares             bool
-	TimerLimit           int
-	OnBarrier            func(id uint64) error
-	LookupContext        func(ctx context.Context, call LookupCall) context.Context
-	OnRecordFailure      func(RecordFailure) error
-	RecordRetries        int
-	Describe             func(pos int64) string
+
+	// instanceOverhead, when > 0, replaces the overhead measured from the first instantiation's
+	// heap growth (which counts whatever else allocated meanwhile): tests of the budget set it.
+	instanceOverhead int64
+	TimerLimit       int
+	OnBarrier        func(id uint64) error
+	LookupContext    func(ctx context.Context, call LookupCall) context.Context
+	OnRecordFailure  func(RecordFailure) error
+	RecordRetries    int
+	Describe         func(pos int64) string
 }
 
 func defaultConfig() config {
