@@ -500,20 +500,23 @@ func TestCrashSoak(t *testing.T) {
 	}
 }
 
-// refuseMarker makes the cluster refuse the next produce of subtask 0's marker with
-// OUT_OF_ORDER_SEQUENCE_NUMBER, without appending it (what the flake of the crash tests
-// did: see Sink.abortLost). It returns a channel closed when it fired.
-func (j *job) refuseMarker(t testing.TB) <-chan struct{} {
+// refuseProduce makes the cluster refuse the next produce request that writes to partition
+// 0 of topic (of the marker topic if topic is "") with OUT_OF_ORDER_SEQUENCE_NUMBER, without
+// appending it (what the flake of the crash tests did to a marker: see Sink.abortLost). It
+// returns a channel closed when it fired.
+func (j *job) refuseProduce(t testing.TB, topic string) <-chan struct{} {
 	t.Helper()
 	admc, err := kgo.NewClient(kgo.SeedBrokers(j.c.Brokers...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer admc.Close()
-	topic := j.sinkCfg(j.c).markerTopic(Identity{Job: "job", Sink: "out"})
+	if topic == "" {
+		topic = j.sinkCfg(j.c).markerTopic(Identity{Job: "job", Sink: "out"})
+	}
 	md, err := kadm.NewClient(admc).Metadata(context.Background(), topic)
 	if err != nil || md.Topics[topic].Err != nil {
-		t.Fatalf("marker topic: %v %v", err, md.Topics[topic].Err)
+		t.Fatalf("topic %s: %v %v", topic, err, md.Topics[topic].Err)
 	}
 	id := md.Topics[topic].ID
 	fired := make(chan struct{})
@@ -548,39 +551,46 @@ func (j *job) refuseMarker(t testing.TB) <-chan struct{} {
 	return fired
 }
 
-// TestMarkerRefused: the cluster refuses an epoch's marker with OUT_OF_ORDER_SEQUENCE_NUMBER
-// (the flake this handling exists for). PreCommit fails with a retryable
-// ErrTransactionAborted, the epoch's transaction is aborted at once (read_committed
-// consumers are not held up by it and see none of it), and the next run (the runtime's
-// restart) writes the epoch again: the output is exact.
+// TestMarkerRefused: the cluster refuses an epoch's marker (or one of its outputs) with
+// OUT_OF_ORDER_SEQUENCE_NUMBER (the flake this handling exists for). PreCommit (or Write)
+// fails with a retryable ErrTransactionAborted, the epoch's transaction is aborted at once
+// (read_committed consumers are not held up by it and see none of it), and the next run
+// (the runtime's restart) writes the epoch again: the output is exact.
 func TestMarkerRefused(t *testing.T) {
 	for _, sinks := range []int{1, 2} {
-		t.Run(fmt.Sprintf("sinks=%d", sinks), func(t *testing.T) {
-			j := newJob(t, 3, 150, sinks, 40)
-			var fired <-chan struct{}
-			err := j.run(t, nil, 0, func(_ *netFaults, epoch uint64) {
-				if epoch == 2 {
-					fired = j.refuseMarker(t)
+		for _, what := range []string{"marker", "output"} {
+			t.Run(fmt.Sprintf("sinks=%d/%s", sinks, what), func(t *testing.T) {
+				t.Parallel()
+				j := newJob(t, 3, 150, sinks, 40)
+				topic := ""
+				if what == "output" {
+					topic = "out"
 				}
+				var fired <-chan struct{}
+				err := j.run(t, nil, 0, func(_ *netFaults, epoch uint64) {
+					if epoch == 2 {
+						fired = j.refuseProduce(t, topic)
+					}
+				})
+				if !errors.Is(err, ErrTransactionAborted) || !IsRetryable(err) || !errors.Is(err, kerr.OutOfOrderSequenceNumber) {
+					t.Fatalf("run with a refused %s: %v, want a retryable ErrTransactionAborted", what, err)
+				}
+				<-fired
+				if j.st.latest.Epoch != 1 {
+					t.Fatalf("last manifest %d, want 1", j.st.latest.Epoch)
+				}
+				if sinks == 1 {
+					// The only open transaction was the refused one: aborted now, the
+					// output reads to its end with read_committed and holds epoch 1 only.
+					if n := len(readTopic(t, j.c, "out", true)); n != 40 {
+						t.Fatalf("%d committed outputs after the refused epoch, want epoch 1's 40", n)
+					}
+				}
+				if err := j.run(t, nil, 0, nil); err != nil {
+					t.Fatalf("restart: %v", err)
+				}
+				j.verify(t)
 			})
-			if !errors.Is(err, ErrTransactionAborted) || !IsRetryable(err) || !errors.Is(err, kerr.OutOfOrderSequenceNumber) {
-				t.Fatalf("run with a refused marker: %v, want a retryable ErrTransactionAborted", err)
-			}
-			<-fired
-			if j.st.latest.Epoch != 1 {
-				t.Fatalf("last manifest %d, want 1", j.st.latest.Epoch)
-			}
-			if sinks == 1 {
-				// The only open transaction was the refused one: aborted now, the output
-				// reads to its end with read_committed and holds epoch 1 only.
-				if n := len(readTopic(t, j.c, "out", true)); n != 40 {
-					t.Fatalf("%d committed outputs after the refused epoch, want epoch 1's 40", n)
-				}
-			}
-			if err := j.run(t, nil, 0, nil); err != nil {
-				t.Fatalf("restart: %v", err)
-			}
-			j.verify(t)
-		})
+		}
 	}
 }

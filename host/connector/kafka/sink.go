@@ -308,12 +308,11 @@ func (p sinkPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 // by PreCommit.
 func (s *Sink) Write(ctx context.Context, o Output) error {
 	s.mu.Lock()
-	if err := s.mu.err; err != nil {
-		s.mu.Unlock()
-		return err
-	}
-	slot := s.mu.slot
+	slot, err := s.mu.slot, s.mu.err
 	s.mu.Unlock()
+	if err != nil {
+		return s.abortLost(ctx, slot, err)
+	}
 	r := &kgo.Record{Key: o.Key, Value: o.Value}
 	if o.Time != 0 {
 		r.Timestamp = time.UnixMilli(o.Time)
