@@ -70,6 +70,7 @@ type crashPoint struct {
 
 type job struct {
 	kc      *kfake.Cluster
+	trace   *traceLog // with CLINK_KAFKA_TRACE
 	c       Config
 	total   int
 	sinks   int
@@ -81,7 +82,7 @@ type job struct {
 func newJob(t testing.TB, partitions int32, total, sinks, every int) *job {
 	kc, c := newKfake(t, kfake.SeedTopics(partitions, "in"), kfake.SeedTopics(3, "out"))
 	produce(t, c, "in", total)
-	return &job{kc: kc, c: c, total: total, sinks: sinks, every: every,
+	return &job{kc: kc, trace: traceOf(kc), c: c, total: total, sinks: sinks, every: every,
 		st:      &manifestStore{pending: map[uint64]pendingManifest{}, latest: manifest{Counts: map[string]int{}}},
 		sinkCfg: func(c Config) SinkConfig { return SinkConfig{Config: c, Topic: "out"} }}
 }
@@ -265,7 +266,7 @@ func (j *job) runRestarting(t testing.TB, cp *crashPoint, stopAfter uint64, duri
 			return err
 		}
 		t.Logf("restarting from manifest %d after: %v", j.st.latest.Epoch, err)
-		if l, ok := j.c.logger.(*traceLog); ok {
+		if l := j.trace; l != nil {
 			t.Log(l)
 		}
 	}

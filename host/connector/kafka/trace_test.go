@@ -15,11 +15,20 @@ import (
 
 // CLINK_KAFKA_TRACE=1 records, for every test cluster, franz-go's debug log of every client
 // and the producer ID, epoch and sequence of every produced batch as the cluster saw them,
-// and prints the record when the test fails. Off by default: debug logging slows the
-// clients enough to change the timings the tests explore.
-var traceOn = os.Getenv("CLINK_KAFKA_TRACE") != ""
+// and prints the record when the test fails. CLINK_KAFKA_TRACE=kfake records the cluster's
+// side only (cheaper). Off by default: debug logging slows the clients enough to change the
+// timings the tests explore.
+var (
+	traceOn      = os.Getenv("CLINK_KAFKA_TRACE") != ""
+	traceClients = traceOn && os.Getenv("CLINK_KAFKA_TRACE") != "kfake"
+)
 
 const traceKeep = 4000 // lines kept (the last ones)
+
+var (
+	tracesMu sync.Mutex
+	traces   = map[*kfake.Cluster]*traceLog{} // the trace of each live cluster
+)
 
 type traceLog struct {
 	start time.Time
@@ -59,7 +68,9 @@ func trace(t testing.TB, c *kfake.Cluster, cfg *Config) {
 		return
 	}
 	l := &traceLog{start: time.Now()}
-	cfg.logger = l
+	if traceClients {
+		cfg.logger = l
+	}
 	for _, key := range []int16{int16(kmsg.Produce), int16(kmsg.InitProducerID), int16(kmsg.EndTxn), int16(kmsg.AddPartitionsToTxn)} {
 		c.ControlKey(key, func(req kmsg.Request) (kmsg.Response, error, bool) {
 			c.KeepControl()
@@ -85,7 +96,13 @@ func trace(t testing.TB, c *kfake.Cluster, cfg *Config) {
 			return nil, nil, false
 		})
 	}
+	tracesMu.Lock()
+	traces[c] = l
+	tracesMu.Unlock()
 	t.Cleanup(func() {
+		tracesMu.Lock()
+		delete(traces, c)
+		tracesMu.Unlock()
 		if t.Failed() {
 			t.Log(l)
 		}
@@ -97,4 +114,11 @@ func deref(s *string) string {
 		return "<nil>"
 	}
 	return *s
+}
+
+// traceOf returns the trace of cluster c (nil without CLINK_KAFKA_TRACE).
+func traceOf(c *kfake.Cluster) *traceLog {
+	tracesMu.Lock()
+	defer tracesMu.Unlock()
+	return traces[c]
 }
