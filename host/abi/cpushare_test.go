@@ -14,29 +14,45 @@ func TestCPUShareCharge(t *testing.T) {
 	ms := time.Millisecond
 	c := NewCPUShare(1)
 	now := time.Hour
-	if p := c.charge(ms, now); p != 0 {
+	if p, _ := c.charge(ms, now); p != 0 {
 		t.Fatalf("a first charge of 1 ms within the %v credit paused %v", cpuShareBurst, p)
 	}
-	if p := c.charge(3*ms, now); p != 2*ms {
+	if p, _ := c.charge(3*ms, now); p != 2*ms {
 		t.Fatalf("4 ms charged at once with 2 ms of credit: pause %v, want 2ms", p)
 	}
 	// A second guest charging right after is queued behind the first.
-	if p := c.charge(ms, now); p != 3*ms {
+	if p, _ := c.charge(ms, now); p != 3*ms {
 		t.Fatalf("the second guest's pause %v, want 3ms (behind the first)", p)
 	}
 	// After a long idle time only cpuShareBurst of credit remains.
 	now += time.Minute
-	if p := c.charge(cpuShareBurst+ms, now); p != ms {
+	if p, _ := c.charge(cpuShareBurst+ms, now); p != ms {
 		t.Fatalf("after idling: pause %v, want 1ms", p)
 	}
 	// Half a core: every charge costs twice its time.
-	c.SetCores(0.5)
+	c.setCores(0.5, now)
 	now += time.Minute
-	if p := c.charge(2*ms, now); p != 2*ms {
+	if p, _ := c.charge(2*ms, now); p != 2*ms {
 		t.Fatalf("at 0.5 cores: pause %v, want 2ms", p)
 	}
-	c.SetCores(0)
-	if p := c.charge(time.Second, now); p != 0 || c.Cores() != 0 {
+	// A live change applies to what is owed: 4 ms of debt at 0.5 cores (2 ms of guest time)
+	// is owed for 1 ms at 2 cores, and a guest paused at the old rate is woken.
+	now += time.Minute
+	if p, _ := c.charge(cpuShareBurst/2+2*ms, now); p != 4*ms {
+		t.Fatalf("at 0.5 cores: pause %v, want 4ms", p)
+	}
+	_, changed := c.charge(0, now)
+	c.setCores(2, now)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("SetCores did not wake the guests paused at the old rate")
+	}
+	if p, _ := c.charge(0, now); p != ms {
+		t.Fatalf("4 ms owed at 0.5 cores, now at 2 cores: pause %v, want 1ms", p)
+	}
+	c.setCores(0, now)
+	if p, _ := c.charge(time.Second, now); p != 0 || c.Cores() != 0 {
 		t.Fatalf("an unlimited share paused %v", p)
 	}
 }

@@ -77,9 +77,12 @@ type Instance struct {
 	h         Handler
 	limits    *Limits
 
-	fnInput, fnProcess, fnTimer, fnOpen, fnClose, fnKey, fnManifest api.Function
-	fnProcTimer                                                     api.Function
-	stack                                                           []uint64
+	// fnProcess is looked up at instantiation; the other exports when first called (export):
+	// wazero gives every looked-up function its own 10 KiB call stack, and an SDK module
+	// exports seven, of which a record needs one.
+	fnProcess                                                 api.Function
+	fnInput, fnTimer, fnProcTimer, fnClose, fnKey, fnManifest lazyExport
+	stack                                                     []uint64
 
 	inPtr, inCap uint32 // guest-owned input buffer from clink_input
 
@@ -116,7 +119,8 @@ func (m *Module) Instantiate(ctx context.Context, h Handler) (*Instance, error) 
 	}
 	if m.hasOpen {
 		in.begin(callOpen)
-		err := in.fnOpen.CallWithStack(in.ctx, in.stack)
+		// Called once: not kept, so its call stack goes with it.
+		err := in.mod.ExportedFunction(ExportOpen).CallWithStack(in.ctx, in.stack)
 		if err = in.end(err); err != nil {
 			in.discard(ctx)
 			return nil, err
@@ -173,14 +177,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 		in.closeModule(ctx)
 		return nil, &Fault{Operator: m.Manifest.Name, Export: "instantiate", Kind: FaultTrap, Err: errors.New("module has no memory")}
 	}
-	in.fnInput = mod.ExportedFunction(ExportInput)
 	in.fnProcess = mod.ExportedFunction(ExportProcess)
-	in.fnTimer = mod.ExportedFunction(ExportOnTimer)
-	in.fnProcTimer = mod.ExportedFunction(ExportOnProcessingTimer)
-	in.fnOpen = mod.ExportedFunction(ExportOpen)
-	in.fnClose = mod.ExportedFunction(ExportClose)
-	in.fnKey = mod.ExportedFunction(ExportKey)
-	in.fnManifest = mod.ExportedFunction(ExportManifest)
 	if m.hasInitialize {
 		in.begin(callInit)
 		err := mod.ExportedFunction(ExportInitialize).CallWithStack(in.ctx, in.stack)
@@ -191,6 +188,21 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 	}
 	in.kind = callNone
 	return in, nil
+}
+
+// lazyExport is an exported function looked up on first use (Instance.export).
+type lazyExport struct {
+	fn     api.Function // nil: the module does not export it
+	looked bool
+}
+
+// export returns the function f names (nil if the module does not export it), looking it up
+// the first time.
+func (in *Instance) export(f *lazyExport, name string) api.Function {
+	if !f.looked {
+		f.fn, f.looked = in.mod.ExportedFunction(name), true
+	}
+	return f.fn
 }
 
 // Module returns the module the instance was created from.
@@ -262,19 +274,21 @@ func (in *Instance) afterKeyed(k callKind) error {
 
 // OnTimer fires the event-time timer (key, ts) through clink_on_timer.
 func (in *Instance) OnTimer(key []byte, ts int64) error {
-	if in.fnTimer == nil {
+	fn := in.export(&in.fnTimer, ExportOnTimer)
+	if fn == nil {
 		return &Fault{Operator: in.m.Manifest.Name, Export: ExportOnTimer, Kind: FaultTrap, Err: errors.New("a timer fired but the module does not export clink_on_timer")}
 	}
-	return in.fireTimer(in.fnTimer, callTimer, key, ts)
+	return in.fireTimer(fn, callTimer, key, ts)
 }
 
 // OnProcessingTimer fires the processing-time timer (key, ts) through
 // clink_on_processing_timer. The call has the permissions of clink_on_timer.
 func (in *Instance) OnProcessingTimer(key []byte, ts int64) error {
-	if in.fnProcTimer == nil {
+	fn := in.export(&in.fnProcTimer, ExportOnProcessingTimer)
+	if fn == nil {
 		return &Fault{Operator: in.m.Manifest.Name, Export: ExportOnProcessingTimer, Kind: FaultTrap, Err: errors.New("a processing-time timer fired but the module does not export clink_on_processing_timer")}
 	}
-	return in.fireTimer(in.fnProcTimer, callProcTimer, key, ts)
+	return in.fireTimer(fn, callProcTimer, key, ts)
 }
 
 func (in *Instance) fireTimer(fn api.Function, kind callKind, key []byte, ts int64) error {
@@ -308,7 +322,8 @@ var ErrKeyRejected = errors.New("the operator's key function rejected the record
 // Key runs the guest's key function on value. The returned key aliases guest memory and is valid
 // until the next call on the instance.
 func (in *Instance) Key(value []byte) ([]byte, error) {
-	if in.fnKey == nil {
+	fnKey := in.export(&in.fnKey, ExportKey)
+	if fnKey == nil {
 		return nil, errors.New("module does not export clink_key")
 	}
 	if err := in.ensureInput(len(value)); err != nil {
@@ -317,7 +332,7 @@ func (in *Instance) Key(value []byte) ([]byte, error) {
 	in.mem.Write(in.inPtr, value)
 	in.begin(callKey)
 	in.stack[0] = uint64(len(value))
-	err := in.fnKey.CallWithStack(in.ctx, in.stack)
+	err := fnKey.CallWithStack(in.ctx, in.stack)
 	ret := in.stack[0]
 	in.kind = callNone
 	in.hasPending = false
@@ -341,11 +356,12 @@ func (in *Instance) Key(value []byte) ([]byte, error) {
 }
 
 func (in *Instance) manifest() ([]byte, error) {
-	if in.fnManifest == nil {
+	fn := in.export(&in.fnManifest, ExportManifest)
+	if fn == nil {
 		return nil, errNoManifest
 	}
 	in.begin(callManifest)
-	err := in.fnManifest.CallWithStack(in.ctx, in.stack)
+	err := fn.CallWithStack(in.ctx, in.stack)
 	ret := in.stack[0]
 	in.kind = callNone
 	if err != nil {
@@ -366,10 +382,12 @@ func (in *Instance) Close(ctx context.Context) error {
 		return nil
 	}
 	var err error
-	if !in.broken && in.fnClose != nil {
-		in.begin(callClose)
-		if err = in.end(in.fnClose.CallWithStack(in.ctx, in.stack)); err == nil {
-			err = in.drainOutput(callClose)
+	if !in.broken {
+		if fn := in.export(&in.fnClose, ExportClose); fn != nil {
+			in.begin(callClose)
+			if err = in.end(fn.CallWithStack(in.ctx, in.stack)); err == nil {
+				err = in.drainOutput(callClose)
+			}
 		}
 	}
 	in.discard(ctx)
@@ -414,7 +432,7 @@ func (in *Instance) ensureInput(n int) error {
 	}
 	in.begin(callInput)
 	in.stack[0] = uint64(want)
-	err := in.fnInput.CallWithStack(in.ctx, in.stack)
+	err := in.export(&in.fnInput, ExportInput).CallWithStack(in.ctx, in.stack)
 	ptr := uint32(in.stack[0])
 	in.kind = callNone
 	if err != nil {

@@ -417,7 +417,8 @@ func runCase(ctx context.Context, m *abi.Module, keyField string, c *Case, share
 		b.Release()
 		return nil
 	})
-	ctrl, err := scheduler.New(m, mem, sink, scheduler.WithLookup(sl.do),
+	// No spare instances: a table's clink_open and clink_close outputs follow from its input.
+	ctrl, err := scheduler.New(m, mem, sink, scheduler.WithLookup(sl.do), scheduler.WithSpareInstances(false),
 		scheduler.WithDescribe(func(pos int64) string { return fmt.Sprintf("input %d", pos) }))
 	if err != nil {
 		return nil, err

@@ -83,15 +83,37 @@ func (h *plainHandler) Lookup(uint32, []byte) (int, []byte, error) {
 func (h *plainHandler) Log(abi.LogLevel, []byte) {}
 func (h *plainHandler) SetResumeOrder(int64)     {}
 
+// cost is what a benchmark run took: wall-clock time, and the CPU time of the benchmark's
+// thread (see threadCPU). CPU time does not count the time the OS ran other processes, so the
+// ratios of CPU times hold better than wall-clock ratios on a loaded machine.
+type cost struct{ wall, cpu time.Duration }
+
+type span struct {
+	wall time.Time
+	cpu  time.Duration
+}
+
+func startSpan() span { return span{time.Now(), threadCPU()} }
+
+func (s span) end() cost { return cost{time.Since(s.wall), threadCPU() - s.cpu} }
+
+// onThread runs f with the calling goroutine locked to its OS thread, so that threadCPU
+// measures it.
+func onThread(f func()) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f()
+}
+
 // runPlain processes records on one instance in a plain loop and returns the time taken.
 // With setup, the time runs from instantiation to close, as runController measures a
 // controller's Run; without, it covers the records only (per-record cost).
-func runPlain(b *testing.B, m *abi.Module, els []Element) time.Duration {
+func runPlain(b *testing.B, m *abi.Module, els []Element) cost {
 	return runPlainSetup(b, m, els, false)
 }
 
-func runPlainSetup(b *testing.B, m *abi.Module, els []Element, setup bool) time.Duration {
-	start := time.Now()
+func runPlainSetup(b *testing.B, m *abi.Module, els []Element, setup bool) cost {
+	start := startSpan()
 	h := &plainHandler{backend: state.NewMemory(), out: newOutBuffer(&discardSink{})}
 	in, err := m.Instantiate(context.Background(), h)
 	if err != nil {
@@ -99,7 +121,7 @@ func runPlainSetup(b *testing.B, m *abi.Module, els []Element, setup bool) time.
 	}
 	defer in.Close(context.Background())
 	if !setup {
-		start = time.Now()
+		start = startSpan()
 	}
 	for i := range els {
 		h.key, h.pos, h.ts = els[i].Key, els[i].Pos, els[i].TS
@@ -113,18 +135,18 @@ func runPlainSetup(b *testing.B, m *abi.Module, els []Element, setup bool) time.
 			b.Fatal(err)
 		}
 	}
-	return time.Since(start)
+	return start.end()
 }
 
 // runNative is the counter example written as plain Go against the same backend and output
 // path, with the same JSON escaping as the SDKs (jsonx): the baseline for "what does running
 // it as Wasm cost".
-func runNative(els []Element) time.Duration {
+func runNative(els []Element) cost {
 	be := state.NewMemory()
 	out := newOutBuffer(&discardSink{}) // the engine's output path, as the guests use it
 	var js []byte
 	var num [8]byte
-	start := time.Now()
+	start := startSpan()
 	for i := range els {
 		k := state.Key{Record: els[i].Key}
 		var n int64
@@ -142,7 +164,7 @@ func runNative(els []Element) time.Duration {
 		out.emit(els[i].Key, js, els[i].TS, Source{Pos: els[i].Pos, Key: els[i].Key, TS: els[i].TS})
 	}
 	out.flush()
-	return time.Since(start)
+	return start.end()
 }
 
 func leU64(b []byte) uint64 {
@@ -164,28 +186,37 @@ func BenchmarkCounterNativeVsWasm(b *testing.B) {
 	gom := loadModule(b, counterGo)
 	els := benchRecords(50_000, 10_000)
 	for b.Loop() {
-		var nat, asT, goT []float64
-		for r := range 11 {
-			// Alternate the order each round; a noisy neighbour then hits every variant alike,
-			// and the median of per-round ratios is what we report.
-			runs := []func(){
-				func() { nat = append(nat, perRec(runNative(els), len(els))) },
-				func() { asT = append(asT, perRec(runPlain(b, as, els), len(els))) },
-				func() { goT = append(goT, perRec(runPlain(b, gom, els), len(els))) },
-			}
-			if r%2 == 1 {
-				slices.Reverse(runs)
-			}
-			for _, f := range runs {
-				f()
-			}
+		var nat, asT, goT, natC, asC, goC []float64
+		add := func(wall, cpu *[]float64, c cost) {
+			*wall, *cpu = append(*wall, perRec(c.wall, len(els))), append(*cpu, perRec(c.cpu, len(els)))
 		}
+		onThread(func() {
+			for r := range 11 {
+				// Alternate the order each round; a noisy neighbour then hits every variant
+				// alike, and the median of per-round ratios is what we report.
+				runs := []func(){
+					func() { add(&nat, &natC, runNative(els)) },
+					func() { add(&asT, &asC, runPlain(b, as, els)) },
+					func() { add(&goT, &goC, runPlain(b, gom, els)) },
+				}
+				if r%2 == 1 {
+					slices.Reverse(runs)
+				}
+				for _, f := range runs {
+					f()
+				}
+			}
+		})
 		b.ReportMetric(median(nat), "native-ns/rec")
 		b.ReportMetric(median(asT), "as-ns/rec")
 		b.ReportMetric(median(goT), "go-ns/rec")
 		b.ReportMetric(median(asT)-median(nat), "as-host-overhead-ns/rec")
 		b.ReportMetric(medianRatio(nat, asT), "as/native-throughput")
 		b.ReportMetric(medianRatio(nat, goT), "go/native-throughput")
+		// The same ratios in the thread's CPU time (time the OS gave other processes is not
+		// counted): what holds on a loaded machine.
+		b.ReportMetric(medianRatio(natC, asC), "as/native-cpu")
+		b.ReportMetric(medianRatio(natC, goC), "go/native-cpu")
 	}
 }
 
@@ -240,24 +271,33 @@ func runController(b *testing.B, m *abi.Module, be state.Backend, els []Element,
 func BenchmarkHotPath(b *testing.B) {
 	m := loadModule(b, counterAS)
 	els := benchRecords(50_000, 10_000)
-	ctrl := func() time.Duration {
+	ctrl := func() cost {
+		// Run's runner is this goroutine while no call suspends (every read hits), so the
+		// thread's CPU time is the controller's.
+		cpu0 := threadCPU()
 		d, _ := runController(b, m, state.NewMemory(), els)
-		return d
+		return cost{d, threadCPU() - cpu0}
 	}
 	for b.Loop() {
-		var plain, async []float64
-		for r := range 15 {
-			if r%2 == 0 {
-				plain = append(plain, perRec(runPlainSetup(b, m, els, true), len(els)))
-				async = append(async, perRec(ctrl(), len(els)))
-			} else {
-				async = append(async, perRec(ctrl(), len(els)))
-				plain = append(plain, perRec(runPlainSetup(b, m, els, true), len(els)))
-			}
+		var plain, async, plainC, asyncC []float64
+		add := func(wall, cpu *[]float64, c cost) {
+			*wall, *cpu = append(*wall, perRec(c.wall, len(els))), append(*cpu, perRec(c.cpu, len(els)))
 		}
+		onThread(func() {
+			for r := range 15 {
+				if r%2 == 0 {
+					add(&plain, &plainC, runPlainSetup(b, m, els, true))
+					add(&async, &asyncC, ctrl())
+				} else {
+					add(&async, &asyncC, ctrl())
+					add(&plain, &plainC, runPlainSetup(b, m, els, true))
+				}
+			}
+		})
 		b.ReportMetric(median(plain), "sync-ns/rec")
 		b.ReportMetric(median(async), "async-ns/rec")
 		b.ReportMetric(medianRatio(async, plain), "async/sync-cost")
+		b.ReportMetric(medianRatio(asyncC, plainC), "async/sync-cpu")
 	}
 }
 

@@ -20,7 +20,9 @@ type completions struct {
 
 type completion struct {
 	batch *readBatch
-	task  *task // a finished lookup
+	task  *task        // a finished lookup
+	spare *spareResult // a spare instance (spares.go)
+	run   func()       // a call a spare's setup needs made on the runner (not outstanding)
 	at    time.Time
 }
 
@@ -50,7 +52,15 @@ func (q *completions) take(dst []completion) []completion {
 
 // complete installs a completion on the runner and queues its tasks for resumption.
 func (c *Controller) complete(cp completion) {
+	if cp.run != nil {
+		cp.run()
+		return
+	}
 	c.outstanding--
+	if cp.spare != nil {
+		c.adoptSpare(cp.spare)
+		return
+	}
 	if b := cp.batch; b != nil {
 		if b.err != nil {
 			c.fail(fmt.Errorf("state backend: %w", b.err))

@@ -193,8 +193,14 @@ type Controller struct {
 	overhead  int64   // wazero's per-instance cost beyond linear memory (sizePool)
 	nextCost  int64   // what one more instance is expected to cost
 	slotWait  []*task // tasks waiting, without an instance, for one to free
-	holder    state.Holder
-	holdBuf   []bool
+	// Spare instances (spares.go): requested and not yet arrived, the budget they reserve, the
+	// size of the last batch, and whether spares are off for the run.
+	spareOut   int
+	spareBytes int64
+	spareBatch int
+	noSpares   bool
+	holder     state.Holder
+	holdBuf    []bool
 
 	epochs    []*epoch // oldest unreleased first; the last is open
 	watermark int64    // last watermark forwarded
@@ -407,7 +413,7 @@ func (c *Controller) loop(self *carrier) {
 			c.flushReads()
 			continue
 		}
-		if c.inputDone && c.admitted == 0 && len(c.epochs) == 1 && c.barrier == nil {
+		if c.inputDone && c.admitted == 0 && len(c.epochs) == 1 && c.barrier == nil && c.spareOut == 0 {
 			c.shutdown()
 			return
 		}

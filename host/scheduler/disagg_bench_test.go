@@ -243,9 +243,9 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 	if reqs := after.RemoteGets + after.RemotePuts - before.RemoteGets - before.RemotePuts; srv > 0 && reqs > 0 {
 		r.serverCPUPerGet = float64(srv.Microseconds()) / float64(reqs)
 	}
-	r.detail = fmt.Sprintf("GETs %d (%d blocks; %d metas), PUTs %d (mean %v); fetched keys %d, found %d; %d segments, %d compactions; runner backpressure %v, wall %v",
-		gets, bm.FetchBlocks, bm.MetaLoads, after.RemotePuts-before.RemotePuts, after.RemotePutLatency.Round(time.Millisecond),
-		bm.FetchKeys, bm.FetchFound, bm.Segments, bm.Compactions, bm.Backpressure.Round(time.Millisecond), d.Round(time.Millisecond))
+	r.detail = fmt.Sprintf("GETs %d (%d blocks; %d metas; %d retry rounds), PUTs %d (mean %v); fetched keys %d, found %d; %d segments, %d compactions; runner backpressure %v, wall %v; index %d B, in-memory segments %d B",
+		gets, bm.FetchBlocks, bm.MetaLoads, bm.FetchRetryRounds, after.RemotePuts-before.RemotePuts, after.RemotePutLatency.Round(time.Millisecond),
+		bm.FetchKeys, bm.FetchFound, bm.Segments, bm.Compactions, bm.Backpressure.Round(time.Millisecond), d.Round(time.Millisecond), bm.IndexBytes, bm.MemSegmentBytes)
 	if bm.FetchKeys > 0 && gets > 0 {
 		r.keysPerGet = float64(bm.FetchKeys) / float64(gets)
 	}

@@ -40,7 +40,7 @@ func (c *Controller) sizePool() error {
 // instance budget allows another.
 func (c *Controller) slotFree() bool {
 	return len(c.pool) > 0 || c.instances == 0 || c.nextCost == 0 ||
-		c.instBytes+c.nextCost <= c.cfg.InstanceMemoryBudget
+		c.instBytes+c.spareBytes+c.nextCost <= c.cfg.InstanceMemoryBudget
 }
 
 // minInstanceOverhead is the least an instance is assumed to cost beyond its linear memory.
@@ -82,6 +82,10 @@ func (c *Controller) waitForSlot(t *task) {
 		c.hold(t, state.Key{State: state.StateID(id), Record: t.key})
 	}
 	t.slotWaited, t.async = true, true
+	// The key is busy while t waits: a later record of the key parks behind t in the gate.
+	// (Waiting in slotWait behind t is not enough: t may take an instance and suspend, and the
+	// later record would then take the next free instance and run beside it.)
+	c.markKeyBusy(t)
 	if c.metrics.InstanceWaits.Add(1) == 1 {
 		c.log.LogAttrs(c.ctx, slog.LevelInfo, "instance budget reached: records wait for an instance",
 			slog.Int("instances", c.instances), slog.Int64("instance_bytes", c.instBytes),
@@ -137,7 +141,11 @@ func (c *Controller) acquireSlot() (*slot, error) {
 		c.pool = c.pool[:n-1]
 		return s, nil
 	}
-	return c.newSlot()
+	s, err := c.newSlot()
+	if err == nil {
+		c.wantSpares() // demand outgrew the pool: make the next few off the runner
+	}
+	return s, err
 }
 
 // releaseSlot returns an instance to the pool, or discards it after a fault.

@@ -147,3 +147,50 @@ func TestGoGuestOverheadCounted(t *testing.T) {
 	}
 	t.Logf("Go guest: linear memory %d KiB, overhead %d KiB", mem>>10, c.overhead>>10)
 }
+
+// TestInstanceBudgetKeyOrder: with a budget of a few instances, records wait for one; two
+// records of one key that both waited must not run side by side once instances free (the
+// second parks behind the first in the gate). Half the reads go cold again (eviction). Every
+// key's count comes out as with an unlimited budget, and each key's outputs count up one by one.
+func TestInstanceBudgetKeyOrder(t *testing.T) {
+	m := loadModule(t, "testdata/accum.wasm")
+	var budget, cost int64 // of the last run
+	run := func(budgetFor func(cost int64) int64) (Snapshot, []out) {
+		probe, err := New(m, newFakeTier(1, 0, 0, 0), &collectSink{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := probe.Run(context.Background(), feed(nil, 1)); err != nil {
+			t.Fatal(err)
+		}
+		tier := newFakeTier(3, 100*time.Microsecond, time.Millisecond, 0.5)
+		sink := &collectSink{}
+		budget = budgetFor(probe.nextCost)
+		c, err := New(m, tier, sink, WithMaxInFlight(32), WithInstanceMemoryBudget(budget), WithExecMode(ExecDirect))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := genWorkload(rand.New(rand.NewPCG(9, 9)), 600, 8)
+		if err := c.Run(context.Background(), feed(w.elems, 16)); err != nil {
+			t.Fatal(err)
+		}
+		tier.pending.Wait()
+		cost = c.nextCost // each controller measures it; under -race it varies between runs
+		return c.Metrics(), sink.outs
+	}
+	small, smallOuts := run(func(cost int64) int64 { return 3*cost + cost/2 })
+	if allowed := max(budget/cost, 1); small.PeakInstances > allowed || small.PeakInstances < min(allowed, 2) || small.InstanceWaits == 0 {
+		t.Errorf("budget of %d B at %d B per instance: peak %d, %d waits", budget, cost, small.PeakInstances, small.InstanceWaits)
+	}
+	for _, o := range smallOuts {
+		// accum emits [i, n]: the record's per-key index and the count it read; equal when
+		// every record of the key ran after the one before it.
+		if o.kind == OutputData && len(o.value) == 16 && string(o.value[:8]) != string(o.value[8:]) {
+			t.Fatalf("key %s: record %x read count %x (records of one key ran side by side)", o.key, o.value[:8], o.value[8:])
+		}
+	}
+	_, largeOuts := run(func(int64) int64 { return 1 << 30 })
+	if got, want := perKeyLast(smallOuts), perKeyLast(largeOuts); len(got) == 0 || !equalMaps(got, want) {
+		t.Errorf("per-key results differ from an unlimited budget: %v vs %v", got, want)
+	}
+}

@@ -17,6 +17,7 @@ type metrics struct {
 	Suspended     atomic.Int64 // tasks suspended in an async import, gauge
 	Instances     atomic.Int64 // live instances, gauge
 	PeakInstances atomic.Int64 // most instances alive at once
+	Spares        atomic.Int64 // instances made off the runner (spares.go)
 	InstanceWaits atomic.Int64 // tasks that waited, without an instance, for one to free (the instance budget)
 
 	Suspensions    atomic.Int64 // total suspensions
@@ -53,6 +54,7 @@ type Snapshot struct {
 	Records, Timers                          int64
 	InFlight, Parked, Suspended, Instances   int64
 	PeakInstances, InstanceWaits             int64
+	Spares                                   int64 // instances made off the runner
 	Suspensions, StateHits, StateMisses      int64
 	PrefetchWaits, CoroutineCalls            int64
 	Lookups                                  int64
@@ -73,7 +75,7 @@ func (m *metrics) snapshot() Snapshot {
 	s := Snapshot{
 		Records: m.Records.Load(), Timers: m.Timers.Load(),
 		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), Suspended: m.Suspended.Load(),
-		Instances: m.Instances.Load(), PeakInstances: m.PeakInstances.Load(), InstanceWaits: m.InstanceWaits.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
+		Instances: m.Instances.Load(), PeakInstances: m.PeakInstances.Load(), InstanceWaits: m.InstanceWaits.Load(), Spares: m.Spares.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
 		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(), RecordFailures: m.RecordFailures.Load(), RecordRetries: m.RecordRetries.Load(),
 		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
 		ReadBatches: m.ReadBatches.Load(), ReadBatchKeys: m.ReadBatchKeys.Load(), MaxReadBatch: m.MaxReadBatch.Load(),

@@ -38,6 +38,7 @@ type config struct {
 	ResumeOrder          ResumeOrder
 	Order                Order
 	ExecMode             ExecMode
+	NoSpares             bool
 	TimerLimit           int
 	OnBarrier            func(id uint64) error
 	LookupContext        func(ctx context.Context, call LookupCall) context.Context
@@ -142,6 +143,14 @@ func WithOrder(o Order) Option { return optionFunc(func(c *config) { c.Order = o
 
 // WithExecMode chooses between direct and coroutine guest calls (default ExecAuto).
 func WithExecMode(m ExecMode) Option { return optionFunc(func(c *config) { c.ExecMode = m }) }
+
+// WithSpareInstances turns spare instances on (the default) or off. With them, when the pool
+// runs dry the controller instantiates a few instances ahead of demand, off the runner
+// (spares.go); each runs _initialize and clink_open when made, and clink_close at the end, even
+// if no record reaches it. Off: instances are made only when a record needs one, on the runner,
+// so how many there are (and how many clink_open and clink_close calls run) follows from the
+// input and its timing alone (what a deterministic test run wants).
+func WithSpareInstances(on bool) Option { return optionFunc(func(c *config) { c.NoSpares = !on }) }
 
 // WithTimerLimit bounds timers per key (default 65536).
 func WithTimerLimit(n int) Option { return optionFunc(func(c *config) { c.TimerLimit = n }) }

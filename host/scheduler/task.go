@@ -95,6 +95,9 @@ type slot struct {
 	co   coState // the slot's coroutine, created on first use (coro.go)
 	cost int64   // its footprint as last accounted (Controller.footprint)
 	mem  uint64  // its linear memory's size when cost was computed
+	// setup: a spare being instantiated off the runner (spares.go); its handler calls that
+	// need the runner are forwarded to it.
+	setup bool
 }
 
 var _ abi.Handler = (*slot)(nil)
@@ -155,6 +158,9 @@ func (s *slot) Delete(stateID uint32, entry []byte) error {
 
 // Emit implements abi.Handler.
 func (s *slot) Emit(key, value []byte) error {
+	if s.setup {
+		return abi.NotAllowed // host/abi refuses emits during setup already
+	}
 	var src Source
 	ts := s.c.watermark // clink_close: the last watermark (docs/abi.md, emit)
 	if t := s.t; t != nil {
@@ -210,6 +216,11 @@ func (s *slot) DeleteProcessingTimer(ts int64) error {
 
 // Watermark implements abi.Handler.
 func (s *slot) Watermark() int64 {
+	if s.setup {
+		var wm int64
+		s.onRunner(func() { wm = s.c.watermark })
+		return wm
+	}
 	if s.t == nil {
 		return s.c.watermark
 	}
@@ -220,6 +231,9 @@ func (s *slot) Watermark() int64 {
 func (s *slot) Lookup(endpoint uint32, req []byte) (int, []byte, error) {
 	if s.c.cfg.Lookup == nil {
 		return 0, nil, abi.LookupUnavailable
+	}
+	if s.setup {
+		return s.setupLookup(endpoint, req)
 	}
 	t := s.t
 	if t == nil {
@@ -232,6 +246,10 @@ func (s *slot) Lookup(endpoint uint32, req []byte) (int, []byte, error) {
 
 // Log implements abi.Handler.
 func (s *slot) Log(level abi.LogLevel, msg []byte) {
+	if s.setup && s.c.cfg.Log != nil {
+		s.onRunner(func() { s.c.cfg.Log(s.c.name, level, msg, nil) })
+		return
+	}
 	if s.c.cfg.Log != nil {
 		var src *Source
 		if t := s.t; t != nil {

@@ -9,7 +9,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
+	rtmetrics "runtime/metrics"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +26,7 @@ type benchServer struct {
 	h   http.Handler
 }
 
-func newBenchServer(b *testing.B) *benchServer {
+func newBenchServer(b *testing.B, opts ...func(*Config)) *benchServer {
 	dir := b.TempDir()
 	ctx := context.Background()
 	st, err := control.OpenFileStore(dir)
@@ -34,7 +37,11 @@ func newBenchServer(b *testing.B) *benchServer {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv, _, err := New(ctx, ctl, Config{AdminToken: testAdmin, DataURL: dir, Logger: slog.New(slog.DiscardHandler)})
+	cfg := Config{AdminToken: testAdmin, DataURL: dir, Logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, _, err := New(ctx, ctl, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -94,9 +101,9 @@ func (s *benchServer) sinkRecords(id string) int64 {
 	return n
 }
 
-// phase drives tenant b's pipeline closed-loop for d: post a batch, wait until its sink has
-// all of it, again. It returns records per second and the median batch latency (post to sink).
-func (s *benchServer) phase(tok, id string, batch []byte, perBatch int, d time.Duration) (float64, time.Duration) {
+// segment drives tenant b's pipeline closed-loop for d: post a batch, wait until its sink has
+// all of it, again. It returns the records, the time taken and each batch's latency.
+func (s *benchServer) segment(tok, id string, batch []byte, perBatch int, d time.Duration) (int, time.Duration, []time.Duration) {
 	base := "/api/v1/pipelines/" + id + "/records"
 	want := s.sinkRecords(id)
 	var lats []time.Duration
@@ -110,22 +117,143 @@ func (s *benchServer) phase(tok, id string, batch []byte, perBatch int, d time.D
 		}
 		lats = append(lats, time.Since(t0))
 	}
-	el := time.Since(start)
-	slices.Sort(lats)
-	return float64(len(lats)*perBatch) / el.Seconds(), lats[len(lats)/2]
+	return len(lats) * perBatch, time.Since(start), lats
+}
+
+// usage is what the process and tenant a's guests used during a phase: process CPU (user +
+// system, all goroutines, from getrusage), a's guest time (its CPU share's charge) and the
+// number of GC cycles, to tell where b's time went.
+type usage struct {
+	cpu, guestA time.Duration
+	gcs         uint32
+	wall        time.Duration
+	sched       []uint64 // the Go scheduler's latency histogram (runnable → running), cumulative
+	capacity    float64  // the host capacity the shares are scaled by (capacity.go), summed over samples
+	samples     int
+}
+
+var schedBuckets []float64 // the bounds of the /sched/latencies:seconds histogram
+
+func schedLatencies() []uint64 {
+	m := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}
+	rtmetrics.Read(m)
+	h := m[0].Value.Float64Histogram()
+	schedBuckets = h.Buckets
+	return slices.Clone(h.Counts)
+}
+
+// schedP99 is the 99th percentile of the scheduling latencies in counts (a histogram delta).
+func schedP99(counts []uint64) float64 {
+	var total uint64
+	for _, c := range counts {
+		total += c
+	}
+	var run uint64
+	for i, c := range counts {
+		run += c
+		if total > 0 && float64(run) >= 0.99*float64(total) {
+			return schedBuckets[i+1]
+		}
+	}
+	return 0
+}
+
+func (s *benchServer) sample(tenant string) usage {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	var ms goruntime.MemStats
+	goruntime.ReadMemStats(&ms)
+	u := usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), gcs: ms.NumGC, wall: time.Since(benchEpoch), sched: schedLatencies()}
+	s.srv.rt.mu.Lock()
+	if sh := s.srv.rt.shares[tenant]; sh != nil {
+		u.guestA = sh.Used()
+	}
+	u.capacity, u.samples = s.srv.rt.capacity, 1
+	s.srv.rt.mu.Unlock()
+	return u
+}
+
+var benchEpoch = time.Now()
+
+// report adds a phase's usage (from u0 to u1) as metrics named after the phase.
+func report(b *testing.B, phase string, u0, u1 usage) {
+	wall := (u1.wall - u0.wall).Seconds()
+	b.ReportMetric((u1.cpu-u0.cpu).Seconds()/wall, phase+"-proc-cores")
+	b.ReportMetric((u1.guestA-u0.guestA).Seconds()/wall, phase+"-a-guest-cores")
+	b.ReportMetric(float64(u1.gcs-u0.gcs)/wall, phase+"-gc/s")
+	if u1.sched != nil {
+		b.ReportMetric(schedP99(u1.sched)*1e6, phase+"-sched-p99-µs")
+	}
+	if u1.samples > 0 {
+		b.ReportMetric(u1.capacity/float64(u1.samples), phase+"-capacity")
+	}
+}
+
+// segments accumulates the closed-loop segments of one state of tenant a.
+type segments struct {
+	recs int
+	el   time.Duration
+	lats []time.Duration
+	u    [2]usage // summed: the usage over the segments (u[1]-u[0])
+}
+
+func (g *segments) add(recs int, el time.Duration, lats []time.Duration, u0, u1 usage) {
+	g.recs += recs
+	g.el += el
+	g.lats = append(g.lats, lats...)
+	g.u[1].cpu += u1.cpu - u0.cpu
+	g.u[1].guestA += u1.guestA - u0.guestA
+	g.u[1].gcs += u1.gcs - u0.gcs
+	g.u[1].wall += u1.wall - u0.wall
+	g.u[1].capacity += u1.capacity // at each segment's end
+	g.u[1].samples++
+	if g.u[1].sched == nil {
+		g.u[1].sched = make([]uint64, len(u1.sched))
+	}
+	for i := range u1.sched {
+		g.u[1].sched[i] += u1.sched[i] - u0.sched[i]
+	}
+}
+
+func (g *segments) thr() float64 { return float64(g.recs) / g.el.Seconds() }
+
+func (g *segments) p50() time.Duration {
+	slices.Sort(g.lats)
+	return g.lats[len(g.lats)/2]
 }
 
 // BenchmarkNoisyNeighbour: tenant b's throughput and latency (a closed-loop ingest → counter
-// → preview pipeline) alone; then while tenant a runs a CPU-heavy pipeline (a generator at full
-// speed into the burn operator at parallelism 2, its max_subtasks) with no CPU quota
-// (guest_cpu_millicores 0); then with a's CPU quota at one core (a live PATCH); then alone
-// again, in one run. The figures are b-noisy/alone (a at its quota) and
-// b-noisy-unbounded/alone: b's throughput with the neighbour over its throughput alone (the
-// mean of the two alone phases, which bracket the others against drift).
+// → preview pipeline) while tenant a runs a CPU-heavy pipeline (a generator at full speed into
+// the burn operator at parallelism 2, within its max_subtasks), in one run:
+//
+//   - b alone (a stopped), before and after everything else;
+//   - a with no CPU quota (guest_cpu_millicores 0): b-noisy-unbounded/alone;
+//   - then interleaved rounds of short segments, a's share switched by live PATCHes between
+//     idle (1 millicore: a's guests all but stopped), one core (the default quota) and a
+//     quarter core, in a rotating order so that the machine's drift (other processes on a
+//     shared VM) falls on every state alike. b-noisy/alone is b's throughput with a at one core
+//     over b's throughput with a idle, over the same rounds; b-noisy-quarter/alone the same at
+//     a quarter core; b-idle/alone checks the idle state against a stopped a.
+//
+// Each state also reports the process's CPU (cores, from getrusage), a's guest time (cores, its
+// share's charge: wall time while a guest runs), GC cycles per second, the Go scheduler's p99
+// latency and the host capacity the shares were scaled by. The whole sequence runs twice:
+// capacity-scaled (the default) and fixed-shares (Config.FixedCPUShares).
 func BenchmarkNoisyNeighbour(b *testing.B) {
-	const phaseDur = 2 * time.Second
+	// Shares scaled to the host's capacity (the default) and at their quotas (--fixed-cpu-shares),
+	// one after the other in each run.
+	b.Run("capacity-scaled", func(b *testing.B) { noisyNeighbour(b) })
+	b.Run("fixed-shares", func(b *testing.B) { noisyNeighbour(b, func(c *Config) { c.FixedCPUShares = true }) })
+}
+
+func noisyNeighbour(b *testing.B, opts ...func(*Config)) {
+	const (
+		phaseDur = 2 * time.Second
+		segDur   = 400 * time.Millisecond
+		rounds   = 5
+	)
 	for range b.N {
-		s := newBenchServer(b)
+		s := newBenchServer(b, opts...)
 		tokB := s.tenant("b", map[string]any{"api_requests_per_second": 1000000})
 		tokA := s.tenant("a", map[string]any{"api_requests_per_second": 1000000, "max_subtasks": 4, "max_in_flight_records": 128, "guest_cpu_millicores": 0})
 		idB := s.pipeline(tokB, "counter", map[string]any{
@@ -143,8 +271,14 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 		s.call("POST", "/api/v1/pipelines/"+idB+"/start", tokB, "", nil, 202)
 		const keys, perKey = 50, 4
 		batch := records(keys, perKey, 0)
-		s.phase(tokB, idB, batch, keys*perKey, phaseDur/4) // warm up
-		thr1, lat1 := s.phase(tokB, idB, batch, keys*perKey, phaseDur)
+		seg := func(g *segments, d time.Duration) {
+			u0 := s.sample("a")
+			n, el, lats := s.segment(tokB, idB, batch, keys*perKey, d)
+			g.add(n, el, lats, u0, s.sample("a"))
+		}
+		var alone, unbounded segments
+		seg(&segments{}, phaseDur/4) // warm up
+		seg(&alone, phaseDur)
 
 		s.call("POST", "/api/v1/pipelines/"+idA+"/start", tokA, "", nil, 202)
 		// A runs once its source has produced past what the channels buffer (the operators'
@@ -166,26 +300,49 @@ func BenchmarkNoisyNeighbour(b *testing.B) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		// Unbounded first (guest_cpu_millicores 0), then at a's quota of one core (a live PATCH).
 		a0 := aSource()
-		thrU, latU := s.phase(tokB, idB, batch, keys*perKey, phaseDur)
+		seg(&unbounded, phaseDur)
 		aRecsU := aSource() - a0
-		s.callJSON("PATCH", "/api/v1/tenants/a", testAdmin, map[string]any{"quotas": map[string]any{"guest_cpu_millicores": 1000}}, 200)
-		a0 = aSource()
-		thrN, latN := s.phase(tokB, idB, batch, keys*perKey, phaseDur)
-		aRecs := aSource() - a0
-		s.callJSON("POST", "/api/v1/pipelines/"+idA+"/stop", tokA, map[string]any{"savepoint": false}, 200)
 
-		thr2, lat2 := s.phase(tokB, idB, batch, keys*perKey, phaseDur)
-		alone := (thr1 + thr2) / 2
-		b.ReportMetric(alone, "b-alone-rec/s")
-		b.ReportMetric(thrN, "b-noisy-rec/s")
-		b.ReportMetric(thrN/alone, "b-noisy/alone")
-		b.ReportMetric(float64((lat1+lat2)/2)/1e6, "b-alone-p50-ms")
-		b.ReportMetric(float64(latN)/1e6, "b-noisy-p50-ms")
-		b.ReportMetric(float64(aRecs)/phaseDur.Seconds(), "a-rec/s")
-		b.ReportMetric(thrU/alone, "b-noisy-unbounded/alone")
-		b.ReportMetric(float64(latU)/1e6, "b-noisy-unbounded-p50-ms")
-		b.ReportMetric(float64(aRecsU)/phaseDur.Seconds(), "a-unbounded-rec/s")
+		states := []struct {
+			name       string
+			millicores int
+			g          segments
+			aRecs      int64
+		}{{name: "idle", millicores: 1}, {name: "noisy", millicores: 1000}, {name: "quarter", millicores: 250}}
+		for r := range rounds {
+			for i := range states {
+				st := &states[(i+r)%len(states)]
+				s.callJSON("PATCH", "/api/v1/tenants/a", testAdmin, map[string]any{"quotas": map[string]any{"guest_cpu_millicores": st.millicores}}, 200)
+				a0 := aSource()
+				seg(&st.g, segDur)
+				st.aRecs += aSource() - a0
+			}
+		}
+		s.callJSON("POST", "/api/v1/pipelines/"+idA+"/stop", tokA, map[string]any{"savepoint": false}, 200)
+		seg(&alone, phaseDur)
+
+		idle, noisy, quarter := &states[0].g, &states[1].g, &states[2].g
+		aSec := func(g *segments) float64 { return g.el.Seconds() }
+		b.ReportMetric(alone.thr(), "b-alone-rec/s")
+		b.ReportMetric(noisy.thr(), "b-noisy-rec/s")
+		b.ReportMetric(noisy.thr()/idle.thr(), "b-noisy/alone")
+		b.ReportMetric(quarter.thr()/idle.thr(), "b-noisy-quarter/alone")
+		b.ReportMetric(idle.thr()/alone.thr(), "b-idle/alone")
+		b.ReportMetric(unbounded.thr()/alone.thr(), "b-noisy-unbounded/alone")
+		b.ReportMetric(float64(alone.p50())/1e6, "b-alone-p50-ms")
+		b.ReportMetric(float64(idle.p50())/1e6, "b-idle-p50-ms")
+		b.ReportMetric(float64(noisy.p50())/1e6, "b-noisy-p50-ms")
+		b.ReportMetric(float64(quarter.p50())/1e6, "b-noisy-quarter-p50-ms")
+		b.ReportMetric(float64(unbounded.p50())/1e6, "b-noisy-unbounded-p50-ms")
+		b.ReportMetric(float64(states[1].aRecs)/aSec(noisy), "a-rec/s")
+		b.ReportMetric(float64(states[2].aRecs)/aSec(quarter), "a-quarter-rec/s")
+		b.ReportMetric(float64(aRecsU)/aSec(&unbounded), "a-unbounded-rec/s")
+		for _, g := range []struct {
+			name string
+			g    *segments
+		}{{"alone", &alone}, {"idle", idle}, {"noisy", noisy}, {"quarter", quarter}, {"unbounded", &unbounded}} {
+			report(b, g.name, g.g.u[0], g.g.u[1])
+		}
 	}
 }

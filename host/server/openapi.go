@@ -138,7 +138,9 @@ func schemas() map[string]any {
 		"allowed_lookup_hosts": arr(str), "allowed_kafka_brokers": arr(str), "api_requests_per_second": integ, "max_modules": integ, "max_module_bytes": integ,
 	}
 	usage := obj(map[string]any{"pipelines": integ, "subtasks": integ, "modules": integ, "module_bytes": integ, "state_bytes": integ})
-	tenant := map[string]any{"name": str, "quotas": ref("Quotas"), "usage": usage, "created_at": tim, "updated_at": tim}
+	overQuota := map[string]any{"type": "array", "items": obj(map[string]any{"quota": str, "used": integ, "limit": integ}, "quota", "used", "limit"),
+		"description": "the admission quotas (max_pipelines, max_subtasks, max_modules, state_bytes) the tenant's usage is above, after a PATCH lowered them: nothing is stopped for it; what would add usage (a new pipeline or module, a start, a change or rescale adding subtasks) is refused with 422 naming the quota, and what does not (running pipelines, their resumption after a restart, a rescale down) goes on. Absent within every quota"}
+	tenant := map[string]any{"name": str, "quotas": ref("Quotas"), "usage": usage, "over_quota": overQuota, "created_at": tim, "updated_at": tim}
 	tenantCreated := map[string]any{"token": str}
 	for k, v := range tenant {
 		tenantCreated[k] = v

@@ -244,16 +244,21 @@ func checkSpec(cat *control.Catalog, tenant, self string, spec json.RawMessage) 
 	}
 	used := 0
 	count := 0
+	had := 0 // self's subtasks before this change
 	for _, p := range cat.TenantPipelines(tenant) {
 		if p.ID != self {
 			used += p.Subtasks
 			count++
+		} else {
+			had = p.Subtasks
 		}
 	}
 	if self == "" && count >= q.MaxPipelines {
-		return nil, 0, quotaProblem("quotas.max_pipelines", "tenant %q has %d pipelines, its quota", tenant, count)
+		return nil, 0, quotaProblem("quotas.max_pipelines", "tenant %q has %d pipelines, its quota of %d allows no more", tenant, count, q.MaxPipelines)
 	}
-	if used+subtasks > q.MaxSubtasks {
+	// A change that adds no subtasks is accepted even while the tenant is over a lowered quota
+	// (a rescale down must be possible); one that adds any must fit.
+	if used+subtasks > q.MaxSubtasks && (self == "" || subtasks > had) {
 		return nil, 0, quotaProblem("quotas.max_subtasks", "this spec asks for %d subtasks (sources, operators and sinks); tenant %q uses %d of its %d", subtasks, tenant, used, q.MaxSubtasks)
 	}
 	return ids, subtasks, nil

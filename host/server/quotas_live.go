@@ -24,12 +24,27 @@ import (
 //   - hot_tier_bytes re-shares the run's hot tier at once (state.Store.SetHotBytes);
 //   - lookup_requests_per_second changes the tenant's lookup gate (below);
 //   - guest_cpu_millicores changes the tenant's CPU share (abi.CPUShare), one per tenant shared
-//     by all its operators: their guests run at most that many thousandths of a core on average,
-//     a call overdrawing it pausing at its next fuel check or return.
+//     by all its operators: their guests run at most that many thousandths of a core on average
+//     (times the host's capacity under CPU pressure: capacity.go), a call overdrawing it
+//     pausing at its next fuel check or return.
 //
-// max_pipelines and max_subtasks are admission quotas: they are checked when a pipeline is
-// created, started, changed or rescaled, and lowering them stops nothing that runs (the tenant
-// view shows the usage above them). allowed_lookup_hosts is checked when a spec is accepted.
+// max_pipelines, max_subtasks and max_modules are admission quotas. allowed_lookup_hosts is
+// checked when a spec is accepted.
+//
+// ## Quotas lowered below usage
+//
+// A PATCH may lower an admission quota below what the tenant uses. As with Kubernetes'
+// ResourceQuota, the new limit applies to what is admitted from then on and nothing is stopped
+// or deleted for it (an admin's PATCH does not take down a tenant's production pipelines):
+//   - the tenant view (and the PATCH's answer) lists the quotas it is over in over_quota, each
+//     with its usage and limit, and the server logs a warning;
+//   - what would add usage is refused with 422 naming the quota: creating a pipeline over
+//     max_pipelines; starting a stopped pipeline whose subtasks do not fit beside the running
+//     ones; a spec change or rescale that adds subtasks; uploading a module over max_modules;
+//   - what does not add usage is accepted: the running pipelines keep running and resume
+//     after a restart of the server (they were admitted), and a spec change or rescale that
+//     keeps or lowers a pipeline's subtasks restarts it as usual. Stopping, rescaling down
+//     or deleting pipelines brings the tenant back under the quota.
 //
 // ## The lookup rate
 //
@@ -172,16 +187,18 @@ func liveLimits(r *run, q control.Quotas) (map[string]pipeline.LimitsSpec, error
 	return out, nil
 }
 
-// share returns tenant's CPU share, set to millicores.
+// share returns tenant's CPU share, set to millicores (times the host's capacity: capacity.go).
 func (rt *runtime) share(tenant string, millicores int64) *abi.CPUShare {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
+	rt.shareQuota[tenant] = millicores
+	cores := float64(millicores) / 1000 * rt.capacity
 	sh := rt.shares[tenant]
 	if sh == nil {
-		sh = abi.NewCPUShare(float64(millicores) / 1000)
+		sh = abi.NewCPUShare(cores)
 		rt.shares[tenant] = sh
 	} else {
-		sh.SetCores(float64(millicores) / 1000)
+		sh.SetCores(cores)
 	}
 	return sh
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -126,13 +127,25 @@ type captureHandler struct {
 
 func (h captureHandler) Handle(ctx context.Context, rec slog.Record) error {
 	if rec.Level >= slog.LevelWarn {
+		var (
+			err error
+			op  string
+		)
 		rec.Attrs(func(a slog.Attr) bool {
-			if e, ok := a.Value.Any().(error); ok {
-				h.r.capture(captureOf(rec.Message, e, rec.Time))
-				return false
+			if e, ok := a.Value.Any().(error); ok && err == nil {
+				err = e
+			} else if a.Key == "operator" && a.Value.Kind() == slog.KindString {
+				op = a.Value.String() // e.g. the state pool's background failures name it
 			}
 			return true
 		})
+		if err != nil {
+			ce := captureOf(rec.Message, err, rec.Time)
+			if ce.Operator == "" {
+				ce.Operator = op
+			}
+			h.r.capture(ce)
+		}
 	}
 	return h.Handler.Handle(ctx, rec)
 }
@@ -154,17 +167,26 @@ type runtime struct {
 	starting map[string]bool
 	closed   bool
 	gates    map[string]*lookupGate   // per tenant
-	shares   map[string]*abi.CPUShare // per tenant: guest_cpu_millicores
-	usage    map[string]*tenantUsage  // per tenant
-	ctx      context.Context          // runs outlive requests; cancelled by Close
-	cancel   context.CancelFunc
-	wg       sync.WaitGroup
+	shares   map[string]*abi.CPUShare // per tenant: guest_cpu_millicores × capacity
+	// shareQuota is each tenant's guest_cpu_millicores, capacity the host's (capacity.go).
+	shareQuota map[string]int64
+	capacity   float64
+	usage      map[string]*tenantUsage // per tenant
+	ctx        context.Context         // runs outlive requests; cancelled by Close
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 func newRuntime(s *Server) *runtime {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]bool{},
-		gates: map[string]*lookupGate{}, shares: map[string]*abi.CPUShare{}, usage: map[string]*tenantUsage{}, ctx: ctx, cancel: cancel}
+	rt := &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]bool{},
+		gates: map[string]*lookupGate{}, shares: map[string]*abi.CPUShare{}, shareQuota: map[string]int64{}, capacity: 1,
+		usage: map[string]*tenantUsage{}, ctx: ctx, cancel: cancel}
+	if !s.cfg.FixedCPUShares {
+		rt.wg.Add(1)
+		go rt.capacityLoop(readSchedstat)
+	}
+	return rt
 }
 
 func (rt *runtime) get(id string) *run {
@@ -276,15 +298,18 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	if err != nil {
 		return nil, err
 	}
-	// The quota may have been lowered since the spec was accepted: the running pipelines'
-	// subtasks and this one's must fit in it now.
+	// The quota may have been lowered since the spec was accepted: a new start (of a pipeline
+	// not running) must fit in it with the running pipelines' subtasks. A pipeline whose record
+	// says it runs was admitted when it started (or when its spec changed, checkSpec): a resume
+	// after a restart and the restart of an upgrade or rescale are not refused by a quota
+	// lowered meanwhile (quotas_live.go, "Quotas lowered below usage").
 	used := 0
 	for _, o := range cat.TenantPipelines(p.Tenant) {
 		if o.ID != p.ID && rt.active(o.ID) != nil {
 			used += o.Subtasks
 		}
 	}
-	if used+p.Subtasks > t.Quotas.MaxSubtasks {
+	if !p.Running && used+p.Subtasks > t.Quotas.MaxSubtasks {
 		return nil, quotaProblem("quotas.max_subtasks", "starting %s needs %d subtasks; tenant %q runs %d of its %d", p.ID, p.Subtasks, p.Tenant, used, t.Quotas.MaxSubtasks)
 	}
 	if err := rt.checkStateQuota(ctx, p.Tenant, true); err != nil {
@@ -313,7 +338,7 @@ func (rt *runtime) startRun(ctx context.Context, p *control.Pipeline, r *run) (*
 	}
 	logger := slog.New(captureHandler{Handler: s.log.Handler(), r: r}).With("tenant", p.Tenant, "pipeline", p.ID)
 	// The pool's background failures (compaction, garbage collection) go to the server's log.
-	opts := []state.Option{state.WithRetainCheckpoints(spec.Checkpoints.Retain + 4), state.WithLogger(logger)}
+	opts := append(slices.Clone(s.cfg.StateOptions), state.WithRetainCheckpoints(spec.Checkpoints.Retain+4), state.WithLogger(logger))
 	if t.Quotas.HotTierBytes > 0 {
 		opts = append(opts, state.WithHotBytes(t.Quotas.HotTierBytes))
 	}

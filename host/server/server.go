@@ -47,6 +47,7 @@ import (
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
 	"github.com/clink-wasm/clink-wasm/host/control"
+	"github.com/clink-wasm/clink-wasm/host/state"
 )
 
 // Defaults of `clink-wasm serve`.
@@ -86,6 +87,13 @@ type Config struct {
 	MaxIngestLagBytes int64
 	// MaxIngestBytes caps one POST …/records body (default 8 MiB; more is 413).
 	MaxIngestBytes int64
+	// FixedCPUShares keeps the tenants' guest CPU shares at their quotas whatever the CPU the
+	// host gets; by default they shrink with the pressure on the server's threads (capacity.go).
+	FixedCPUShares bool
+	// StateOptions are extra options for every pipeline's state pool, applied before the
+	// server's own (its logger, retained checkpoints and hot-tier quota, which they cannot
+	// override): tuning, or fault injection in tests (state.WithS3 with an HTTPClient).
+	StateOptions []state.Option
 	// KafkaSecrets resolves the secret names a tenant's Kafka specs use for SASL
 	// (sasl.username_env, sasl.password_env); nil refuses SASL. See SecretsFromFile.
 	KafkaSecrets func(tenant, name string) (string, bool)

@@ -53,7 +53,7 @@ func newEnv(t *testing.T) *env {
 	return openEnv(t, dir)
 }
 
-func openEnv(t *testing.T, dir string) *env {
+func openEnv(t *testing.T, dir string, opts ...func(*Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	st, err := control.OpenFileStore(dir)
@@ -66,7 +66,11 @@ func openEnv(t *testing.T, dir string) *env {
 		t.Fatal(err)
 	}
 	logs := &bytes.Buffer{}
-	srv, created, err := New(ctx, ctl, Config{AdminToken: testAdmin, DataURL: dir, Now: clock.Now, Logger: slog.New(slog.NewJSONHandler(&syncWriter{w: logs}, nil)), MaxModuleBytes: 1 << 20})
+	cfg := Config{AdminToken: testAdmin, DataURL: dir, Now: clock.Now, Logger: slog.New(slog.NewJSONHandler(&syncWriter{w: logs}, nil)), MaxModuleBytes: 1 << 20}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, created, err := New(ctx, ctl, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

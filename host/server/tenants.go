@@ -25,11 +25,15 @@ func validTenantName(field, n string) error {
 
 // TenantView is a tenant as the API shows it.
 type TenantView struct {
-	Name      string         `json:"name"`
-	Quotas    control.Quotas `json:"quotas"`
-	Usage     Usage          `json:"usage"`
-	CreatedAt time.Time      `json:"created_at"`
-	UpdatedAt time.Time      `json:"updated_at"`
+	Name   string         `json:"name"`
+	Quotas control.Quotas `json:"quotas"`
+	Usage  Usage          `json:"usage"`
+	// OverQuota lists the admission quotas the tenant's usage is above: a quota lowered below
+	// what the tenant had is kept, not enforced by stopping or deleting anything (see "Quotas
+	// lowered below usage" in quotas_live.go). Absent when the tenant is within every quota.
+	OverQuota []QuotaExcess `json:"over_quota,omitempty"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
 }
 
 // Usage is what a tenant uses of its quotas, from the records the control plane holds.
@@ -56,8 +60,33 @@ func usageOf(cat *control.Catalog, tenant string) Usage {
 	return u
 }
 
+// QuotaExcess is one quota a tenant's usage is above.
+type QuotaExcess struct {
+	Quota string `json:"quota"` // the field of quotas, e.g. "max_subtasks"
+	Used  int64  `json:"used"`
+	Limit int64  `json:"limit"`
+}
+
+// overQuota lists the quotas u is above.
+func overQuota(q control.Quotas, u Usage) []QuotaExcess {
+	var out []QuotaExcess
+	add := func(name string, used, limit int64) {
+		if used > limit {
+			out = append(out, QuotaExcess{Quota: name, Used: used, Limit: limit})
+		}
+	}
+	add("max_pipelines", int64(u.Pipelines), int64(q.MaxPipelines))
+	add("max_subtasks", int64(u.Subtasks), int64(q.MaxSubtasks))
+	add("max_modules", int64(u.Modules), int64(q.MaxModules))
+	if u.StateBytes != nil {
+		add("state_bytes", *u.StateBytes, q.StateBytes)
+	}
+	return out
+}
+
 func viewTenant(cat *control.Catalog, t *control.Tenant) TenantView {
-	return TenantView{Name: t.Name, Quotas: t.Quotas, Usage: usageOf(cat, t.Name), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+	u := usageOf(cat, t.Name)
+	return TenantView{Name: t.Name, Quotas: t.Quotas, Usage: u, OverQuota: overQuota(t.Quotas, u), CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
 }
 
 // viewTenant is viewTenant with the tenant's measured durable state.
@@ -66,6 +95,7 @@ func (s *Server) viewTenant(cat *control.Catalog, t *control.Tenant) TenantView 
 	if s.rt != nil {
 		if n, ok := s.rt.measuredState(t.Name); ok {
 			v.Usage.StateBytes = &n
+			v.OverQuota = overQuota(t.Quotas, v.Usage)
 		}
 	}
 	return v
@@ -213,6 +243,10 @@ func (s *Server) patchTenant(c echo.Context) error {
 		return err
 	}
 	s.log.InfoContext(c.Request().Context(), "tenant quotas changed", "tenant", name)
+	for _, e := range view.OverQuota {
+		s.log.WarnContext(c.Request().Context(), "tenant over a lowered quota: what runs keeps running, new admissions are refused",
+			"tenant", name, "quota", e.Quota, "used", e.Used, "limit", e.Limit)
+	}
 	if t, ok := s.ctl.Snapshot().Tenants[name]; ok && s.rt != nil {
 		s.rt.tenantQuotasChanged(t)
 	}

@@ -98,8 +98,10 @@ func (s *Server) detailViews(p *control.Pipeline, r *run, out map[string]any) {
 	}
 	s.rt.mu.Lock()
 	sh := s.rt.shares[p.Tenant]
+	quota, capacity := s.rt.shareQuota[p.Tenant], s.rt.capacity
 	s.rt.mu.Unlock()
 	if sh != nil {
-		out["cpu"] = map[string]any{"cores": sh.Cores(), "guest_seconds": sh.Used().Seconds(), "paused_seconds": sh.Paused().Seconds()}
+		out["cpu"] = map[string]any{"cores": sh.Cores(), "quota_cores": float64(quota) / 1000, "host_capacity": capacity,
+			"guest_seconds": sh.Used().Seconds(), "paused_seconds": sh.Paused().Seconds()}
 	}
 }

@@ -8,10 +8,18 @@ import (
 // Metrics is a point-in-time view of a Store or of one backend. Counters are cumulative.
 type Metrics struct {
 	// Hot tier.
-	HotBytes    int64 // bytes held (keys + values + per-entry overhead)
+	// HotBytes is what the hot tier holds, all counted in its budget: entries (keys + values
+	// + per-entry overhead), MemSegmentBytes and IndexBytes.
+	HotBytes    int64
 	HotLimit    int64 // current budget (sum over backends for a Store; 0 = unbounded)
-	HotOverflow int64 // bytes above the limit that only dirty or pinned entries hold
+	HotOverflow int64 // bytes above the limit that only dirty or pinned entries, in-memory segments and indexes hold
 	HotEntries  int64
+	// MemSegmentBytes: encoded segments held in memory until durable (deltas in flight,
+	// readable from there, and the carried ones of failed persists).
+	MemSegmentBytes int64
+	// IndexBytes: the loaded indexes and bloom filters of the live segments (about 2 bytes
+	// per durable key at 16 bits per key, plus a block index).
+	IndexBytes  int64
 	Hits        int64   // Get answered authoritatively (including known-absent keys)
 	Misses      int64   // Get answered cold: the caller must Fetch
 	HitRatio    float64 // Hits / (Hits + Misses); 0 before any Get
@@ -23,7 +31,10 @@ type Metrics struct {
 	FetchKeys   int64 // keys asked of Fetch
 	FetchFound  int64 // of them, found in the durable tier (the rest cost a read for nothing)
 	FetchBlocks int64 // blocks read for them (one ranged GET each)
-	MetaLoads   int64 // segment indexes and filters read (one ranged GET each)
+	// FetchRetryRounds counts lookup rounds after the first: a round trip more for the keys
+	// whose first candidate block a segment's filter named falsely.
+	FetchRetryRounds int64
+	MetaLoads        int64 // segment indexes and filters read (one ranged GET each)
 
 	// Remote requests to the pool: every GET (ranged block reads, metas, manifests), PUT,
 	// LIST and DELETE, from cold reads, checkpoints, spills, compaction and GC. The pool is
@@ -61,8 +72,10 @@ type Metrics struct {
 // any goroutine while the runner and workers write them.
 type backendCounters struct {
 	hotBytes, hotLimit, hotOverflow, hotEntries atomic.Int64
+	memSegBytes, indexBytes                     atomic.Int64
 	hits, misses, evictions, fills, fillsDenied atomic.Int64
 	fetchKeys, fetchFound, fetchBlocks          atomic.Int64
+	fetchRounds                                 atomic.Int64
 	metaLoads                                   atomic.Int64
 	segments, compactionDebt, compactions       atomic.Int64
 	corruptions                                 atomic.Int64
@@ -76,10 +89,12 @@ func (c *backendCounters) snapshot() Metrics {
 	return Metrics{
 		HotBytes: c.hotBytes.Load(), HotLimit: c.hotLimit.Load(), HotOverflow: c.hotOverflow.Load(),
 		HotEntries: c.hotEntries.Load(), Hits: c.hits.Load(), Misses: c.misses.Load(),
+		MemSegmentBytes: c.memSegBytes.Load(), IndexBytes: c.indexBytes.Load(),
 		Evictions: c.evictions.Load(), Fills: c.fills.Load(), FillsDenied: c.fillsDenied.Load(),
 		FetchKeys: c.fetchKeys.Load(), FetchFound: c.fetchFound.Load(), FetchBlocks: c.fetchBlocks.Load(),
-		MetaLoads: c.metaLoads.Load(),
-		Segments:  c.segments.Load(), MaxSegments: c.segments.Load(),
+		FetchRetryRounds: c.fetchRounds.Load(),
+		MetaLoads:        c.metaLoads.Load(),
+		Segments:         c.segments.Load(), MaxSegments: c.segments.Load(),
 		CompactionDebt: c.compactionDebt.Load(), Compactions: c.compactions.Load(),
 		Corruptions: c.corruptions.Load(), Checkpoints: c.checkpoints.Load(),
 		CheckpointFailures: c.ckptFailures.Load(), CheckpointBytes: c.ckptBytes.Load(),
@@ -98,6 +113,8 @@ func (m *Metrics) add(b Metrics, live bool) {
 		m.HotLimit += b.HotLimit
 		m.HotOverflow += b.HotOverflow
 		m.HotEntries += b.HotEntries
+		m.MemSegmentBytes += b.MemSegmentBytes
+		m.IndexBytes += b.IndexBytes
 		m.Segments += b.Segments
 		m.MaxSegments = max(m.MaxSegments, b.MaxSegments)
 		m.CompactionDebt += b.CompactionDebt
@@ -114,6 +131,7 @@ func (m *Metrics) add(b Metrics, live bool) {
 	m.FetchKeys += b.FetchKeys
 	m.FetchFound += b.FetchFound
 	m.FetchBlocks += b.FetchBlocks
+	m.FetchRetryRounds += b.FetchRetryRounds
 	m.MetaLoads += b.MetaLoads
 	m.Compactions += b.Compactions
 	m.Corruptions += b.Corruptions
@@ -136,6 +154,7 @@ func (r *backendCounters) add(b *backendCounters, _ bool) {
 	r.fetchKeys.Add(b.fetchKeys.Load())
 	r.fetchFound.Add(b.fetchFound.Load())
 	r.fetchBlocks.Add(b.fetchBlocks.Load())
+	r.fetchRounds.Add(b.fetchRounds.Load())
 	r.metaLoads.Add(b.metaLoads.Load())
 	r.compactions.Add(b.compactions.Load())
 	r.corruptions.Add(b.corruptions.Load())

@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -20,29 +21,61 @@ import (
 
 // snapshot is a captured delta of one Tiered backend.
 type snapshot struct {
-	b           *Tiered
-	id          uint64
-	seq         uint64 // capture sequence within the backend
-	savepoint   bool
-	spill       bool // a spilled delta (Tiered.spill): written, not committed
-	names       []string
-	entries     []capEntry
-	pinned      []*entry // runner-owned: released by poll once done
-	pinnedBytes int64    // their sizes, counted in Tiered.run.pinnedOut while pending
+	b         *Tiered
+	id        uint64
+	seq       uint64 // capture sequence within the backend
+	savepoint bool
+	spill     bool // a spilled delta (Tiered.spill): written, not committed
+	names     []string
+	// ents are the entries of the delta's generation (seq), read by the persist through
+	// their cells (see entry). The runner drops the slice once it has observed the outcome.
+	ents []*entry
+	// list is the sentinel of the runner's list of the generation's entries not written since
+	// (runner-owned): observe moves them to the LRU list, or makes them dirty again.
+	list        entry
+	pinnedBytes int64 // their sizes, counted in Tiered.run.pinnedOut while pending
 	opState     []format.NamedBlob
 	estimate    int64
 	bytes       atomic.Int64
 
 	prev *snapshot // guarded by b.mu; cleared once done
 	once sync.Once
-	done chan struct{}
-	err  error // set before done is closed
+	// encoded is closed once the persist no longer reads the delta's cells (copied out, or
+	// failed). Persists read their cells one at a time in capture order (see entry). Only the
+	// persist's goroutine closes it.
+	encoded chan struct{}
+	// readable is closed once the delta's segments are encoded and in the version cold reads
+	// use, from memory until they are durable (see publish): from then on the delta's entries
+	// need not stay hot. memBytes, set before, is what those segments hold in memory. Only
+	// the persist's goroutine closes it; a delta that fails before it never is.
+	readable chan struct{}
+	memBytes int64
+	// carriedBytes is the size of the carried segments this delta's persist took (see
+	// Tiered.mu.carried), set before done.
+	carriedBytes int64
+	// readSeen: the runner has applied readable (runner-owned).
+	readSeen bool
+	done     chan struct{}
+	err      error // set before done is closed
 }
 
-type capEntry struct {
-	key   string
-	value []byte // INVARIANT: never written after capture (see entry.pin)
-	tomb  bool
+// isReadable reports whether readable is closed.
+func (s *snapshot) isReadable() bool {
+	select {
+	case <-s.readable:
+		return true
+	default:
+		return false
+	}
+}
+
+// markEncoded closes encoded, once.
+func (s *snapshot) markEncoded() {
+	select {
+	case <-s.encoded:
+	default:
+		close(s.encoded)
+	}
 }
 
 func (s *snapshot) finished() bool {
@@ -120,8 +153,13 @@ func (s *snapshot) run(ctx context.Context) {
 	b.mu.Lock()
 	prev := s.prev
 	b.mu.Unlock()
-	// 1. Write the delta's segments, in parallel with the snapshots before it.
+	// 1. Read the delta once the one before it has (see entry), then write its segments, in
+	// parallel with the snapshots before it.
+	if prev != nil {
+		<-prev.encoded
+	}
 	w, err := b.write(ctx, s)
+	s.markEncoded() // write may have failed before reading
 	// 2. Commit in capture order.
 	if prev != nil {
 		<-prev.done
@@ -134,12 +172,13 @@ func (s *snapshot) run(ctx context.Context) {
 	}
 	if err != nil {
 		b.cnt.ckptFailures.Add(1)
+		b.carry(w)
 	}
+	s.carriedBytes = w.carriedBytes
 	s.err = err
 	b.mu.Lock()
 	s.prev = nil
 	b.mu.Unlock()
-	s.entries = nil
 	close(s.done)
 	b.events.Add(1)
 }
@@ -147,9 +186,24 @@ func (s *snapshot) run(ctx context.Context) {
 // written is what the write phase of a persist made: the delta's segments, not yet referenced
 // by any version or manifest (a crash leaves them to garbage collection).
 type written struct {
-	segs  []format.SegRef
-	bytes int64
-	start time.Time
+	segs         []format.SegRef
+	bytes        int64
+	start        time.Time
+	own          []string // names of the delta's own segments
+	took         []memSeg // carried segments this persist writes again, newest first
+	carriedBytes int64
+}
+
+// memSeg is an encoded segment held in memory, readable, until it is durable and committed
+// (see Tiered.mu.mem).
+type memSeg struct {
+	ref  format.SegRef
+	seq  uint64 // the capture seq of the delta it came from
+	data []byte
+	// carried: the delta's persist failed after the segment was readable. Its entries may
+	// have left the hot tier, so its bytes stay here until the next delta to persist takes
+	// it, writes it again and commits it below its own.
+	carried bool
 }
 
 // write encodes the delta in durable-key order and writes it as segments.
@@ -166,16 +220,136 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 		return w, ErrClosed
 	}
 	// This is CPU that competes with the runner (two cores, checkpoints every 100 ms): the
-	// durable keys go into one buffer rather than one allocation each, and the sort is generic
-	// rather than sort.Slice's reflective swaps.
-	size := 0
-	for _, c := range s.entries {
-		size += len(c.key) + 16 // the state's name replaces its 2-byte id; the rest is the same
+	// delta is copied into one arena (durable key, then value) indexed by pointer-free
+	// records, so that the GC neither scans them nor pays write barriers to sort them, and the
+	// sort is a counting pass by key group plus generic sorts of 4-byte indexes.
+	d := b.encodeDelta(s)
+	// The carried segments go with the first delta to read its cells after they were carried:
+	// deltas do that in capture order, and a delta commits only if every one before it did
+	// or had finished when it was captured, so the first to commit after a failure is one
+	// that took every segment carried since the last commit.
+	b.mu.Lock()
+	for i := range b.mu.mem {
+		if m := &b.mu.mem[i]; m.carried {
+			m.carried = false
+			w.took = append(w.took, *m)
+			w.carriedBytes += int64(len(m.data))
+		}
 	}
-	arena := make([]byte, 0, size)
-	ents := make([]format.SegEntry, len(s.entries))
-	for i, c := range s.entries {
-		id, rec, ent := parseHotKey(c.key)
+	b.mu.Unlock()
+	s.markEncoded()
+	tag := fmt.Sprintf("%020d", s.id)
+	if s.spill {
+		tag = fmt.Sprintf("%020d-spill%d", baseCkpt, s.seq)
+	}
+	order := sortDurable(len(d.recs), d.key)
+	outs := b.encodeSegments(tag, len(order), func(i int) format.SegEntry { return d.at(int(order[i])) }, false)
+	d = nil // the segments copied what they need: let the GC have the arena while the PUTs run
+	b.publish(s, outs)
+	for _, o := range outs {
+		w.own = append(w.own, o.ref.Name)
+	}
+	for _, m := range w.took {
+		outs = append(outs, segOut{data: m.data, ref: m.ref})
+	}
+	var err error
+	w.segs, w.bytes, err = b.putSegments(ctx, outs)
+	return w, err
+}
+
+// publish makes a delta's encoded segments readable from memory, in a version above every
+// committed segment, then tells the runner (readable), which may then evict the delta's
+// entries: the version INVARIANT holds for them as for a commit's.
+func (b *Tiered) publish(s *snapshot, outs []segOut) {
+	for _, o := range outs {
+		s.memBytes += int64(len(o.data))
+		b.wrote(o.ref.Name, o.data, o.ref.SegInfo)
+	}
+	b.mu.Lock()
+	for _, o := range outs {
+		b.mu.mem = append(b.mu.mem, memSeg{ref: o.ref, seq: s.seq, data: o.data})
+	}
+	sortMem(b.mu.mem)
+	b.setVersionLocked(b.buildVersionLocked(b.mu.base))
+	b.mu.Unlock()
+	close(s.readable)
+	b.events.Add(1)
+}
+
+// sortMem orders in-memory segments newest first (by delta; a delta's own in their order).
+func sortMem(ms []memSeg) {
+	slices.SortStableFunc(ms, func(x, y memSeg) int { return cmp.Compare(y.seq, x.seq) })
+}
+
+// carry keeps what a failed persist leaves in memory readable until another delta writes it:
+// its own segments, if it published them, and the carried segments it took. Once the runner
+// has seen a delta readable it no longer holds the delta's entries, so that is where they are.
+func (b *Tiered) carry(w written) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.mu.mem {
+		m := &b.mu.mem[i]
+		if slices.Contains(w.own, m.ref.Name) || slices.ContainsFunc(w.took, func(t memSeg) bool { return t.ref.Name == m.ref.Name }) {
+			m.carried = true
+		}
+	}
+}
+
+// dropMemLocked forgets the in-memory copies of segments a commit made durable.
+func (b *Tiered) dropMemLocked(w written) {
+	b.mu.mem = slices.DeleteFunc(b.mu.mem, func(m memSeg) bool {
+		return slices.Contains(w.own, m.ref.Name) || slices.ContainsFunc(w.took, func(t memSeg) bool { return t.ref.Name == m.ref.Name })
+	})
+}
+
+// delta is a captured delta copied out of the hot tier: records in an arena.
+type delta struct {
+	arena []byte
+	recs  []deltaRec
+}
+
+// deltaRec locates one entry in delta.arena: its durable key at off, then its value.
+type deltaRec struct {
+	off        int
+	klen, vlen uint32
+	tomb       bool
+}
+
+func (d *delta) key(i int) []byte {
+	r := d.recs[i]
+	return d.arena[r.off : r.off+int(r.klen) : r.off+int(r.klen)]
+}
+
+func (d *delta) at(i int) format.SegEntry {
+	r := d.recs[i]
+	k := r.off + int(r.klen)
+	return format.SegEntry{Key: d.arena[r.off:k:k], Value: d.arena[k : k+int(r.vlen) : k+int(r.vlen)], Tomb: r.tomb}
+}
+
+// encodeDelta reads the value of s's generation of each of its entries (see entry) into a
+// delta. It runs once every earlier snapshot's persist has encoded, so it cuts each cell it
+// reads off the cells below, which nothing reads any more.
+func (b *Tiered) encodeDelta(s *snapshot) *delta {
+	cells := make([]*cell, len(s.ents))
+	size := 0
+	for i, e := range s.ents {
+		c := e.c.Load()
+		for c != nil && c.gen > s.seq {
+			c = c.prev.Load()
+		}
+		if c == nil || c.gen != s.seq {
+			panic(fmt.Sprintf("state: entry %q has no cell of generation %d", e.key, s.seq))
+		}
+		if c.prev.Load() != nil {
+			c.prev.Store(nil)
+		}
+		cells[i] = c
+		size += len(e.key) + 16 + len(c.value) // the state's name replaces its 2-byte id
+	}
+	d := &delta{arena: make([]byte, 0, size), recs: make([]deltaRec, len(s.ents))}
+	for i, e := range s.ents {
+		c := cells[i]
+		id, rec, ent := parseHotKey(e.key)
 		var name string
 		if int(id) < len(s.names) {
 			name = s.names[id]
@@ -183,57 +357,50 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 			name = "#" + strconv.FormatUint(uint64(id), 10)
 		}
 		kg := KeyGroupOf(rec, b.numKG)
-		at := len(arena)
-		arena = format.AppendDurableKey(arena, kg, name, rec, ent)
-		ents[i] = format.SegEntry{Key: arena[at:len(arena):len(arena)], Value: c.value, Tomb: c.tomb}
+		at := len(d.arena)
+		d.arena = format.AppendDurableKey(d.arena, kg, name, rec, ent)
+		klen := len(d.arena) - at
+		d.arena = append(d.arena, c.value...)
+		d.recs[i] = deltaRec{off: at, klen: uint32(klen), vlen: uint32(len(c.value)), tomb: c.tomb}
 	}
-	ents = sortDurable(ents)
-	tag := fmt.Sprintf("%020d", s.id)
-	if s.spill {
-		tag = fmt.Sprintf("%020d-spill%d", baseCkpt, s.seq)
-	}
-	var err error
-	w.segs, w.bytes, err = b.writeSegments(ctx, tag, ents, false)
-	return w, err
+	return d
 }
 
-// sortDurable returns ents in durable-key order. A durable key starts with its key group, big
-// endian, so a counting pass by group followed by a sort of each group's indexes gives that
-// order with fewer comparisons than one sort of the whole, and moves 4-byte indexes instead of
-// entries (which hold pointers, so every move of one costs write barriers while the GC runs).
-func sortDurable(ents []format.SegEntry) []format.SegEntry {
-	if len(ents) < 2 {
-		return ents
+// sortDurable returns the order of n durable keys. A durable key starts with its key group,
+// big endian, so a counting pass by group followed by a sort of each group's indexes gives
+// that order with fewer comparisons than one sort of the whole. (A delta holds each key once.)
+func sortDurable(n int, key func(int) []byte) []int32 {
+	order := make([]int32, n)
+	if n < 2 {
+		for i := range order {
+			order[i] = int32(i)
+		}
+		return order
 	}
 	numKG := 0
-	for _, e := range ents {
-		numKG = max(numKG, format.DurableKeyGroup(e.Key)+1)
+	for i := range n {
+		numKG = max(numKG, format.DurableKeyGroup(key(i))+1)
 	}
 	start := make([]int, numKG+1)
-	for _, e := range ents {
-		start[format.DurableKeyGroup(e.Key)+1]++
+	for i := range n {
+		start[format.DurableKeyGroup(key(i))+1]++
 	}
 	for g := 1; g <= numKG; g++ {
 		start[g] += start[g-1]
 	}
-	order := make([]int32, len(ents))
 	next := slices.Clone(start[:numKG])
-	for i, e := range ents {
-		g := format.DurableKeyGroup(e.Key)
+	for i := range n {
+		g := format.DurableKeyGroup(key(i))
 		order[next[g]] = int32(i)
 		next[g]++
 	}
 	for g := range numKG {
 		grp := order[start[g]:start[g+1]]
 		if len(grp) > 1 {
-			slices.SortFunc(grp, func(x, y int32) int { return bytes.Compare(ents[x].Key[2:], ents[y].Key[2:]) })
+			slices.SortFunc(grp, func(x, y int32) int { return bytes.Compare(key(int(x))[2:], key(int(y))[2:]) })
 		}
 	}
-	out := make([]format.SegEntry, len(ents))
-	for i, j := range order {
-		out[i] = ents[j]
-	}
-	return out
+	return order
 }
 
 // commit publishes what write made: a spill's segments go into the version that cold reads
@@ -255,7 +422,8 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 		// Publish a version with the spilled segments above everything, then (in run) mark
 		// the snapshot done: the version INVARIANT holds for spills as for commits.
 		b.mu.spills = slices.Concat(segs, b.mu.spills)
-		b.version.Store(b.buildVersionLocked(b.mu.base))
+		b.dropMemLocked(w)
+		b.setVersionLocked(b.buildVersionLocked(b.mu.base))
 		b.mu.Unlock()
 		s.bytes.Store(written)
 		b.cnt.spillBytes.Add(written)
@@ -308,7 +476,8 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	if applied || comp != nil && b.mu.compaction == comp {
 		b.mu.compaction = nil
 	}
-	b.version.Store(b.buildVersionLocked(m))
+	b.dropMemLocked(w)
+	b.setVersionLocked(b.buildVersionLocked(m))
 	b.mu.Unlock()
 
 	d := time.Since(w.start)
@@ -330,14 +499,16 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	return nil
 }
 
-// writeSegments cuts sorted entries into segments of about segmentBytes and writes them in
-// parallel. It returns their references (key groups used: the lineage's) and bytes written.
-func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []format.SegEntry, dropTombs bool) ([]format.SegRef, int64, error) {
-	type out struct {
-		data []byte
-		ref  format.SegRef
-	}
-	var outs []out
+// segOut is an encoded segment.
+type segOut struct {
+	data []byte
+	ref  format.SegRef
+}
+
+// encodeSegments cuts sorted entries into segments of about segmentBytes. Their references
+// use the lineage's key groups.
+func (b *Tiered) encodeSegments(tag string, n int, at func(int) format.SegEntry, dropTombs bool) []segOut {
+	var outs []segOut
 	w := format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 	flush := func() {
 		if w.Len() == 0 {
@@ -345,10 +516,11 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []format.Se
 		}
 		data, info := w.Finish()
 		info.Name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
-		outs = append(outs, out{data: data, ref: format.SegRef{SegInfo: info, Use: b.rng}})
+		outs = append(outs, segOut{data: data, ref: format.SegRef{SegInfo: info, Use: b.rng}})
 		w = format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 	}
-	for _, e := range ents {
+	for i := range n {
+		e := at(i)
 		if dropTombs && e.Tomb {
 			continue
 		}
@@ -358,6 +530,11 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []format.Se
 		}
 	}
 	flush()
+	return outs
+}
+
+// putSegments writes segments in parallel and returns their references and bytes written.
+func (b *Tiered) putSegments(ctx context.Context, outs []segOut) ([]format.SegRef, int64, error) {
 	var (
 		wg      sync.WaitGroup
 		errOnce sync.Once
@@ -367,7 +544,7 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []format.Se
 	for i := range outs {
 		total += int64(len(outs[i].data))
 		wg.Add(1)
-		go func(o *out) {
+		go func(o *segOut) {
 			defer wg.Done()
 			if err := b.s.acquire(ctx); err != nil {
 				errOnce.Do(func() { first = err })
@@ -376,9 +553,7 @@ func (b *Tiered) writeSegments(ctx context.Context, tag string, ents []format.Se
 			defer b.s.release()
 			if _, err := b.s.os.put(ctx, b.root+o.ref.Name, o.data, putCond{}); err != nil {
 				errOnce.Do(func() { first = err })
-				return
 			}
-			b.wrote(o.ref.Name, o.data, o.ref.SegInfo)
 		}(&outs[i])
 	}
 	wg.Wait()
@@ -776,10 +951,15 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 			if len(w.cands) == 0 {
 				continue // no segment may hold it: absent, out[idx] stays not found
 			}
-			// The first round reads each key's first candidate; a later one, for the few keys a
-			// filter lied to, all their candidates, so that a chain of false positives does not
-			// cost a round trip each.
-			cs := w.cands[:1]
+			// The first round reads each key's first candidate, and the ones before it in
+			// segments still in memory (which cost no request, so a filter that lies about one
+			// costs no round trip); a later one, for the few keys a filter lied to, all their
+			// candidates, so that a chain of false positives does not cost a round trip each.
+			n := 1
+			for n < len(w.cands) && v.segs[w.cands[n-1].seg].mem != nil {
+				n++
+			}
+			cs := w.cands[:n]
 			if round > 0 {
 				cs = w.cands
 			}
@@ -836,13 +1016,16 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 					bhs = append(bhs, blocks[br.block])
 				}
 				var got [][]byte
-				got, errs[si] = b.fetchBlocks(ctx, seg.object, bhs)
+				got, errs[si] = b.fetchBlocks(ctx, seg, bhs)
 				copy(datas[sp.from:sp.to], got)
 			}()
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			return err
+		}
+		if round > 0 {
+			b.cnt.fetchRounds.Add(1)
 		}
 		b.cnt.fetchBlocks.Add(int64(len(order)))
 		for i, br := range order {
@@ -939,15 +1122,27 @@ const (
 // fetchBlocks reads blocks of one segment, sorted by offset, with one ranged GET from the first
 // to the end of the last, and verifies each. A range with a block that fails its checksum is
 // read once more (corruption in transit), then reported.
-func (b *Tiered) fetchBlocks(ctx context.Context, object string, bhs []format.BlockHandle) ([][]byte, error) {
+//
+// A segment still in memory (see Tiered.mu.mem) is read from there.
+func (b *Tiered) fetchBlocks(ctx context.Context, seg *liveSeg, bhs []format.BlockHandle) ([][]byte, error) {
+	object := seg.object
 	off := bhs[0].Off
 	n := bhs[len(bhs)-1].Off + bhs[len(bhs)-1].N - off
 	for attempt := 0; ; attempt++ {
-		if err := b.s.acquire(ctx); err != nil {
-			return nil, err
+		var data []byte
+		var err error
+		if seg.mem != nil {
+			if off+n > int64(len(seg.mem)) {
+				return nil, format.Corruptf(object, off, "block beyond the segment's %d bytes", len(seg.mem))
+			}
+			data = seg.mem[off : off+n]
+		} else {
+			if err := b.s.acquire(ctx); err != nil {
+				return nil, err
+			}
+			data, err = b.s.os.get(ctx, object, off, n)
+			b.s.release()
 		}
-		data, err := b.s.os.get(ctx, object, off, n)
-		b.s.release()
 		if err != nil {
 			return nil, err
 		}
@@ -1013,13 +1208,23 @@ func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*format.SegMeta, err
 	if m := s.meta.Load(); m != nil {
 		return m, nil
 	}
-	if err := b.s.acquire(ctx); err != nil {
-		return nil, err
-	}
-	data, err := b.s.os.get(ctx, s.object, s.ref.MetaOff, s.ref.MetaLen)
-	b.s.release()
-	if err != nil {
-		return nil, err
+	var data []byte
+	if s.mem != nil {
+		if s.ref.MetaOff+s.ref.MetaLen > int64(len(s.mem)) {
+			return nil, format.Corruptf(s.object, s.ref.MetaOff, "meta beyond the segment's %d bytes", len(s.mem))
+		}
+		// A copy: the meta outlives the segment's bytes in memory.
+		data = bytes.Clone(s.mem[s.ref.MetaOff : s.ref.MetaOff+s.ref.MetaLen])
+	} else {
+		if err := b.s.acquire(ctx); err != nil {
+			return nil, err
+		}
+		var err error
+		data, err = b.s.os.get(ctx, s.object, s.ref.MetaOff, s.ref.MetaLen)
+		b.s.release()
+		if err != nil {
+			return nil, err
+		}
 	}
 	if int64(len(data)) != s.ref.MetaLen {
 		b.cnt.corruptions.Add(1)
@@ -1032,6 +1237,7 @@ func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*format.SegMeta, err
 	}
 	s.meta.Store(m)
 	b.cnt.metaLoads.Add(1)
+	b.countIndexes(b.version.Load())
 	return m, nil
 }
 

@@ -163,7 +163,7 @@ func propertyRun(t *testing.T, seed uint64) {
 			n := 0
 			for e := b.run.lru.next; e != &b.run.lru; e = e.next {
 				n++
-				t.Logf("lru entry %q size %d dirty %v pin %d committed %d", e.key, e.size, e.dirty, e.pin, b.run.committed)
+				t.Logf("lru entry %q size %d gen %d holds %d settled %d", e.key, e.size, e.c.Load().gen, e.holds, b.run.settled)
 			}
 			t.Logf("bytes %d lru %d", b.run.bytes, n)
 			t.Fatalf("op %d step %d: over budget with evictable entries: %+v limit now %d", lastOp, step, m, b.member.limit.Load())

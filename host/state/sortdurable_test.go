@@ -27,7 +27,11 @@ func TestSortDurableMatchesSort(t *testing.T) {
 		}
 		want := slices.Clone(ents)
 		slices.SortStableFunc(want, func(x, y format.SegEntry) int { return bytes.Compare(x.Key, y.Key) })
-		got := sortDurable(slices.Clone(ents))
+		order := sortDurable(len(ents), func(i int) []byte { return ents[i].Key })
+		got := make([]format.SegEntry, len(order))
+		for i, j := range order {
+			got[i] = ents[j]
+		}
 		if len(got) != len(want) {
 			t.Fatalf("n=%d: %d entries, want %d", n, len(got), len(want))
 		}

@@ -10,35 +10,104 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
 )
 
-// entryOverhead is what one hot entry costs beyond its key and value bytes (the entry struct,
-// the map slot and the string header), counted in the hot-tier byte accounting.
-const entryOverhead = 96
+// entryOverhead is what one hot entry costs beyond its key and value bytes (the 128-byte entry
+// object, the map's slot and its share of the map's buckets), counted in the hot-tier byte
+// accounting. Measured: an 8-byte counter under a 10-byte key costs 163 bytes of heap over 200k
+// keys, 145 beyond its key and value. A key or value too long to be inline costs its own
+// allocation besides, which its length stands for.
+const entryOverhead = 145
 
 // entry is one key in the hot tier.
+//
+// # Generations
+//
+// Every write belongs to a generation: the capture sequence of the delta it will go out in
+// (Tiered.run.captureSeq+1 while it is being written). A capture is O(1): it ends the current
+// generation by handing its list of entries to the snapshot, and writes after it start the
+// next. The persist, off the runner, reads each captured entry's value of its generation
+// through the entry's cells:
+//   - c is the entry's current cell. The runner writes a generation's value in place while the
+//     generation is current, and never again once it is captured: the first write of a later
+//     generation goes to another cell (own, or a new one) whose prev is the captured one, so a
+//     persist walks from c down to the cell of its generation;
+//   - a cell whose generation is settled (its snapshot's outcome observed by the runner) is
+//     read by no persist, so the runner reuses it in place;
+//   - persists encode one at a time in capture order, so once one has read its cell, nothing
+//     below it is read again: it cuts the cell's prev, and chains never outgrow the pending
+//     snapshots.
+//
+// The persist reads only key (immutable), c and prev (atomic), and the fields of cells of its
+// own generation, which the runner no longer writes. Everything else is runner-owned.
 type entry struct {
-	key   string // AppendKey encoding
-	value []byte
-	size  int64
-	tomb  bool // deleted, or known absent from the durable tier
-	// dirty: written since the last Capture. INVARIANT: a dirty entry is never evicted and
-	// is in Tiered.run.dirty.
-	dirty bool
+	key string // AppendKey encoding; never changes
+	c   atomic.Pointer[cell]
+	own cell // the entry's first cell, reused whenever no persist may read it
+	// prev, next link the entry into one list: the LRU list when it is clean, the current
+	// generation's list when it is dirty, or its pending snapshot's list when it is captured.
+	// INVARIANT: a dirty or pinned entry is never in the LRU list.
+	prev, next *entry
+	size       int64
+	// holds counts the records that need this entry before their call runs (Hold). INVARIANT:
+	// a held entry is never evicted (it may sit in the LRU list after a commit moved its
+	// generation there; eviction then takes it out of the list instead).
+	holds int32
 	// written: changed locally at some point, so the durable tier may hold a newer value than
 	// a fetch that started before the change (see fillGuard).
 	written bool
-	// pin is the capture sequence that last captured this entry. INVARIANT: while pin >
-	// run.committed the entry is pinned: it is not evicted (reads during the persist window see
-	// it) and its value slice is not written in place (the snapshot references it).
-	pin uint64
-	// holds counts the records that need this entry before their call runs (Hold). INVARIANT:
-	// a held entry is not in the LRU list, so it is never evicted.
-	holds      int32
-	prev, next *entry // LRU links
-	inLRU      bool
+	linked  bool
+	kbuf    [smallKey]byte // key's bytes when they fit (see newEntry)
+	// The fields are ordered, and smallKey and smallValue sized, for an entry of 128 bytes
+	// (a size class): with the map's slot, 163 bytes of heap per 8-byte counter, as when the
+	// key and value were objects of their own (measured over 200k keys).
+}
+
+// cell is one generation's value of an entry.
+type cell struct {
+	// gen is the generation the value belongs to; 0 for a value filled from the durable tier
+	// (clean from the start).
+	gen   uint64
+	value []byte // in small when it fits
+	prev  atomic.Pointer[cell]
+	small [smallValue]byte
+	tomb  bool // deleted, or known absent from the durable tier
+}
+
+// smallValue is the largest value a cell holds inline, and smallKey the largest key an entry
+// does: a hot tier of counters is then one object per key for the GC to mark, not three (the
+// entry, its key and its value), and its writes allocate nothing.
+const (
+	smallValue = 8
+	smallKey   = 18
+)
+
+// set writes v as the cell's value: inline when it fits, else in place when the current
+// buffer is large enough (the caller owns the cell: see entry).
+func (c *cell) set(v []byte) {
+	switch {
+	case len(v) <= smallValue:
+		c.value = append(c.small[:0], v...)
+	case cap(c.value) < len(v) || c.tomb:
+		c.value = append([]byte(nil), v...)
+	default:
+		c.value = append(c.value[:0], v...)
+	}
+}
+
+// newEntry returns an entry for the AppendKey encoding k (copied), without a generation.
+func newEntry(k []byte) *entry {
+	e := &entry{}
+	if len(k) <= smallKey {
+		n := copy(e.kbuf[:], k)
+		e.key = unsafe.String(&e.kbuf[0], n) // e.kbuf is never written again
+	} else {
+		e.key = string(k)
+	}
+	return e
 }
 
 // Tiered is the tiered Backend of one operator subtask: a hot in-memory tier with LRU eviction
@@ -81,19 +150,38 @@ type Tiered struct {
 	// sees a commit (and may evict the committed keys) every later Fetch reads a version that
 	// has them.
 	version atomic.Pointer[version]
-	events  atomic.Uint64 // bumped when a snapshot finishes; the runner polls it
+	// indexBytes is what the loaded metas of the newest version hold (see countIndexes),
+	// counted in the hot budget.
+	indexBytes atomic.Int64
+	events     atomic.Uint64 // bumped when a snapshot finishes; the runner polls it
 
 	// run is runner-owned. INVARIANT: only the runner touches it.
 	run struct {
-		names      []string
-		hot        map[string]*entry
-		lru        entry // sentinel: lru.next is most recent. INVARIANT: holds exactly the clean entries
+		names []string
+		hot   map[string]*entry
+		// lru is the sentinel of the LRU list (lru.next is most recent). INVARIANT: it holds
+		// clean entries only, and every clean entry no record holds.
+		lru entry
+		// gen is the sentinel of the current generation's list: the dirty entries, which dirty
+		// also holds (the snapshot's copy that its persist reads).
+		gen        entry
 		dirty      []*entry
 		bytes      int64
 		dirtyBytes int64 // sizes of the dirty entries, a part of bytes
-		pinnedOut  int64 // sizes of the entries captured by pending snapshots (pinned)
-		captureSeq uint64
-		committed  uint64 // highest capture seq whose commit the runner has observed
+		// pinnedOut is what pending snapshots hold: the sizes of their entries (pinned) until
+		// they are readable, then what their segments hold in memory (memBytes).
+		pinnedOut int64
+		// memBytes is what encoded segments hold in memory (Tiered.mu.mem), counted in the
+		// budget: those of readable pending snapshots and the carried ones of failed ones.
+		memBytes int64
+		// readable lists the generations of pending snapshots seen readable: their entries
+		// are clean (evictable, and no persist reads their cells).
+		readable   []uint64
+		captureSeq uint64 // the current generation is captureSeq+1
+		// settled is the highest capture seq whose outcome the runner has observed: an entry
+		// whose cell's generation is at most settled is clean (a failed delta's entries were
+		// made dirty again when it was observed), and no persist reads that cell.
+		settled    uint64
 		seenEvents uint64
 		pending    []*snapshot // captured, outcome not yet observed, in capture order
 		opState    map[string][]byte
@@ -117,6 +205,10 @@ type Tiered struct {
 		// checkpoint, newest first. Cold reads see them (the version puts them above base);
 		// the next checkpoint's manifest lists them, then they are cleared.
 		spills []format.SegRef
+		// mem are encoded segments held in memory until a commit makes them durable, newest
+		// first: the deltas in flight (each readable once encoded, see snapshot.readable) and
+		// the carried segments of failed ones. Cold reads see them above everything else.
+		mem []memSeg
 		// written are the metas of segments this backend wrote, decoded from the bytes it
 		// put, for buildVersionLocked to install so that no cold read GETs them back.
 		// Bounded: cleared past maxWrittenMetas (a read then loads one, as after a restore).
@@ -143,6 +235,7 @@ type version struct {
 type liveSeg struct {
 	ref    format.SegRef
 	object string
+	mem    []byte // the segment's bytes while it is in Tiered.mu.mem; reads use them
 	meta   atomic.Pointer[format.SegMeta]
 	loadMu sync.Mutex
 }
@@ -158,6 +251,7 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.run.hot = map[string]*entry{}
 	b.run.lru.next, b.run.lru.prev = &b.run.lru, &b.run.lru
+	b.run.gen.next, b.run.gen.prev = &b.run.gen, &b.run.gen
 	b.run.opState = map[string][]byte{}
 	b.run.guard.init()
 	b.mu.live = map[string]*liveSeg{}
@@ -193,7 +287,7 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 	}
 	b.mu.Lock()
 	b.mu.base = base
-	b.version.Store(b.buildVersionLocked(base))
+	b.setVersionLocked(b.buildVersionLocked(base))
 	b.mu.Unlock()
 	b.cnt.segments.Store(int64(len(base.Segs)))
 	b.cnt.hotLimit.Store(b.member.limit.Load())
@@ -207,15 +301,46 @@ func newTiered(ctx context.Context, s *Store, o OperatorOptions) (*Tiered, error
 	return b, nil
 }
 
+// setVersionLocked publishes v as the version cold reads use.
+func (b *Tiered) setVersionLocked(v *version) {
+	b.version.Store(v)
+	b.countIndexes(v)
+}
+
+// countIndexes sets indexBytes from the loaded metas of v, the newest version (a meta that
+// loads later counts it again). A meta holds its encoded bytes (which its keys and filter
+// alias) and a handle per block.
+func (b *Tiered) countIndexes(v *version) {
+	var n int64
+	for _, s := range v.segs {
+		if m := s.meta.Load(); m != nil {
+			n += s.ref.MetaLen + int64(len(m.Blocks))*blockHandleBytes
+		}
+	}
+	if b.version.Load() == v {
+		b.indexBytes.Store(n)
+	}
+}
+
+// blockHandleBytes is what a loaded block handle costs besides its key bytes.
+const blockHandleBytes = 48
+
 // buildVersionLocked makes the version of manifest m, reusing loaded segment metas.
 func (b *Tiered) buildVersionLocked(m *format.Manifest) *version {
-	n := len(b.mu.spills) + len(m.Segs)
+	n := len(b.mu.mem) + len(b.mu.spills) + len(m.Segs)
 	v := &version{segs: make([]*liveSeg, 0, n), covered: make([]bool, b.numKG)}
 	live := make(map[string]*liveSeg, n)
-	for _, r := range slices.Concat(b.mu.spills, m.Segs) {
+	mem := make(map[string][]byte, len(b.mu.mem))
+	refs := make([]format.SegRef, 0, n)
+	for _, ms := range b.mu.mem {
+		refs = append(refs, ms.ref)
+		mem[ms.ref.Name] = ms.data
+	}
+	for _, r := range slices.Concat(refs, b.mu.spills, m.Segs) {
 		ls := b.mu.live[r.Name]
-		if ls == nil || ls.ref.Use != r.Use {
-			n := &liveSeg{ref: r, object: b.root + r.Name}
+		data := mem[r.Name]
+		if ls == nil || ls.ref.Use != r.Use || (ls.mem == nil) != (data == nil) {
+			n := &liveSeg{ref: r, object: b.root + r.Name, mem: data}
 			if ls != nil {
 				n.meta.Store(ls.meta.Load())
 			} else if m := b.mu.written[r.Name]; m != nil {
@@ -285,64 +410,143 @@ func (b *Tiered) poll() {
 	b.observe()
 }
 
-// observe applies the outcomes of the finished snapshots at the front of the pending queue.
+// observe applies what the pending snapshots' persists did. A delta readable from its
+// encoded segments (in memory until durable) no longer needs its entries hot: its list of
+// entries joins the LRU list whole, in O(1), and what it pins is its segments' bytes from then
+// on. Then the outcomes, in capture order: a committed delta's segments leave memory; a failed
+// one's entries are dirty again, in the current generation, if it failed before it was
+// readable (so the next Capture retries them), or its segments stay in memory, carried by the
+// next delta to persist (see Tiered.mu.mem).
 func (b *Tiered) observe() {
+	for _, s := range b.run.pending {
+		if !s.readSeen && s.isReadable() {
+			b.sawReadable(s)
+		}
+	}
 	for len(b.run.pending) > 0 {
 		s := b.run.pending[0]
 		if !s.finished() {
 			break
 		}
+		if !s.readSeen && s.isReadable() {
+			b.sawReadable(s)
+		}
 		b.run.pending[0] = nil
 		b.run.pending = b.run.pending[1:]
-		b.run.pinnedOut -= s.pinnedBytes
-		if s.err == nil {
-			b.run.committed = s.seq
-			for _, e := range s.pinned {
-				if e.pin == s.seq && !e.dirty && !e.inLRU && e.holds == 0 {
-					b.lruPush(e)
-				}
-			}
-		} else {
-			for _, e := range s.pinned {
-				if e.pin == s.seq && !e.dirty {
-					e.dirty = true
-					b.run.dirty = append(b.run.dirty, e)
-					b.run.dirtyBytes += e.size
-				}
-			}
+		b.run.settled = s.seq
+		if i := slices.Index(b.run.readable, s.seq); i >= 0 {
+			b.run.readable = slices.Delete(b.run.readable, i, i+1)
 		}
-		s.pinned = nil
+		switch {
+		case !s.readSeen:
+			b.run.pinnedOut -= s.pinnedBytes
+			if s.err == nil {
+				listSpliceFront(&b.run.lru, &s.list) // an empty delta
+			}
+			for s.list.next != &s.list {
+				e := s.list.next
+				listRemove(e)
+				b.redirty(e)
+			}
+		case s.err == nil:
+			freed := s.memBytes + s.carriedBytes
+			b.run.pinnedOut -= freed
+			b.run.memBytes -= freed
+		}
+		// A failed readable delta's segments, and what it carried, stay in memory and pinned:
+		// the delta that takes them frees them with its own.
+		s.ents = nil
 	}
 	b.maybeEvict()
 }
 
-func (b *Tiered) lruPush(e *entry) {
-	head := &b.run.lru
+// sawReadable applies a delta's readable: its entries are clean from now on.
+func (b *Tiered) sawReadable(s *snapshot) {
+	s.readSeen = true
+	b.run.pinnedOut += s.memBytes - s.pinnedBytes
+	b.run.memBytes += s.memBytes
+	b.run.readable = append(b.run.readable, s.seq)
+	listSpliceFront(&b.run.lru, &s.list)
+}
+
+// redirty makes e, whose delta failed (so its cell is settled), dirty in the current
+// generation with the same value.
+func (b *Tiered) redirty(e *entry) {
+	c := e.c.Load()
+	c.gen = b.run.captureSeq + 1
+	c.prev.Store(nil)
+	listPushFront(&b.run.gen, e)
+	b.run.dirty = append(b.run.dirty, e)
+	b.run.dirtyBytes += e.size
+}
+
+// clean reports whether e is clean: durable in a committed checkpoint or spill (or filled
+// from the durable tier), so evictable once no record holds it.
+func (b *Tiered) clean(e *entry) bool { return b.free(e.c.Load().gen) }
+
+// free reports whether the cells of generation gen are read by no persist, and its entries
+// clean: its delta's outcome was observed, or it was seen readable.
+func (b *Tiered) free(gen uint64) bool {
+	return gen <= b.run.settled || len(b.run.readable) > 0 && slices.Contains(b.run.readable, gen)
+}
+
+func (b *Tiered) lruPush(e *entry) { listPushFront(&b.run.lru, e) }
+
+func listPushFront(head, e *entry) {
 	e.prev, e.next = head, head.next
 	head.next.prev = e
 	head.next = e
-	e.inLRU = true
+	e.linked = true
 }
 
-func (b *Tiered) lruRemove(e *entry) {
+func listRemove(e *entry) {
 	e.prev.next = e.next
 	e.next.prev = e.prev
-	e.prev, e.next, e.inLRU = nil, nil, false
+	e.prev, e.next, e.linked = nil, nil, false
+}
+
+// listMove moves the entries of list src to the empty list dst, in O(1).
+func listMove(dst, src *entry) {
+	if src.next == src {
+		dst.next, dst.prev = dst, dst
+		return
+	}
+	dst.next, dst.prev = src.next, src.prev
+	dst.next.prev, dst.prev.next = dst, dst
+	src.next, src.prev = src, src
+}
+
+// listSpliceFront moves the entries of list src to the front of list dst, in O(1).
+func listSpliceFront(dst, src *entry) {
+	if src.next == src {
+		return
+	}
+	first, last := src.next, src.prev
+	last.next = dst.next
+	dst.next.prev = last
+	dst.next = first
+	first.prev = dst
+	src.next, src.prev = src, src
 }
 
 // maybeEvict evicts least recently used clean entries until the tier fits its budget. Only
-// clean entries are ever in the LRU list, so every step is productive: a write burst of dirty
-// keys costs O(1) per write, never a scan past pinned entries.
+// clean entries are ever in the LRU list, so every step is productive but for a held entry,
+// which leaves the list (its Release puts it back): a write burst of dirty keys costs O(1) per
+// write, never a scan past pinned entries.
 func (b *Tiered) maybeEvict() {
 	limit := b.member.limit.Load()
 	head := &b.run.lru
-	for limit > 0 && b.run.bytes > limit && head.prev != head {
+	index := b.indexBytes.Load()
+	for limit > 0 && b.run.bytes+b.run.memBytes+index > limit && head.prev != head {
 		e := head.prev
 		// INVARIANT: only clean entries are in the LRU list.
-		if e.dirty || e.pin > b.run.committed {
+		if !b.clean(e) {
 			panic("state: dirty or pinned entry in LRU list")
 		}
-		b.lruRemove(e)
+		listRemove(e)
+		if e.holds > 0 {
+			continue
+		}
 		delete(b.run.hot, e.key)
 		b.run.bytes -= e.size
 		b.cnt.evictions.Add(1)
@@ -350,15 +554,18 @@ func (b *Tiered) maybeEvict() {
 			b.run.guard.record(format.Hash64([]byte(e.key)))
 		}
 	}
+	used := b.run.bytes + b.run.memBytes + index
 	over := int64(0)
-	if limit > 0 && b.run.bytes > limit {
-		over = b.run.bytes - limit
+	if limit > 0 && used > limit {
+		over = used - limit
 	}
-	b.member.usage.Store(b.run.bytes)
-	b.cnt.hotBytes.Store(b.run.bytes)
+	b.member.usage.Store(used)
+	b.cnt.hotBytes.Store(used)
 	b.cnt.hotLimit.Store(limit)
 	b.cnt.hotOverflow.Store(over)
 	b.cnt.hotEntries.Store(int64(len(b.run.hot)))
+	b.cnt.memSegBytes.Store(b.run.memBytes)
+	b.cnt.indexBytes.Store(index)
 }
 
 // Get implements Backend.
@@ -367,14 +574,15 @@ func (b *Tiered) Get(k Key) ([]byte, bool, bool) {
 	b.run.scratch = AppendKey(b.run.scratch[:0], k)
 	if e, ok := b.run.hot[string(b.run.scratch)]; ok {
 		b.cnt.hits.Add(1)
-		if e.inLRU && b.run.lru.next != e {
-			b.lruRemove(e)
+		c := e.c.Load()
+		if e.linked && b.run.lru.next != e && b.free(c.gen) {
+			listRemove(e)
 			b.lruPush(e)
 		}
-		if e.tomb {
+		if c.tomb {
 			return nil, false, true
 		}
-		return e.value, true, true
+		return c.value, true, true
 	}
 	if !b.mayBeDurable(k) {
 		b.cnt.hits.Add(1)
@@ -423,8 +631,8 @@ func (b *Tiered) Hold(k Key) bool {
 		return false
 	}
 	e.holds++
-	if e.inLRU {
-		b.lruRemove(e)
+	if e.linked && b.clean(e) {
+		listRemove(e)
 	}
 	return true
 }
@@ -436,7 +644,7 @@ func (b *Tiered) Release(k Key) {
 	if !ok || e.holds == 0 {
 		return
 	}
-	if e.holds--; e.holds == 0 && !e.dirty && e.pin <= b.run.committed && !e.inLRU {
+	if e.holds--; e.holds == 0 && !e.linked && b.clean(e) {
 		b.lruPush(e)
 		b.maybeEvict()
 	}
@@ -445,15 +653,10 @@ func (b *Tiered) Release(k Key) {
 // Put implements Backend.
 func (b *Tiered) Put(k Key, value []byte) {
 	b.poll()
-	e := b.writeEntry(k)
-	if e.pin > b.run.committed || cap(e.value) < len(value) || e.tomb {
-		// A pending snapshot may reference the old slice: never write it in place.
-		e.value = append([]byte(nil), value...)
-	} else {
-		e.value = append(e.value[:0], value...)
-	}
-	e.tomb = false
-	b.account(e)
+	e, c := b.writeEntry(k)
+	c.set(value)
+	c.tomb = false
+	b.account(e, c)
 }
 
 // Delete implements Backend.
@@ -463,38 +666,65 @@ func (b *Tiered) Delete(k Key) {
 	if _, ok := b.run.hot[string(b.run.scratch)]; !ok && !b.mayBeDurable(k) {
 		return // nothing to delete anywhere
 	}
-	e := b.writeEntry(k)
-	e.value, e.tomb = nil, true
-	b.account(e)
+	e, c := b.writeEntry(k)
+	c.value, c.tomb = nil, true
+	b.account(e, c)
 }
 
-// writeEntry returns k's entry, creating it, marked dirty and out of the LRU list.
-func (b *Tiered) writeEntry(k Key) *entry {
+// writeEntry returns k's entry, creating it, dirty (in the current generation's list), and
+// the cell of the current generation, which the caller writes in place.
+func (b *Tiered) writeEntry(k Key) (*entry, *cell) {
+	gen := b.run.captureSeq + 1
 	b.run.scratch = AppendKey(b.run.scratch[:0], k)
 	e, ok := b.run.hot[string(b.run.scratch)]
 	if !ok {
-		e = &entry{key: string(b.run.scratch)}
+		e = newEntry(b.run.scratch)
+		e.written = true
+		e.own.gen = gen
+		e.c.Store(&e.own)
 		b.run.hot[e.key] = e
-	} else {
-		b.run.bytes -= e.size
-		if e.dirty {
-			b.run.dirtyBytes -= e.size
-		}
-	}
-	if e.inLRU {
-		b.lruRemove(e)
-	}
-	if !e.dirty {
-		e.dirty = true
+		listPushFront(&b.run.gen, e)
 		b.run.dirty = append(b.run.dirty, e)
+		return e, &e.own
 	}
 	e.written = true
-	return e
+	b.run.bytes -= e.size
+	c := e.c.Load()
+	if c.gen == gen {
+		b.run.dirtyBytes -= e.size
+		return e, c
+	}
+	// The first write of this generation.
+	if e.linked {
+		listRemove(e)
+	}
+	switch {
+	case b.free(c.gen):
+		// No persist reads c: write it in place (the common case).
+		c.gen = gen
+		c.prev.Store(nil)
+	case c != &e.own && b.free(e.own.gen) && (c.prev.Load() == nil || c.prev.Load() == &e.own):
+		// c is captured and pending, own is free: c's value stays as the snapshot saw it.
+		c.prev.Store(nil)
+		o := &e.own
+		o.gen, o.tomb = gen, c.tomb // own's buffer is free: Put may write it in place
+		o.prev.Store(c)
+		e.c.Store(o)
+		c = o
+	default:
+		n := &cell{gen: gen, tomb: c.tomb}
+		n.prev.Store(c)
+		e.c.Store(n)
+		c = n
+	}
+	listPushFront(&b.run.gen, e)
+	b.run.dirty = append(b.run.dirty, e)
+	return e, c
 }
 
 // account adds the new size of e, just written (so dirty), and keeps the tier in its budget.
-func (b *Tiered) account(e *entry) {
-	e.size = int64(len(e.key)+len(e.value)) + entryOverhead
+func (b *Tiered) account(e *entry, c *cell) {
+	e.size = int64(len(e.key)+len(c.value)) + entryOverhead
 	b.run.bytes += e.size
 	b.run.dirtyBytes += e.size
 	if limit := b.member.limit.Load(); limit > 0 && b.run.dirtyBytes >= limit/spillFraction {
@@ -663,17 +893,26 @@ func (b *Tiered) Fill(results []Fetched) {
 			b.cnt.fillsDenied.Add(1)
 			continue
 		}
-		e := &entry{key: string(b.run.scratch), tomb: !r.Found}
-		if r.Found {
-			e.value = append([]byte(nil), r.Value...)
-		}
-		e.size = int64(len(e.key)+len(e.value)) + entryOverhead
-		b.run.hot[e.key] = e
-		b.run.bytes += e.size
+		e := b.newFilled(r)
 		b.lruPush(e)
-		b.cnt.fills.Add(1)
 	}
 	b.maybeEvict()
+}
+
+// newFilled installs the hot entry of a fetched result (the key in b.run.scratch), clean and
+// in no list.
+func (b *Tiered) newFilled(r *Fetched) *entry {
+	e := newEntry(b.run.scratch)
+	e.own.tomb = !r.Found
+	if r.Found {
+		e.own.set(r.Value)
+	}
+	e.c.Store(&e.own)
+	e.size = int64(len(e.key)+len(e.own.value)) + entryOverhead
+	b.run.hot[e.key] = e
+	b.run.bytes += e.size
+	b.cnt.fills.Add(1)
+	return e
 }
 
 // FillHold implements Holder.
@@ -684,19 +923,12 @@ func (b *Tiered) FillHold(results []Fetched, hold []bool) {
 		b.run.scratch = AppendKey(b.run.scratch[:0], r.Key)
 		e, ok := b.run.hot[string(b.run.scratch)]
 		if !ok {
-			e = &entry{key: string(b.run.scratch), tomb: !r.Found}
-			if r.Found {
-				e.value = append([]byte(nil), r.Value...)
-			}
-			e.size = int64(len(e.key)+len(e.value)) + entryOverhead
-			b.run.hot[e.key] = e
-			b.run.bytes += e.size
-			b.cnt.fills.Add(1)
+			e = b.newFilled(r)
 			if i >= len(hold) || !hold[i] {
 				b.lruPush(e)
 			}
-		} else if i < len(hold) && hold[i] && e.inLRU {
-			b.lruRemove(e)
+		} else if i < len(hold) && hold[i] && e.linked && b.clean(e) {
+			listRemove(e)
 		}
 		if i < len(hold) && hold[i] {
 			e.holds++
@@ -724,8 +956,10 @@ func (b *Tiered) KeyGroups() KeyGroupRange { return b.rng }
 // NumKeyGroups returns the operator's number of key groups.
 func (b *Tiered) NumKeyGroups() int { return b.numKG }
 
-// Capture implements Backend: it detaches the delta since the last capture, pins its keys
-// and returns a Snapshot whose Persist commits it. O(dirty keys), no copying of values.
+// Capture implements Backend: it ends the current generation, whose entries (the delta since
+// the last capture) stay pinned until its persist has made them readable from its encoded
+// segments, and returns a Snapshot whose Persist commits it. O(1): no entry is visited or
+// copied on the runner (see entry).
 func (b *Tiered) Capture(checkpointID uint64) (Snapshot, error) {
 	return b.capture(checkpointID, false)
 }
@@ -768,41 +1002,39 @@ func (b *Tiered) waitPinned() {
 	for limit > 0 && len(b.run.pending) > 0 && b.run.pinnedOut+b.run.dirtyBytes > room && b.ctx.Err() == nil {
 		oldest := b.run.pending[0]
 		b.run.pending[len(b.run.pending)-1].startChain(b.ctx) // observed below and by poll
+		// The next to become readable frees its entries' bytes for its segments' (smaller)
+		// ones, so waiting for it is enough to go on, well before the PUTs end.
+		readable := make(chan struct{}) // never closed: every pending one was seen readable
+		for _, s := range b.run.pending {
+			if !s.readSeen {
+				readable = s.readable
+				break
+			}
+		}
 		t := time.Now()
-		<-oldest.done
+		select {
+		case <-oldest.done:
+		case <-readable:
+		}
 		b.cnt.backpressureNanos.Add(int64(time.Since(t)))
 		b.observe()
 	}
 }
 
-// captureDelta detaches the dirty entries (and the operator state) as a snapshot that builds
-// on the pending ones.
+// captureDelta ends the current generation: its entries (and the operator state) become a
+// snapshot that builds on the pending ones. O(1) in the number of dirty entries: this is the
+// runner's pause at a checkpoint, and the persist reads each entry's value of the generation
+// off the runner (see entry).
 func (b *Tiered) captureDelta(id uint64, spill bool) *snapshot {
 	b.waitPinned()
 	b.run.captureSeq++
-	s := &snapshot{b: b, id: id, seq: b.run.captureSeq, spill: spill, names: b.run.names, done: make(chan struct{})}
-	// This loop is the runner's pause at a checkpoint: one pass, no slice growth. The dirty
-	// list itself becomes the snapshot's pinned list (compacted in place), and the runner
-	// starts a new one.
-	dirty := b.run.dirty
-	s.entries = make([]capEntry, 0, len(dirty))
-	k := 0
-	for _, e := range dirty {
-		if !e.dirty {
-			continue
-		}
-		e.dirty = false
-		e.pin = s.seq
-		s.entries = append(s.entries, capEntry{key: e.key, value: e.value, tomb: e.tomb})
-		dirty[k] = e
-		k++
-		s.estimate += int64(len(e.key) + len(e.value))
-		s.pinnedBytes += e.size
-	}
-	clear(dirty[k:])
-	s.pinned = dirty[:k]
+	s := &snapshot{b: b, id: id, seq: b.run.captureSeq, spill: spill, names: b.run.names, done: make(chan struct{}), encoded: make(chan struct{}), readable: make(chan struct{})}
+	s.ents = b.run.dirty
+	listMove(&s.list, &b.run.gen)
+	s.pinnedBytes = b.run.dirtyBytes
+	s.estimate = b.run.dirtyBytes - int64(len(s.ents))*entryOverhead
 	b.run.pinnedOut += s.pinnedBytes
-	b.run.dirty = make([]*entry, 0, max(k/2, 16))
+	b.run.dirty = make([]*entry, 0, min(len(s.ents), 1024))
 	b.run.dirtyBytes = 0
 	for name, data := range b.run.opState {
 		s.opState = append(s.opState, format.NamedBlob{Name: name, Data: data}) // SetOperatorState copies

@@ -141,15 +141,17 @@ func TestEvictionAndColdRead(t *testing.T) {
 	for i := range 2000 {
 		b.Put(key(0, fmt.Sprint("k", i), ""), val)
 	}
-	// Dirty keys cannot be evicted: at a third of the budget they spill, so the tier stays in it.
+	// Dirty keys cannot be evicted: at a third of the budget they spill, so the entries stay in
+	// it. (The 142 spills' indexes and filters, counted in the tier too, outgrow this tiny
+	// budget on their own: then they are all it holds above it.)
 	m := b.Metrics()
-	if m.HotBytes > 8<<10+2*int64(100+entryOverhead+8) || m.HotOverflow != 0 || m.Spills == 0 {
+	if m.HotBytes-m.IndexBytes > 8<<10+2*int64(100+entryOverhead+8) || m.HotOverflow > m.IndexBytes || m.IndexBytes == 0 || m.Spills == 0 {
 		t.Fatalf("dirty keys must spill within the budget: %+v", m)
 	}
 	checkpoint(t, b, 1)
 	b.Get(key(0, "k0", "")) // observes the commit and evicts
 	m = b.Metrics()
-	if m.HotBytes > 8<<10+int64(100+entryOverhead+8) || m.Evictions == 0 {
+	if m.HotBytes-m.IndexBytes > 8<<10+int64(100+entryOverhead+8) || m.Evictions == 0 {
 		t.Fatalf("after commit: %+v", m)
 	}
 	var cold []Key

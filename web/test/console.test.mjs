@@ -1,6 +1,6 @@
 // The web console in headless Chromium (Debian's /usr/bin/chromium, driven by playwright-core):
 // a real `clink-wasm serve` on a loopback port, a tenant created over the API, then in the
-// browser: sign in, see the quotas, upload an invalid module and see each problem, upload a
+// browser: sign in, see the quotas (and a quota lowered below usage), upload an invalid module and see each problem, upload a
 // valid one and see it listed, delete it. Screenshots go to artifacts/ (or $ARTIFACTS).
 //
 //   CLINK_BIN=bin/clink-wasm node web/test/console.test.mjs     (make console-test)
@@ -124,6 +124,18 @@ try {
   await page.click('.tabs button[data-tab="overview"]');
   await page.waitForFunction(() => /1\s*\/ 100/.test(document.querySelector('#usage-cards [data-quota="Modules"]')?.textContent || ""));
   await step(page, "5-usage-updated");
+
+  // 6b. A quota lowered below usage: the overview says the tenant is over it (nothing stops).
+  await call("PATCH", "/api/v1/tenants/acme", { quotas: { max_modules: 0 } });
+  await page.click('.tabs button[data-tab="modules"]');
+  await page.click('.tabs button[data-tab="overview"]');
+  await page.waitForSelector('#usage-cards [data-over-quota="max_modules"]');
+  assert.match(await page.textContent('#usage-cards [data-over-quota="max_modules"]'), /max_modules.*1 used of 0/s);
+  await step(page, "5b-over-quota");
+  await call("PATCH", "/api/v1/tenants/acme", { quotas: { max_modules: 100 } });
+  await page.click('.tabs button[data-tab="modules"]');
+  await page.click('.tabs button[data-tab="overview"]');
+  await page.waitForFunction(() => !document.querySelector('#usage-cards [data-over-quota]'));
 
   // 7. A pipeline over it: a bad spec names the field at fault, a good one is listed.
   await page.click('.tabs button[data-tab="pipelines"]');

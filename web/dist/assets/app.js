@@ -141,7 +141,12 @@ async function loadOverview() {
   }
   const t = await api("GET", "/api/v1/tenants/" + encodeURIComponent(state.tenant));
   const q = t.quotas, u = t.usage;
+  // A quota lowered below usage stops nothing; new admissions are refused until it is back under.
+  const over = (t.over_quota || []).map((x) => el("div", { class: "card result bad", "data-over-quota": x.quota },
+    el("div", {}, "Over ", el("code", {}, x.quota), ": " + x.used + " used of " + x.limit),
+    el("div", { class: "muted" }, "What runs keeps running; new pipelines, starts and rescales up are refused until usage is back under the quota.")));
   $("#usage-cards").replaceChildren(
+    ...over,
     meter("Pipelines", u.pipelines, q.max_pipelines),
     meter("Subtasks", u.subtasks, q.max_subtasks),
     meter("Modules", u.modules, q.max_modules),
@@ -353,8 +358,12 @@ function showPanels(m) {
   $("#breakers").replaceChildren(...(bs.length ? bs.map((b) => el("li", { "data-endpoint": b.endpoint },
     el("span", { title: b.origin }, b.endpoint), el("span", { class: "state-" + b.state }, b.state))) : [el("li", { class: "muted" }, "no lookup endpoints")]));
   if (m.cpu) {
-    $("#cpu-figure").textContent = m.cpu.cores > 0 ? m.cpu.cores + " core" + (m.cpu.cores === 1 ? "" : "s") : "unbounded";
-    $("#cpu-detail").textContent = `${m.cpu.guest_seconds.toFixed(2)} s of guest time, ${m.cpu.paused_seconds.toFixed(2)} s paused by the share`;
+    const cores = (c) => +c.toFixed(2) + " core" + (c === 1 ? "" : "s");
+    $("#cpu-figure").textContent = m.cpu.cores > 0 ? cores(m.cpu.cores) : "unbounded";
+    // Under CPU pressure the share is the quota times the host's capacity (host/server/capacity.go).
+    const scaled = m.cpu.host_capacity < 1 && m.cpu.quota_cores > 0
+      ? `; quota ${cores(m.cpu.quota_cores)} × host capacity ${Math.round(m.cpu.host_capacity * 100)} %` : "";
+    $("#cpu-detail").textContent = `${m.cpu.guest_seconds.toFixed(2)} s of guest time, ${m.cpu.paused_seconds.toFixed(2)} s paused by the share${scaled}`;
   }
 }
 
