@@ -364,9 +364,10 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 		// at small epochs the lingers were most of the cost of exactly once). Produced with
 		// the epoch's last outputs in one request, the marker got
 		// OUT_OF_ORDER_SEQUENCE_NUMBER about once in 30 restarted runs under -race. Sent
-		// alone, it still did, about once in 250 runs on a loaded machine; the cause is not
-		// pinned down (docs/DESIGN.md, Kafka), and abortLost turns it into a retryable,
-		// aborted epoch instead of a failed job.
+		// alone, it still does, about once in 100-250 runs on a loaded machine: franz-go
+		// misses the marker partition's sequence reset after EndTxn bumped the epoch
+		// (docs/DESIGN.md, Kafka), and abortLost turns it into a retryable, aborted epoch
+		// instead of a failed job.
 		if err := cl.Flush(ctx); err != nil {
 			return p, brokersErr(s.sc.Config, classify("flush", err))
 		}
@@ -428,8 +429,10 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 // as it is.
 //
 // Why this exists: under -race on a loaded machine, a restarted run's marker produce was
-// refused this way about once in 250 runs of the crash tests (kfake, franz-go v1.22.3),
-// and the cause was not pinned down; see the Kafka section of docs/DESIGN.md.
+// refused this way about once in 100-250 runs of the crash tests. kfake's trace shows
+// franz-go v1.22.3 sending the marker at the epoch its previous EndTxn bumped to, but with
+// the sequence of the epoch before: its per-partition sequence reset after the KIP-890
+// epoch bump missed the marker partition. See the Kafka section of docs/DESIGN.md.
 func (s *Sink) abortLost(ctx context.Context, slot int, err error) error {
 	if !s.sc.exactlyOnce() || !errors.Is(err, kerr.OutOfOrderSequenceNumber) || errors.Is(err, ErrTransactionAborted) {
 		return err
