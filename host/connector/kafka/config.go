@@ -33,6 +33,9 @@ type Config struct {
 	dial func(ctx context.Context, network, host string) (net.Conn, error)
 	// env replaces os.LookupEnv in tests.
 	env func(string) (string, bool)
+	// logger, if set, receives the clients' logs (tests capture franz-go's debug log and
+	// print it when they fail).
+	logger kgo.Logger
 }
 
 // SASLConfig selects a mechanism and names where the credentials come from.
@@ -147,6 +150,9 @@ func (c Config) clientOpts() ([]kgo.Opt, error) {
 		kgo.DisableClientMetrics(),
 		kgo.WithHooks(&reachedHook{key: clusterKey(c.Brokers)}),
 	}
+	if c.logger != nil {
+		opts = append(opts, kgo.WithLogger(c.logger))
+	}
 	if c.ClientID != "" {
 		opts = append(opts, kgo.ClientID(c.ClientID))
 	} else {
@@ -229,6 +235,27 @@ func (t *TLSConfig) config() (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{cert}
 	}
 	return tc, nil
+}
+
+// namedLogger adds the client's name to every line of a shared logger.
+type namedLogger struct {
+	kgo.Logger
+	name string
+}
+
+func (l namedLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	l.Logger.Log(level, msg, append(keyvals[:len(keyvals):len(keyvals)], "client", l.name)...)
+}
+
+// named returns c with its logger (if any) naming the client.
+func (c Config) named(name string) Config {
+	if c.logger != nil {
+		if nl, ok := c.logger.(namedLogger); ok {
+			c.logger = nl.Logger
+		}
+		c.logger = namedLogger{c.logger, name}
+	}
+	return c
 }
 
 // newClient builds a franz-go client from c plus extra options.

@@ -124,12 +124,21 @@ func TestCheckAuth(t *testing.T) {
 // newCluster starts a one-broker kfake cluster for the test and returns a Config for it.
 func newCluster(t testing.TB, opts ...kfake.Opt) Config {
 	t.Helper()
+	_, cfg := newKfake(t, opts...)
+	return cfg
+}
+
+// newKfake is newCluster that also returns the cluster, for tests that control its requests.
+func newKfake(t testing.TB, opts ...kfake.Opt) (*kfake.Cluster, Config) {
+	t.Helper()
 	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	return Config{Brokers: c.ListenAddrs(), RequestTimeout: Duration(10 * time.Second)}
+	cfg := Config{Brokers: c.ListenAddrs(), RequestTimeout: Duration(10 * time.Second)}
+	trace(t, c, &cfg)
+	return c, cfg
 }
 
 // TestSpecBlocks decodes the README's source and sink blocks (in JSON) into the connector's

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // This file drives the connector through the checkpoint protocol of the pipeline runtime
@@ -67,6 +69,8 @@ type crashPoint struct {
 }
 
 type job struct {
+	kc      *kfake.Cluster
+	trace   *traceLog // with CLINK_KAFKA_TRACE
 	c       Config
 	total   int
 	sinks   int
@@ -76,9 +80,9 @@ type job struct {
 }
 
 func newJob(t testing.TB, partitions int32, total, sinks, every int) *job {
-	c := newCluster(t, kfake.SeedTopics(partitions, "in"), kfake.SeedTopics(3, "out"))
+	kc, c := newKfake(t, kfake.SeedTopics(partitions, "in"), kfake.SeedTopics(3, "out"))
 	produce(t, c, "in", total)
-	return &job{c: c, total: total, sinks: sinks, every: every,
+	return &job{kc: kc, trace: traceOf(kc), c: c, total: total, sinks: sinks, every: every,
 		st:      &manifestStore{pending: map[uint64]pendingManifest{}, latest: manifest{Counts: map[string]int{}}},
 		sinkCfg: func(c Config) SinkConfig { return SinkConfig{Config: c, Topic: "out"} }}
 }
@@ -250,6 +254,24 @@ func (j *job) run(t testing.TB, cp *crashPoint, stopAfter uint64, during func(*n
 	}
 }
 
+// runRestarting is run under a restart strategy, as the pipeline runtime runs an attempt:
+// an attempt that fails with the retryable ErrTransactionAborted (a write of the epoch
+// refused with OUT_OF_ORDER_SEQUENCE_NUMBER, see Sink.abortLost) is restarted from the last
+// checkpoint, at most 3 times, and said in the log (with the trace, if CLINK_KAFKA_TRACE is
+// set). Every other outcome is returned.
+func (j *job) runRestarting(t testing.TB, cp *crashPoint, stopAfter uint64, during func(*netFaults, uint64)) error {
+	for restarts := 0; ; restarts++ {
+		err := j.run(t, cp, stopAfter, during)
+		if restarts == 3 || !errors.Is(err, ErrTransactionAborted) || !IsRetryable(err) {
+			return err
+		}
+		t.Logf("restarting from manifest %d after: %v", j.st.latest.Epoch, err)
+		if l := j.trace; l != nil {
+			t.Log(l)
+		}
+	}
+}
+
 // verify checks the committed output and the final state against a model of the input.
 func (j *job) verify(t testing.TB) {
 	t.Helper()
@@ -356,10 +378,10 @@ func TestCrashPoints(t *testing.T) {
 				t.Run(fmt.Sprintf("sinks=%d/%s/%d", sinks, p, sub), func(t *testing.T) {
 					t.Parallel()
 					j := newJob(t, 3, 150, sinks, 40)
-					if err := j.run(t, &crashPoint{epoch: 2, point: p, subtask: sub}, 0, nil); !errors.Is(err, errCrash) {
+					if err := j.runRestarting(t, &crashPoint{epoch: 2, point: p, subtask: sub}, 0, nil); !errors.Is(err, errCrash) {
 						t.Fatalf("first run: %v, want the crash", err)
 					}
-					if err := j.run(t, nil, 0, nil); err != nil {
+					if err := j.runRestarting(t, nil, 0, nil); err != nil {
 						t.Fatalf("after the crash: %v", err)
 					}
 					j.verify(t)
@@ -394,13 +416,13 @@ func TestInDoubtCommitDecides(t *testing.T) {
 // the manifest's offsets (not the group's) and the output is exact.
 func TestResumeAfterCleanStop(t *testing.T) {
 	j := newJob(t, 3, 150, 2, 30)
-	if err := j.run(t, nil, 2, nil); err != nil {
+	if err := j.runRestarting(t, nil, 2, nil); err != nil {
 		t.Fatal(err)
 	}
 	if j.st.latest.Epoch != 2 {
 		t.Fatalf("stopped at manifest %d", j.st.latest.Epoch)
 	}
-	if err := j.run(t, nil, 0, nil); err != nil {
+	if err := j.runRestarting(t, nil, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	j.verify(t)
@@ -467,7 +489,7 @@ func TestCrashSoak(t *testing.T) {
 				}
 				cp = &crashPoint{epoch: j.st.latest.Epoch + 1 + uint64(rng.IntN(3)), point: points[rng.IntN(len(points))], subtask: rng.IntN(sinks)}
 			}
-			err := j.run(t, cp, 0, nil)
+			err := j.runRestarting(t, cp, 0, nil)
 			if err == nil {
 				break
 			}
@@ -476,5 +498,100 @@ func TestCrashSoak(t *testing.T) {
 			}
 		}
 		j.verify(t)
+	}
+}
+
+// refuseProduce makes the cluster refuse the next produce request that writes to partition
+// 0 of topic (of the marker topic if topic is "") with OUT_OF_ORDER_SEQUENCE_NUMBER, without
+// appending it (what the flake of the crash tests did to a marker: see Sink.abortLost). It
+// returns a channel closed when it fired.
+func (j *job) refuseProduce(t testing.TB, topic string) <-chan struct{} {
+	t.Helper()
+	admc, err := kgo.NewClient(kgo.SeedBrokers(j.c.Brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admc.Close()
+	if topic == "" {
+		topic = j.sinkCfg(j.c).markerTopic(Identity{Job: "job", Sink: "out"})
+	}
+	md, err := kadm.NewClient(admc).Metadata(context.Background(), topic)
+	if err != nil || md.Topics[topic].Err != nil {
+		t.Fatalf("topic %s: %v %v", topic, err, md.Topics[topic].Err)
+	}
+	id := md.Topics[topic].ID
+	fired := make(chan struct{})
+	j.kc.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.ProduceRequest)
+		hit := false
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				hit = hit || (rt.Topic == topic || rt.TopicID == id) && rp.Partition == 0
+			}
+		}
+		if !hit {
+			j.kc.KeepControl()
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		resp.Version = req.Version
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.OutOfOrderSequenceNumber.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		close(fired)
+		j.kc.DropControl() // once: KeepControl above marked it kept
+		return resp, nil, true
+	})
+	return fired
+}
+
+// TestMarkerRefused: the cluster refuses an epoch's marker (or one of its outputs) with
+// OUT_OF_ORDER_SEQUENCE_NUMBER (the flake this handling exists for). PreCommit (or Write)
+// fails with a retryable ErrTransactionAborted, the epoch's transaction is aborted at once
+// (read_committed consumers are not held up by it and see none of it), and the next run
+// (the runtime's restart) writes the epoch again: the output is exact.
+func TestMarkerRefused(t *testing.T) {
+	for _, sinks := range []int{1, 2} {
+		for _, what := range []string{"marker", "output"} {
+			t.Run(fmt.Sprintf("sinks=%d/%s", sinks, what), func(t *testing.T) {
+				t.Parallel()
+				j := newJob(t, 3, 150, sinks, 40)
+				topic := ""
+				if what == "output" {
+					topic = "out"
+				}
+				var fired <-chan struct{}
+				err := j.run(t, nil, 0, func(_ *netFaults, epoch uint64) {
+					if epoch == 2 {
+						fired = j.refuseProduce(t, topic)
+					}
+				})
+				if !errors.Is(err, ErrTransactionAborted) || !IsRetryable(err) || !errors.Is(err, kerr.OutOfOrderSequenceNumber) {
+					t.Fatalf("run with a refused %s: %v, want a retryable ErrTransactionAborted", what, err)
+				}
+				<-fired
+				if j.st.latest.Epoch != 1 {
+					t.Fatalf("last manifest %d, want 1", j.st.latest.Epoch)
+				}
+				if sinks == 1 {
+					// The only open transaction was the refused one: aborted now, the
+					// output reads to its end with read_committed and holds epoch 1 only.
+					if n := len(readTopic(t, j.c, "out", true)); n != 40 {
+						t.Fatalf("%d committed outputs after the refused epoch, want epoch 1's 40", n)
+					}
+				}
+				if err := j.run(t, nil, 0, nil); err != nil {
+					t.Fatalf("restart: %v", err)
+				}
+				j.verify(t)
+			})
+		}
 	}
 }

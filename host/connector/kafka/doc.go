@@ -36,8 +36,9 @@
 // # Errors
 //
 // Every error is an *Error whose Kind is one of the sentinels (ErrUnreachable,
-// ErrMissingTopic, ErrAuthentication, ErrAuthorization, ErrFenced, ErrPartialCommit,
-// ErrInvariant, ErrConfig) and which says whether retrying can help (IsRetryable).
+// ErrMissingTopic, ErrAuthentication, ErrAuthorization, ErrFenced, ErrTransactionAborted,
+// ErrPartialCommit, ErrInvariant, ErrConfig) and which says whether retrying can help
+// (IsRetryable).
 //
 // # Notes
 //

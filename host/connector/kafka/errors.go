@@ -32,6 +32,12 @@ var (
 	// ErrFenced: another producer with the same transactional ID took over (a newer
 	// instance of this subtask). Permanent for this instance: it must stop.
 	ErrFenced = errors.New("kafka producer fenced by a newer instance")
+	// ErrTransactionAborted: the cluster refused a write of an epoch's transaction in a way
+	// the transactional producer cannot recover from (OUT_OF_ORDER_SEQUENCE_NUMBER), and the
+	// sink aborted that transaction: nothing of the epoch is visible to read_committed
+	// consumers, and the sink instance is unusable. Retryable: restore from the last
+	// checkpoint (Recover, new sinks) and the epoch is written again, exactly once.
+	ErrTransactionAborted = errors.New("kafka sink transaction aborted")
 	// ErrPartialCommit: some sink transactions of an epoch committed and another can no
 	// longer be (it was aborted, typically by the transaction timeout). Neither rolling
 	// forward nor back is exact; an operator must look. Permanent.

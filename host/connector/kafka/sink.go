@@ -265,7 +265,7 @@ func NewSink(ctx context.Context, sc SinkConfig, id Identity, first uint64) (*Si
 		if sc.exactlyOnce() {
 			opts = append(opts[:len(opts):len(opts)], kgo.TransactionalID(id.TransactionalID(slot)), kgo.TransactionTimeout(sc.txnTimeout()))
 		}
-		cl, err := sc.newClient(opts...)
+		cl, err := sc.named(id.TransactionalID(slot)).newClient(opts...)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -308,12 +308,11 @@ func (p sinkPartitioner) ForTopic(t string) kgo.TopicPartitioner {
 // by PreCommit.
 func (s *Sink) Write(ctx context.Context, o Output) error {
 	s.mu.Lock()
-	if err := s.mu.err; err != nil {
-		s.mu.Unlock()
-		return err
-	}
-	slot := s.mu.slot
+	slot, err := s.mu.slot, s.mu.err
 	s.mu.Unlock()
+	if err != nil {
+		return s.abortLost(ctx, slot, err)
+	}
 	r := &kgo.Record{Key: o.Key, Value: o.Value}
 	if o.Time != 0 {
 		r.Timestamp = time.UnixMilli(o.Time)
@@ -347,7 +346,7 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 	case pending != 0:
 		return Prepared{}, fmt.Errorf("kafka sink %s/%d: PreCommit of epoch %d before Commit of epoch %d", s.id.Sink, s.id.Subtask, m.Epoch, pending)
 	case werr != nil:
-		return Prepared{}, werr
+		return Prepared{}, s.abortLost(ctx, slot, werr)
 	}
 	epoch = m.Epoch
 	cl := s.cls[slot]
@@ -364,10 +363,11 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 		// sends at once instead of waiting out the linger (two round trips, no 5 ms sleeps:
 		// at small epochs the lingers were most of the cost of exactly once). Produced with
 		// the epoch's last outputs in one request, the marker got
-		// OUT_OF_ORDER_SEQUENCE_NUMBER about once in 30 restarted runs under -race: franz-go
-		// had not reset the marker partition's sequence after the previous EndTxn bumped the
-		// epoch (its log shows the reset for the output partition of the same request only).
-		// Sent alone it did not fail in 1,400 runs.
+		// OUT_OF_ORDER_SEQUENCE_NUMBER about once in 30 restarted runs under -race. Sent
+		// alone, it still does, about once in 100-250 runs on a loaded machine: franz-go
+		// misses the marker partition's sequence reset after EndTxn bumped the epoch
+		// (docs/DESIGN.md, Kafka), and abortLost turns it into a retryable, aborted epoch
+		// instead of a failed job.
 		if err := cl.Flush(ctx); err != nil {
 			return p, brokersErr(s.sc.Config, classify("flush", err))
 		}
@@ -377,7 +377,7 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 			return p, brokersErr(s.sc.Config, classify("flush", err))
 		}
 		if err := <-merr; err != nil {
-			return p, brokersErr(s.sc.Config, classify("produce marker", err))
+			return p, s.abortLost(ctx, slot, brokersErr(s.sc.Config, classify("produce marker", err)))
 		}
 		pid, pepoch, err := cl.ProducerID(ctx)
 		if err != nil {
@@ -394,10 +394,13 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 		return p, brokersErr(s.sc.Config, classify("flush", err))
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.mu.err; err != nil {
-		return p, err
+	werr = s.mu.err
+	s.mu.Unlock()
+	if werr != nil {
+		return p, s.abortLost(ctx, slot, werr)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if !s.sc.exactlyOnce() {
 		// Offsets go to the group outside any transaction: informational only.
 		for _, g := range m.groups() {
@@ -413,6 +416,39 @@ func (s *Sink) PreCommit(ctx context.Context, m Marker) (Prepared, error) {
 	}
 	s.mu.epoch, s.mu.slot, s.mu.pending = epoch+1, 1-slot, epoch
 	return p, nil
+}
+
+// abortLost handles err, a failed write of the epoch open on slot. If the cluster refused
+// the write with OUT_OF_ORDER_SEQUENCE_NUMBER, the transactional producer cannot go on
+// (franz-go fails its producer ID, and under KIP-890 that is not recoverable, so the
+// client can neither commit nor abort): the sink aborts the transaction itself by fencing
+// the slot's transactional ID (InitProducerID aborts the open transaction at once, instead
+// of leaving it to the next Recover or the transaction timeout), becomes unusable, and
+// returns a retryable ErrTransactionAborted. The runtime then restores from the last
+// checkpoint, and the epoch is written again, exactly once. Any other error is returned
+// as it is.
+//
+// Why this exists: under -race on a loaded machine, a restarted run's marker produce was
+// refused this way about once in 100-250 runs of the crash tests. kfake's trace shows
+// franz-go v1.22.3 sending the marker at the epoch its previous EndTxn bumped to, but with
+// the sequence of the epoch before: its per-partition sequence reset after the KIP-890
+// epoch bump missed the marker partition. See the Kafka section of docs/DESIGN.md.
+func (s *Sink) abortLost(ctx context.Context, slot int, err error) error {
+	if !s.sc.exactlyOnce() || !errors.Is(err, kerr.OutOfOrderSequenceNumber) || errors.Is(err, ErrTransactionAborted) {
+		return err
+	}
+	txnID := s.id.TransactionalID(slot)
+	lost := &Error{Op: "produce", Kind: ErrTransactionAborted, Retryable: true,
+		Err: fmt.Errorf("sink %s/%d, transaction %s: %w", s.id.Sink, s.id.Subtask, txnID, err)}
+	if ferr := fence(ctx, s.cls[slot], s.sc, txnID); ferr != nil {
+		// Not aborted now: the next Recover fences it (or the transaction timeout aborts
+		// it). Still retryable, and still nothing of the epoch can commit.
+		lost.Err = fmt.Errorf("%w (abort by fencing failed: %v)", lost.Err, ferr)
+	}
+	s.mu.Lock()
+	s.mu.err = lost
+	s.mu.Unlock()
+	return lost
 }
 
 // Commit commits epoch's transaction (exactly once; nothing to do at least once). Call it
