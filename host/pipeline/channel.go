@@ -90,6 +90,8 @@ type edgeOut struct {
 	// the subtask of the next record.
 	roundRobin bool
 	next       int
+	// sink, when set, is the sink subtask chained to this edge (chain.go): no channel.
+	sink *chainedSink
 }
 
 func newEdgeOut(forward bool, keyOf keyFunc, chans []*channel, par, numKG int) *edgeOut {
@@ -145,6 +147,12 @@ func (r *router) all() []*edgeOut {
 // route appends a record to the edges of one output.
 func (r *router) route(edges []*edgeOut, key, value []byte, ts, pos int64) error {
 	for _, e := range edges {
+		if e.sink != nil {
+			if err := e.sink.add(r.ctx, key, value, ts, pos); err != nil {
+				return err
+			}
+			continue
+		}
 		idx := 0
 		k := key
 		if e.forward {
@@ -198,6 +206,11 @@ func (r *router) sendBatch(e *edgeOut, idx int) error {
 // records before it.
 func (r *router) mark(el scheduler.Element) error {
 	for _, e := range r.all() {
+		if e.sink != nil && el.Kind == scheduler.ElementBarrier {
+			if err := e.sink.barrier(r.ctx, el.CheckID); err != nil {
+				return err
+			}
+		}
 		for idx := range e.chans {
 			e.batches[idx] = append(e.batches[idx], el)
 			if err := r.sendBatch(e, idx); err != nil {
@@ -211,6 +224,11 @@ func (r *router) mark(el scheduler.Element) error {
 // flush sends every partial batch.
 func (r *router) flush() error {
 	for _, e := range r.all() {
+		if e.sink != nil {
+			if err := e.sink.flush(r.ctx); err != nil {
+				return err
+			}
+		}
 		for idx := range e.chans {
 			if err := r.sendBatch(e, idx); err != nil {
 				return err
@@ -228,8 +246,33 @@ func (r *router) close() error {
 		for _, c := range e.chans {
 			close(c.ch)
 		}
+		if e.sink != nil {
+			if serr := e.sink.close(r.ctx); err == nil {
+				err = serr
+			}
+		}
 	}
 	return err
+}
+
+// chainedErr is the first failure of a chained sink, if any.
+func (r *router) chainedErr() error {
+	for _, e := range r.main {
+		if e.sink != nil && e.sink.err != nil {
+			return e.sink.err
+		}
+	}
+	return nil
+}
+
+// abandonChained closes the writers of the chained sinks that close did not (the subtask
+// failed or was cancelled).
+func (r *router) abandonChained() {
+	for _, e := range r.main {
+		if e.sink != nil {
+			e.sink.abandon(r.ctx)
+		}
+	}
 }
 
 // Write implements scheduler.Sink for an operator subtask: data to the main output,
@@ -468,7 +511,10 @@ func (m *merger) run(ctx context.Context) error {
 			}
 		default:
 			b := msg.els[:0]
-			for _, el := range msg.els {
+			for i := range msg.els {
+				// By index: a copy whose address went to late would escape, one allocation
+				// per record.
+				el := &msg.els[i]
 				switch el.Kind {
 				case scheduler.ElementWatermark:
 					if el.TS > m.wm[msg.idx] {
@@ -482,13 +528,13 @@ func (m *merger) run(ctx context.Context) error {
 					if m.checkLate && !m.ins[msg.idx].side && m.emitted != math.MinInt64 && el.TS <= m.emitted && m.emitted != math.MaxInt64 {
 						m.dropped.Add(1)
 						if m.late != nil {
-							if err := m.late(&el); err != nil {
+							if err := m.late(el); err != nil {
 								return err
 							}
 						}
 						continue
 					}
-					b = append(b, el)
+					b = append(b, *el)
 				}
 			}
 			if m.lateFlush != nil {

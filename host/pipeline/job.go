@@ -537,8 +537,12 @@ func (j *Job) Metrics() JobMetrics {
 		}
 		m.Operators = append(m.Operators, sm)
 	}
-	for _, t := range a.skTasks {
-		m.Sinks = append(m.Sinks, SubtaskMetrics{Node: t.name, Subtask: t.subtask, RecordsIn: t.records.Load(), InputDepth: t.in.depth()})
+	for _, t := range a.sinkOrder {
+		if t.task != nil {
+			m.Sinks = append(m.Sinks, SubtaskMetrics{Node: t.task.name, Subtask: t.task.subtask, RecordsIn: t.task.records.Load(), InputDepth: t.task.in.depth()})
+		} else { // chained: no input of its own
+			m.Sinks = append(m.Sinks, SubtaskMetrics{Node: t.chained.name, Subtask: t.chained.subtask, RecordsIn: t.chained.records.Load()})
+		}
 	}
 	return m
 }

@@ -43,6 +43,15 @@ type attempt struct {
 	srcTasks []*sourceTask
 	opTasks  []*operatorTask
 	skTasks  []*sinkTask
+	chained  []*chainedSink // sink subtasks run by their operator subtask (chain.go)
+	// sinkOrder is every sink subtask, in the spec's order, for metrics: one of the two set.
+	sinkOrder []sinkSubtask
+}
+
+// sinkSubtask is a sink subtask of its own (task) or one chained to its input (chained).
+type sinkSubtask struct {
+	task    *sinkTask
+	chained *chainedSink
 }
 
 // opNode is a loaded operator.
@@ -90,12 +99,14 @@ type wiring struct {
 	out map[string]map[string][][]*edgeOut
 	// in[node][subtask] are the input channels of a downstream subtask.
 	in      map[string][][]*channel
+	// chained[sink][subtask] are the sink subtasks chained to their input (chain.go).
+	chained map[string][]*chainedSink
 	closers []func()
 }
 
 // wire builds every edge's channels.
 func (a *attempt) wire(ctx context.Context) (*wiring, error) {
-	w := &wiring{out: map[string]map[string][][]*edgeOut{}, in: map[string][][]*channel{}}
+	w := &wiring{out: map[string]map[string][][]*edgeOut{}, in: map[string][][]*channel{}, chained: map[string][]*chainedSink{}}
 	kg := a.spec.KeyGroups
 	connect := func(downName string, downPar int, inputs []string, key *KeySpec, chain bool, down *opNode) error {
 		ins := make([][]*channel, downPar)
@@ -166,8 +177,23 @@ func (a *attempt) wire(ctx context.Context) (*wiring, error) {
 	}
 	for i := range a.spec.Sinks {
 		sk := &a.spec.Sinks[i]
-		// Sinks take their inputs hashed by the emitted key, so each key's records keep their
-		// order through one sink subtask.
+		if a.chainable(sk) {
+			up := sk.Inputs[0]
+			if w.out[up] == nil {
+				w.out[up] = map[string][][]*edgeOut{}
+			}
+			if w.out[up][""] == nil {
+				w.out[up][""] = make([][]*edgeOut, sk.Parallelism)
+			}
+			for u := range sk.Parallelism {
+				cs := &chainedSink{a: a, name: sk.Name, subtask: u}
+				w.chained[sk.Name] = append(w.chained[sk.Name], cs)
+				w.out[up][""][u] = append(w.out[up][""][u], &edgeOut{forward: true, sink: cs})
+			}
+			continue
+		}
+		// Other sinks take their inputs hashed by the emitted key, so each key's records keep
+		// their order through one sink subtask.
 		if err := connect(sk.Name, sk.Parallelism, sk.Inputs, nil, false, nil); err != nil {
 			return nil, err
 		}
@@ -334,7 +360,15 @@ func (a *attempt) run(parent context.Context) error {
 			if err != nil {
 				return fmt.Errorf("opening sink %s[%d]: %w", sk.Name, i, err)
 			}
-			a.skTasks = append(a.skTasks, &sinkTask{a: a, name: sk.Name, subtask: i, w: wr, in: newMerger(w.in[sk.Name][i])})
+			if cs := w.chained[sk.Name]; cs != nil {
+				cs[i].w = wr
+				a.chained = append(a.chained, cs[i])
+				a.sinkOrder = append(a.sinkOrder, sinkSubtask{chained: cs[i]})
+				continue
+			}
+			t := &sinkTask{a: a, name: sk.Name, subtask: i, w: wr, in: newMerger(w.in[sk.Name][i])}
+			a.skTasks = append(a.skTasks, t)
+			a.sinkOrder = append(a.sinkOrder, sinkSubtask{task: t})
 		}
 	}
 	launched := false
@@ -345,6 +379,9 @@ func (a *attempt) run(parent context.Context) error {
 			}
 			for _, t := range a.skTasks {
 				t.w.Close(context.WithoutCancel(ctx))
+			}
+			for _, s := range a.chained {
+				s.abandon(ctx)
 			}
 		}
 	}()

@@ -268,7 +268,19 @@ func (t *operatorTask) describe(pos int64) string {
 	return fmt.Sprintf("the record at source position %d (operator %s)", pos, t.name())
 }
 
-func (t *operatorTask) run() error {
+func (t *operatorTask) run() (err error) {
+	defer func() {
+		// A chained sink's failure is the sink's, whatever the runner made of it (the
+		// operator call whose output it was writing fails with it).
+		if cerr := t.out.chainedErr(); cerr != nil {
+			err = cerr
+		}
+		t.out.abandonChained() // a no-op once close ended them
+	}()
+	return t.runOperator()
+}
+
+func (t *operatorTask) runOperator() error {
 	ctx := t.out.ctx
 	a := t.a
 	if newOp := a.env.Native[t.op.spec.Name]; newOp != nil {
