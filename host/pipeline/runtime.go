@@ -98,7 +98,7 @@ type wiring struct {
 	// out[node][output][subtask] are the edgeOuts of that upstream subtask.
 	out map[string]map[string][][]*edgeOut
 	// in[node][subtask] are the input channels of a downstream subtask.
-	in      map[string][][]*channel
+	in map[string][][]*channel
 	// chained[sink][subtask] are the sink subtasks chained to their input (chain.go).
 	chained map[string][]*chainedSink
 	closers []func()
