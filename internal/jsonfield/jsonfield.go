@@ -38,7 +38,8 @@ func Top(obj []byte, name string) (json.RawMessage, bool, error) {
 			i = skipSpace(obj, i+1)
 		}
 		ks := i
-		i = skipString(obj, i)
+		var plain bool
+		i, plain = scanString(obj, i)
 		key := obj[ks:i]
 		i = skipSpace(obj, i)
 		if i >= len(obj) || obj[i] != ':' {
@@ -47,7 +48,9 @@ func Top(obj []byte, name string) (json.RawMessage, bool, error) {
 		i = skipSpace(obj, i+1)
 		vs := i
 		i = skipValue(obj, i)
-		if keyIs(key, name) {
+		// A plain key (ASCII, no escape) decodes to its bytes: compare them, without the
+		// decoding check keyIs makes.
+		if plain && len(key) >= 2 && string(key[1:len(key)-1]) == name || !plain && keyIs(key, name) {
 			found, ok = obj[vs:i], true
 		}
 	}
@@ -70,6 +73,24 @@ func skipSpace(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// scanString returns the index after the string starting at b[i] (a quote), and whether the
+// string is plain: ASCII without escapes, so that it decodes to the bytes between its quotes.
+func scanString(b []byte, i int) (int, bool) {
+	plain := true
+	for i++; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return i + 1, plain
+		case c == '\\':
+			plain = false
+			i++
+		case c >= 0x80:
+			plain = false
+		}
+	}
+	return i, false
 }
 
 // skipString returns the index after the string starting at b[i] (a quote).
