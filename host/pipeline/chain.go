@@ -62,12 +62,14 @@ func (s *chainedSink) wrap(err error) error {
 	return s.err
 }
 
-// add buffers a record, copying its bytes: sinks may keep what they are given (the bytes a
-// channel delivers are never reused either), and the operator's output buffer is.
+// add buffers a record, copying its bytes into the sink's arena (what the operator emits may
+// live only until its call returns). The arena is reused once the records in it are written,
+// since a SinkWriter keeps nothing of what it is given.
 func (s *chainedSink) add(ctx context.Context, key, value []byte, ts, pos int64) error {
 	n := len(key) + len(value)
 	if n > cap(s.arena)-len(s.arena) {
-		s.arena = make([]byte, 0, max(64<<10, n))
+		// The buffered records keep the old arena until they are written.
+		s.arena = make([]byte, 0, max(2*cap(s.arena), 16<<10, n))
 	}
 	at := len(s.arena)
 	s.arena = append(append(s.arena, key...), value...)
@@ -86,8 +88,8 @@ func (s *chainedSink) flush(ctx context.Context) error {
 	}
 	err := s.w.Write(ctx, s.recs)
 	s.records.Add(int64(len(s.recs)))
-	clear(s.recs) // let the arena go once no record of it is buffered
 	s.recs = s.recs[:0]
+	s.arena = s.arena[:0]
 	if err != nil {
 		return s.wrap(err)
 	}

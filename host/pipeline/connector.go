@@ -112,6 +112,9 @@ type Sink interface {
 
 // SinkWriter writes the records of one sink subtask. It is used by one goroutine.
 type SinkWriter interface {
+	// Write writes recs. It must not keep recs, or the bytes their Key and Value point to, once
+	// it returns: the runtime reuses them. A sink that sends later copies what it sends (the
+	// Kafka and webhook sinks do).
 	Write(ctx context.Context, recs []SinkRecord) error
 	// PreCommit makes everything written since the last checkpoint durable but not visible,
 	// and returns a handle naming it (kept in the checkpoint record: keep it small).
