@@ -374,7 +374,44 @@ type merger struct {
 	lateFlush func() error
 	// checkLate enables late-record detection (operators; never sinks).
 	checkLate bool
+	// tapped: a recording reads the merger's output (the flag form's), so it must run.
+	tapped bool
+	// eventTime: some source of the job has event time, so watermarks other than the final
+	// one travel the channels.
+	eventTime bool
 	dropped   atomic.Int64
+}
+
+// passThrough reports whether the merger would only hand its input on: one channel (barriers
+// align trivially, the minimum watermark is that channel's, which its one sender only ever
+// raises), and no record can be late (late detection is off, or the job has no event time, so
+// no watermark precedes the end of input). The subtask then reads the channel itself, without
+// the reader and merger goroutines and their two hand-overs per batch.
+func (m *merger) passThrough() bool {
+	return len(m.ins) == 1 && (!m.checkLate || !m.eventTime) && !m.tapped
+}
+
+// start runs the merger for a subtask and returns the subtask's input; cancel, which ends the
+// merger early (after the subtask stopped before the end of its input: an endless input would
+// never let it finish on its own); and wait, which drains what the merger still sends and
+// returns its error. A merger that passes through (passThrough) starts nothing: the input is
+// the channel itself, cancel and wait do nothing, and the subtask must not drain the channel
+// after an early stop (its upstream need not close it then: it sees the attempt's
+// cancellation instead).
+func (m *merger) start(ctx context.Context) (in <-chan []scheduler.Element, cancel func(), wait func() error) {
+	if m.passThrough() {
+		return m.ins[0].ch, func() {}, func() error { return nil }
+	}
+	errc := make(chan error, 1)
+	mctx, mcancel := context.WithCancel(ctx)
+	go func() { errc <- m.run(mctx) }()
+	return m.out, mcancel, func() error {
+		for range m.out {
+		}
+		err := <-errc
+		mcancel()
+		return err
+	}
 }
 
 func newMerger(ins []*channel) *merger {
@@ -390,7 +427,7 @@ func newMerger(ins []*channel) *merger {
 
 // depth is the number of batches waiting in the subtask's inputs (a gauge).
 func (m *merger) depth() int {
-	n := len(m.out)
+	n := len(m.out) // empty when the merger passes through
 	for _, c := range m.ins {
 		n += len(c.ch)
 	}

@@ -134,3 +134,50 @@ func TestMergerCancel(t *testing.T) {
 		t.Fatal("the merger did not stop")
 	}
 }
+
+// TestMergerPassThrough: a subtask with one input and nothing late to find reads its channel
+// itself (no merger goroutine); with several inputs, or one whose records can be late (event
+// time and late detection on), or a recording that taps the merger, the merger runs.
+func TestMergerPassThrough(t *testing.T) {
+	for _, tc := range []struct {
+		name                         string
+		inputs                       int
+		checkLate, eventTime, tapped bool
+		pass                         bool
+	}{
+		{"one input, no event time", 1, true, false, false, true},
+		{"one input, event time, no late check (sink, flag form)", 1, false, true, false, true},
+		{"one input, event time, late check", 1, true, true, false, false},
+		{"two inputs", 2, true, false, false, false},
+		{"recorded", 1, false, false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ins []*channel
+			for range tc.inputs {
+				ins = append(ins, newChannel("a", "x"))
+			}
+			m := newMerger(ins)
+			m.checkLate, m.eventTime, m.tapped = tc.checkLate, tc.eventTime, tc.tapped
+			in, cancel, wait := m.start(context.Background())
+			defer cancel()
+			if got := in == (<-chan []scheduler.Element)(ins[0].ch); got != tc.pass {
+				t.Fatalf("input is the channel itself: %v, want %v", got, tc.pass)
+			}
+			// Either way the records and the barrier arrive, in order, and the end closes it.
+			ins[0].ch <- []scheduler.Element{rec(1), bar(1), rec(2)}
+			for _, c := range ins {
+				close(c.ch)
+			}
+			var got []scheduler.Element
+			for b := range in {
+				got = append(got, b...)
+			}
+			if len(got) != 3 || got[0].TS != 1 || got[1].Kind != scheduler.ElementBarrier || got[2].TS != 2 {
+				t.Fatalf("got %+v", got)
+			}
+			if err := wait(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

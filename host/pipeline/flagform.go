@@ -81,6 +81,14 @@ func (f *flagForm) operatorDone(c *scheduler.Controller, b *state.Tiered) {
 	f.mu.Unlock()
 }
 
+// recording is the recorder of a flag-form run that records (host/replay), else nil.
+func (f *flagForm) recording() *replay.Recorder {
+	if f == nil {
+		return nil
+	}
+	return f.record
+}
+
 func (f *flagForm) lookupsDone(m map[string]lookup.Metrics) {
 	if f == nil {
 		return

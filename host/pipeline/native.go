@@ -68,17 +68,13 @@ func (t *operatorTask) runNative(ctx context.Context, op NativeOperator) error {
 	t.persistQ = make(chan persistJob, 4)
 	t.persistE = make(chan error, 1)
 	go t.persister(ctx)
-	mergeErr := make(chan error, 1)
-	mctx, mcancel := context.WithCancel(ctx)
-	defer mcancel()
-	go func() { mergeErr <- t.in.run(mctx) }()
-	runErr := t.nativeLoop(ctx, op)
+	in, cancelIn, waitIn := t.in.start(ctx)
+	defer cancelIn()
+	runErr := t.nativeLoop(ctx, op, in)
 	if runErr != nil {
-		mcancel()
+		cancelIn()
 	}
-	for range t.in.out {
-	}
-	mErr := <-mergeErr
+	mErr := waitIn()
 	close(t.persistQ)
 	pErr := <-t.persistE
 	if err := errors.Join(runErr, mErr, pErr); err != nil {
@@ -90,9 +86,19 @@ func (t *operatorTask) runNative(ctx context.Context, op NativeOperator) error {
 	return t.out.close()
 }
 
-func (t *operatorTask) nativeLoop(ctx context.Context, op NativeOperator) error {
+func (t *operatorTask) nativeLoop(ctx context.Context, op NativeOperator, in <-chan []scheduler.Element) error {
 	c := &NativeCall{t: t}
-	for b := range t.in.out {
+	for {
+		var b []scheduler.Element
+		select {
+		case bb, ok := <-in:
+			if !ok {
+				return nil
+			}
+			b = bb
+		case <-ctx.Done(): // a channel passed through need not be closed after a failure
+			return nil
+		}
 		for i := range b {
 			el := &b[i]
 			var err error
@@ -120,5 +126,4 @@ func (t *operatorTask) nativeLoop(ctx context.Context, op NativeOperator) error 
 			return nil
 		}
 	}
-	return nil
 }

@@ -84,6 +84,16 @@ func (a *attempt) sinkSpec(name string) *SinkSpec {
 	return nil
 }
 
+// eventTime reports whether some source of the job has event time (watermarks before the end).
+func (a *attempt) eventTime() bool {
+	for i := range a.spec.Sources {
+		if a.spec.Sources[i].EventTime != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // nodeParallelism returns the parallelism of a source or operator.
 func (a *attempt) nodeParallelism(name string) int {
 	if s := a.sourceSpec(name); s != nil {
@@ -335,6 +345,7 @@ func (a *attempt) run(parent context.Context) error {
 			}
 			t := &operatorTask{a: a, op: op, subtask: i, backend: b, in: newMerger(w.in[op.spec.Name][i]), out: w.routerFor(ctx, a, op.spec.Name, i)}
 			t.in.checkLate = a.env.flag == nil // the flag form hands late records to its operator, as it always did
+			t.in.eventTime = a.eventTime()
 			if op.spec.Late == "side-output" {
 				t.lateOut = t.out.sideRouter("late")
 				t.in.late, t.in.lateFlush = t.lateRecord, t.lateOut.flush

@@ -304,15 +304,15 @@ func (t *operatorTask) runOperator() error {
 	}
 	var backend state.Backend = t.backend
 	var sink scheduler.Sink = t.out
-	var in <-chan []scheduler.Element = t.in.out
 	var tapErr func() error
-	if f := a.env.flag; f != nil && f.record != nil {
-		backend, sink = f.record.Backend(t.backend), f.record.Sink(t.out)
+	record := a.env.flag.recording()
+	if record != nil {
+		backend, sink = record.Backend(t.backend), record.Sink(t.out)
 		if err := backend.Open(t.op.mod.Manifest.States); err != nil { // the recording learns the state names
 			return fmt.Errorf("operator %s: %w", t.name(), err)
 		}
-		lookupFn = f.record.Lookup(lookupFn, t.op.mod.Manifest.Endpoints)
-		in, tapErr = tapInput(in, f.record.Elements)
+		lookupFn = record.Lookup(lookupFn, t.op.mod.Manifest.Endpoints)
+		t.in.tapped = true
 	}
 	order := scheduler.OrderPerKey
 	switch t.op.spec.Order {
@@ -336,17 +336,21 @@ func (t *operatorTask) runOperator() error {
 	}
 	t.ctrl.Store(ctrl)
 	t.applyLiveInFlight() // a SetLimits between maxInFlight() and the Store above
-	mergeErr := make(chan error, 1)
-	mctx, mcancel := context.WithCancel(ctx)
-	defer mcancel()
-	go func() { mergeErr <- t.in.run(mctx) }()
+	in, cancelIn, waitIn := t.in.start(ctx)
+	defer cancelIn()
+	merged := in
+	if record != nil {
+		in, tapErr = tapInput(in, record.Elements)
+	}
 	runErr := ctrl.Run(ctx, in)
 	if runErr != nil {
-		mcancel() // an endless input would never let the merger finish on its own
+		cancelIn()
 	}
-	for range in { // let the merger finish if the controller stopped early
+	if in != merged {
+		for range in { // the tap's output: let it finish if the controller stopped early
+		}
 	}
-	mErr := <-mergeErr
+	mErr := waitIn()
 	close(t.persistQ)
 	pErr := <-t.persistE
 	t.a.env.flag.operatorDone(ctrl, t.backend)
@@ -504,10 +508,8 @@ type sinkTask struct {
 func (t *sinkTask) run() error { return t.loop(t.a.ctx) }
 
 func (t *sinkTask) loop(ctx context.Context) error {
-	mergeErr := make(chan error, 1)
-	mctx, mcancel := context.WithCancel(ctx)
-	defer mcancel()
-	go func() { mergeErr <- t.in.run(mctx) }()
+	in, cancelIn, waitIn := t.in.start(ctx)
+	defer cancelIn()
 	var recs []SinkRecord
 	flush := func() error {
 		if len(recs) == 0 {
@@ -519,14 +521,25 @@ func (t *sinkTask) loop(ctx context.Context) error {
 		return err
 	}
 	fail := func(err error) error {
-		mcancel() // as an operator does: an input that never ends would hold the failure back
-		for range t.in.out {
-		}
-		<-mergeErr
+		cancelIn() // as an operator does: an input that never ends would hold the failure back
+		waitIn()
 		t.w.Close(context.WithoutCancel(ctx))
 		return fmt.Errorf("sink %s[%d]: %w", t.name, t.subtask, err)
 	}
-	for b := range t.in.out {
+	for {
+		var b []scheduler.Element
+		select {
+		case bb, ok := <-in:
+			b = bb
+			if !ok {
+				in = nil
+			}
+		case <-ctx.Done(): // a channel passed through need not be closed after a failure
+			in = nil
+		}
+		if in == nil {
+			break
+		}
 		for i := range b {
 			el := &b[i]
 			switch el.Kind {
@@ -547,7 +560,7 @@ func (t *sinkTask) loop(ctx context.Context) error {
 			return fail(err)
 		}
 	}
-	if err := <-mergeErr; err != nil {
+	if err := waitIn(); err != nil || ctx.Err() != nil {
 		t.w.Close(context.WithoutCancel(ctx))
 		if ctx.Err() != nil {
 			return nil
