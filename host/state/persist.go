@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -394,13 +395,60 @@ func sortDurable(n int, key func(int) []byte) []int32 {
 		order[next[g]] = int32(i)
 		next[g]++
 	}
+	// Within a group, the keys share a prefix (the state's name, for a one-state operator),
+	// after which 8 bytes nearly always tell two keys apart: sort (those 8 bytes, index) pairs,
+	// which sit together in memory, and compare whole keys only on a tie. Padding a short key
+	// with zeros keeps the order: a tie falls back to the whole keys.
+	var pairs []sortPair
 	for g := range numKG {
 		grp := order[start[g]:start[g+1]]
-		if len(grp) > 1 {
-			slices.SortFunc(grp, func(x, y int32) int { return bytes.Compare(key(int(x))[2:], key(int(y))[2:]) })
+		if len(grp) < 2 {
+			continue
+		}
+		first := key(int(grp[0]))[2:]
+		lcp := len(first)
+		for _, i := range grp[1:] {
+			k := key(int(i))[2:]
+			n := min(lcp, len(k))
+			j := 0
+			for j < n && k[j] == first[j] {
+				j++
+			}
+			lcp = j
+		}
+		pairs = pairs[:0]
+		for _, i := range grp {
+			pairs = append(pairs, sortPair{prefix: prefix8(key(int(i))[2+lcp:]), i: i})
+		}
+		slices.SortFunc(pairs, func(x, y sortPair) int {
+			if x.prefix != y.prefix {
+				if x.prefix < y.prefix {
+					return -1
+				}
+				return 1
+			}
+			return bytes.Compare(key(int(x.i))[2+lcp:], key(int(y.i))[2+lcp:])
+		})
+		for j := range pairs {
+			grp[j] = pairs[j].i
 		}
 	}
 	return order
+}
+
+type sortPair struct {
+	prefix uint64
+	i      int32
+}
+
+// prefix8 is the first 8 bytes of b, big endian, zero-padded.
+func prefix8(b []byte) uint64 {
+	if len(b) >= 8 {
+		return binary.BigEndian.Uint64(b)
+	}
+	var p [8]byte
+	copy(p[:], b)
+	return binary.BigEndian.Uint64(p[:])
 }
 
 // commit publishes what write made: a spill's segments go into the version that cold reads
