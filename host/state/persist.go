@@ -331,8 +331,9 @@ func (d *delta) at(i int) format.SegEntry {
 // delta. It runs once every earlier snapshot's persist has encoded, so it cuts each cell it
 // reads off the cells below, which nothing reads any more.
 func (b *Tiered) encodeDelta(s *snapshot) *delta {
-	cells := make([]*cell, len(s.ents))
-	size := 0
+	// One pass over the entries, which are spread over the heap (each one a cache miss or
+	// two): the arena starts at a guess of 32 bytes an entry and grows by append.
+	d := &delta{arena: make([]byte, 0, 32*len(s.ents)), recs: make([]deltaRec, len(s.ents))}
 	for i, e := range s.ents {
 		c := e.c.Load()
 		for c != nil && c.gen > s.seq {
@@ -344,12 +345,6 @@ func (b *Tiered) encodeDelta(s *snapshot) *delta {
 		if c.prev.Load() != nil {
 			c.prev.Store(nil)
 		}
-		cells[i] = c
-		size += len(e.key) + 16 + len(c.value) // the state's name replaces its 2-byte id
-	}
-	d := &delta{arena: make([]byte, 0, size), recs: make([]deltaRec, len(s.ents))}
-	for i, e := range s.ents {
-		c := cells[i]
 		id, rec, ent := parseHotKey(e.key)
 		var name string
 		if int(id) < len(s.names) {
