@@ -159,6 +159,9 @@ type Tiered struct {
 	run struct {
 		names []string
 		hot   map[string]*entry
+		// last is the entry find found last (nil after it was evicted): a record's call reads
+		// its key's state, then writes it, and the write's lookup is then a comparison.
+		last *entry
 		// lru is the sentinel of the LRU list (lru.next is most recent). INVARIANT: it holds
 		// clean entries only, and every clean entry no record holds.
 		lru entry
@@ -548,6 +551,9 @@ func (b *Tiered) maybeEvict() {
 			continue
 		}
 		delete(b.run.hot, e.key)
+		if b.run.last == e {
+			b.run.last = nil
+		}
 		b.run.bytes -= e.size
 		b.cnt.evictions.Add(1)
 		if e.written {
@@ -572,7 +578,7 @@ func (b *Tiered) maybeEvict() {
 func (b *Tiered) Get(k Key) ([]byte, bool, bool) {
 	b.poll()
 	b.run.scratch = AppendKey(b.run.scratch[:0], k)
-	if e, ok := b.run.hot[string(b.run.scratch)]; ok {
+	if e, ok := b.find(b.run.scratch); ok {
 		b.cnt.hits.Add(1)
 		c := e.c.Load()
 		if e.linked && b.run.lru.next != e && b.free(c.gen) {
@@ -618,6 +624,18 @@ func (b *Tiered) mayBeDurable(k Key) bool {
 	return false
 }
 
+// find returns the hot entry of the AppendKey encoding k, trying the last one found first.
+func (b *Tiered) find(k []byte) (*entry, bool) {
+	if e := b.run.last; e != nil && e.key == string(k) {
+		return e, true
+	}
+	e, ok := b.run.hot[string(k)]
+	if ok {
+		b.run.last = e
+	}
+	return e, ok
+}
+
 // Hold keeps k's entry hot until Release, if it is hot now (it reports whether it is): the
 // scheduler holds a record's prefetched values from their load until its call has run, so a
 // burst of other fills cannot evict them in between (which would make the call read them
@@ -626,7 +644,7 @@ func (b *Tiered) mayBeDurable(k Key) bool {
 // admitted records hold goes over it by at most that much.
 func (b *Tiered) Hold(k Key) bool {
 	b.run.scratch = AppendKey(b.run.scratch[:0], k)
-	e, ok := b.run.hot[string(b.run.scratch)]
+	e, ok := b.find(b.run.scratch)
 	if !ok {
 		return false
 	}
@@ -640,7 +658,7 @@ func (b *Tiered) Hold(k Key) bool {
 // Release ends one Hold of k.
 func (b *Tiered) Release(k Key) {
 	b.run.scratch = AppendKey(b.run.scratch[:0], k)
-	e, ok := b.run.hot[string(b.run.scratch)]
+	e, ok := b.find(b.run.scratch)
 	if !ok || e.holds == 0 {
 		return
 	}
@@ -663,7 +681,7 @@ func (b *Tiered) Put(k Key, value []byte) {
 func (b *Tiered) Delete(k Key) {
 	b.poll()
 	b.run.scratch = AppendKey(b.run.scratch[:0], k)
-	if _, ok := b.run.hot[string(b.run.scratch)]; !ok && !b.mayBeDurable(k) {
+	if _, ok := b.find(b.run.scratch); !ok && !b.mayBeDurable(k) {
 		return // nothing to delete anywhere
 	}
 	e, c := b.writeEntry(k)
@@ -676,13 +694,14 @@ func (b *Tiered) Delete(k Key) {
 func (b *Tiered) writeEntry(k Key) (*entry, *cell) {
 	gen := b.run.captureSeq + 1
 	b.run.scratch = AppendKey(b.run.scratch[:0], k)
-	e, ok := b.run.hot[string(b.run.scratch)]
+	e, ok := b.find(b.run.scratch)
 	if !ok {
 		e = newEntry(b.run.scratch)
 		e.written = true
 		e.own.gen = gen
 		e.c.Store(&e.own)
 		b.run.hot[e.key] = e
+		b.run.last = e
 		listPushFront(&b.run.gen, e)
 		b.run.dirty = append(b.run.dirty, e)
 		return e, &e.own

@@ -797,3 +797,26 @@ func testSetHotBytes(t *testing.T) {
 		t.Fatalf("backend holds %d hot bytes at a limit of %d", m.HotBytes, 64<<10)
 	}
 }
+
+// TestLastEntryEvicted: the entry find remembers is forgotten when it is evicted, so a write
+// after the eviction makes a new hot entry instead of writing to the evicted one.
+func TestLastEntryEvicted(t *testing.T) {
+	s := openTest(t, "mem://lastentry")
+	b := operator(t, s, OperatorOptions{HotBytes: 1})
+	a := key(0, "a", "")
+	hk := AppendKey(nil, a)
+	b.Put(a, []byte("1")) // the last entry found is a's
+	checkpoint(t, b, 1)
+	b.Get(key(1, "zz", "")) // observes the commit: a is clean, and evicted
+	if _, ok := b.run.hot[string(hk)]; ok {
+		t.Fatal("a was not evicted")
+	}
+	b.Put(a, []byte("2"))
+	e, ok := b.run.hot[string(hk)]
+	if !ok || string(e.c.Load().value) != "2" {
+		t.Fatalf("the write after the eviction is not in the hot tier: %v", ok)
+	}
+	if v, _ := read(t, b, a); string(v) != "2" {
+		t.Fatalf("read %q", v)
+	}
+}
