@@ -21,7 +21,8 @@ import (
 //     as a sink subtask does, then the operator forwards the barrier on its other outputs;
 //     the coordinator's two-phase commit is unchanged;
 //   - a slow sink blocks the operator's runner, whose inputs fill up: backpressure reaches the
-//     sources as through a full channel.
+//     sources as through a full channel (and the stuck-channel log names the channel into the
+//     operator, the last one on the way).
 //
 // Which subtask a record reaches differs from a hashed edge only for a record whose emitted
 // key belongs to another subtask's key groups (an operator that re-keys its output): it stays
