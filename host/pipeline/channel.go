@@ -40,6 +40,26 @@ type channel struct {
 	// side marks a side output's channel: its records are behind the watermark by nature
 	// (late records) and are never judged late again.
 	side bool
+	// ready, shared by the input channels of one downstream subtask (set by its merger),
+	// gets a token after each batch sent and at the close, so that the merger can wait for
+	// any of its inputs without a goroutine per input.
+	ready chan struct{}
+}
+
+// signal tells the downstream merger that the channel has something new (a batch, or its end).
+func (c *channel) signal() {
+	if c.ready != nil {
+		select {
+		case c.ready <- struct{}{}:
+		default: // a token is already waiting
+		}
+	}
+}
+
+// closeSignal closes the channel (the end of its input) and tells the merger.
+func (c *channel) closeSignal() {
+	close(c.ch)
+	c.signal()
 }
 
 func newChannel(from, to string) *channel {
@@ -51,6 +71,7 @@ func newChannel(from, to string) *channel {
 func (c *channel) send(ctx context.Context, b []scheduler.Element, log *slog.Logger, stuckAfter time.Duration) error {
 	select {
 	case c.ch <- b:
+		c.signal()
 		return nil
 	default:
 	}
@@ -60,6 +81,7 @@ func (c *channel) send(ctx context.Context, b []scheduler.Element, log *slog.Log
 	for {
 		select {
 		case c.ch <- b:
+			c.signal()
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -244,7 +266,7 @@ func (r *router) close() error {
 	err := r.flush()
 	for _, e := range r.all() {
 		for _, c := range e.chans {
-			close(c.ch)
+			c.closeSignal()
 		}
 		if e.sink != nil {
 			if serr := e.sink.close(r.ctx); err == nil {
@@ -348,22 +370,16 @@ func (keyOnlyHandler) SetResumeOrder(int64)     {}
 
 // --- input side ---
 
-// inputMsg is what an input reader hands the merger.
-type inputMsg struct {
-	idx     int
-	els     []scheduler.Element // records and watermarks, no barrier
-	barrier *scheduler.Element
-	done    bool
-}
-
 // merger is the input side of a subtask with one or more input channels. It aligns barriers
 // (an input that delivered barrier n is blocked until every open input has delivered it),
 // forwards the minimum watermark across inputs, and diverts late records.
 type merger struct {
-	ins     []*channel
-	out     chan []scheduler.Element
-	release []chan struct{}
-	msgs    chan inputMsg
+	ins   []*channel
+	out   chan []scheduler.Element
+	ready chan struct{} // every input's channel.ready
+	// pend[i] is what is left of input i's last batch after a barrier: held, with the
+	// input, until the barrier is aligned.
+	pend    [][]scheduler.Element
 	wm      []int64
 	done    []bool
 	blocked []bool
@@ -415,11 +431,11 @@ func (m *merger) start(ctx context.Context) (in <-chan []scheduler.Element, canc
 }
 
 func newMerger(ins []*channel) *merger {
-	m := &merger{ins: ins, out: make(chan []scheduler.Element, 2), msgs: make(chan inputMsg, len(ins)),
-		release: make([]chan struct{}, len(ins)), wm: make([]int64, len(ins)), done: make([]bool, len(ins)),
+	m := &merger{ins: ins, out: make(chan []scheduler.Element, 2), ready: make(chan struct{}, 1),
+		pend: make([][]scheduler.Element, len(ins)), wm: make([]int64, len(ins)), done: make([]bool, len(ins)),
 		blocked: make([]bool, len(ins)), emitted: math.MinInt64}
-	for i := range ins {
-		m.release[i] = make(chan struct{}, 1)
+	for i, c := range ins {
+		c.ready = m.ready
 		m.wm[i] = math.MinInt64
 	}
 	return m
@@ -434,60 +450,13 @@ func (m *merger) depth() int {
 	return n
 }
 
-func (m *merger) reader(ctx context.Context, idx int) {
-	send := func(msg inputMsg) bool {
-		select {
-		case m.msgs <- msg:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	for {
-		// Select on ctx too: after a cancellation the upstream may never close the channel,
-		// and a reader blocked on it would outlive the job.
-		var b []scheduler.Element
-		select {
-		case bb, ok := <-m.ins[idx].ch:
-			if !ok {
-				send(inputMsg{idx: idx, done: true})
-				return
-			}
-			b = bb
-		case <-ctx.Done():
-			return
-		}
-		start := 0
-		for i := range b {
-			if b[i].Kind != scheduler.ElementBarrier {
-				continue
-			}
-			if i > start && !send(inputMsg{idx: idx, els: b[start:i]}) {
-				return
-			}
-			bar := b[i]
-			if !send(inputMsg{idx: idx, barrier: &bar}) {
-				return
-			}
-			select {
-			case <-m.release[idx]:
-			case <-ctx.Done():
-				return
-			}
-			start = i + 1
-		}
-		if start < len(b) && !send(inputMsg{idx: idx, els: b[start:]}) {
-			return
-		}
-	}
-}
-
-// run merges until every input is closed and drained, then closes out.
+// run merges until every input is closed and drained, then closes out. It takes one batch
+// from each input in turn, without blocking; a batch is cut at a barrier, and the input is then
+// left alone (its rest held in pend) until every open input has delivered the barrier. When no
+// input has anything, it waits for a token on ready, which every send and close leaves after
+// its batch is in the channel, so no batch is missed between the look and the wait.
 func (m *merger) run(ctx context.Context) error {
 	defer close(m.out)
-	for i := range m.ins {
-		go m.reader(ctx, i)
-	}
 	open := len(m.ins)
 	var barrier *scheduler.Element
 	aligned := 0
@@ -510,81 +479,116 @@ func (m *merger) run(ctx context.Context) error {
 			return err
 		}
 		barrier, aligned = nil, 0
-		for i := range m.blocked {
-			if m.blocked[i] {
-				m.blocked[i] = false
-				m.release[i] <- struct{}{}
-			}
-		}
+		clear(m.blocked)
 		return nil
 	}
 	for open > 0 {
-		var msg inputMsg
-		select {
-		case msg = <-m.msgs:
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		}
-		switch {
-		case msg.done:
-			m.done[msg.idx] = true
-			m.wm[msg.idx] = math.MaxInt64
-			open--
-			if err := m.advance(emit); err != nil {
-				return err
+		progress := false
+		for idx, c := range m.ins {
+			if m.done[idx] || m.blocked[idx] {
+				continue
 			}
-			if err := checkBarrier(); err != nil {
-				return err
-			}
-		case msg.barrier != nil:
-			if barrier != nil && barrier.CheckID != msg.barrier.CheckID {
-				return fmt.Errorf("barrier %d arrived while aligning barrier %d", msg.barrier.CheckID, barrier.CheckID)
-			}
-			barrier = msg.barrier
-			m.blocked[msg.idx] = true
-			aligned++
-			if err := checkBarrier(); err != nil {
-				return err
-			}
-		default:
-			b := msg.els[:0]
-			for i := range msg.els {
-				// By index: a copy whose address went to late would escape, one allocation
-				// per record.
-				el := &msg.els[i]
-				switch el.Kind {
-				case scheduler.ElementWatermark:
-					if el.TS > m.wm[msg.idx] {
-						m.wm[msg.idx] = el.TS
-					}
-					if w := m.minWM(); w > m.emitted {
-						m.emitted = w
-						b = append(b, scheduler.Element{Kind: scheduler.ElementWatermark, TS: w})
-					}
-				case scheduler.ElementRecord:
-					if m.checkLate && !m.ins[msg.idx].side && m.emitted != math.MinInt64 && el.TS <= m.emitted && m.emitted != math.MaxInt64 {
-						m.dropped.Add(1)
-						if m.late != nil {
-							if err := m.late(el); err != nil {
-								return err
-							}
+			b := m.pend[idx]
+			m.pend[idx] = nil
+			if b == nil {
+				select {
+				case bb, ok := <-c.ch:
+					if !ok {
+						progress = true
+						m.done[idx] = true
+						m.wm[idx] = math.MaxInt64
+						open--
+						if err := m.advance(emit); err != nil {
+							return err
+						}
+						if err := checkBarrier(); err != nil {
+							return err
 						}
 						continue
 					}
-					b = append(b, *el)
+					b = bb
+				default:
+					continue
 				}
 			}
-			if m.lateFlush != nil {
-				if err := m.lateFlush(); err != nil {
-					return err
+			progress = true
+			cut := len(b)
+			for i := range b {
+				if b[i].Kind == scheduler.ElementBarrier {
+					cut = i
+					break
 				}
 			}
-			if err := emit(b); err != nil {
+			if err := m.forward(idx, b[:cut], emit); err != nil {
 				return err
+			}
+			if cut == len(b) {
+				continue
+			}
+			bar := b[cut]
+			if barrier != nil && barrier.CheckID != bar.CheckID {
+				return fmt.Errorf("barrier %d arrived while aligning barrier %d", bar.CheckID, barrier.CheckID)
+			}
+			barrier = &bar
+			m.blocked[idx] = true
+			aligned++
+			if rest := b[cut+1:]; len(rest) > 0 {
+				m.pend[idx] = rest
+			}
+			if err := checkBarrier(); err != nil {
+				return err
+			}
+		}
+		if !progress {
+			select {
+			case <-m.ready:
+			case <-ctx.Done():
+				return context.Cause(ctx)
 			}
 		}
 	}
 	return nil
+}
+
+// forward passes on the records and watermarks of input idx (no barrier among them): the
+// minimum watermark across inputs when it rises, late records to late.
+func (m *merger) forward(idx int, els []scheduler.Element, emit func([]scheduler.Element) error) error {
+	if len(els) == 0 {
+		return nil
+	}
+	b := els[:0]
+	for i := range els {
+		// By index: a copy whose address went to late would escape, one allocation per
+		// record.
+		el := &els[i]
+		switch el.Kind {
+		case scheduler.ElementWatermark:
+			if el.TS > m.wm[idx] {
+				m.wm[idx] = el.TS
+			}
+			if w := m.minWM(); w > m.emitted {
+				m.emitted = w
+				b = append(b, scheduler.Element{Kind: scheduler.ElementWatermark, TS: w})
+			}
+		case scheduler.ElementRecord:
+			if m.checkLate && !m.ins[idx].side && m.emitted != math.MinInt64 && el.TS <= m.emitted && m.emitted != math.MaxInt64 {
+				m.dropped.Add(1)
+				if m.late != nil {
+					if err := m.late(el); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			b = append(b, *el)
+		}
+	}
+	if m.lateFlush != nil {
+		if err := m.lateFlush(); err != nil {
+			return err
+		}
+	}
+	return emit(b)
 }
 
 // sideRouter returns a router for one side output of r whose edgeOuts are copies (same

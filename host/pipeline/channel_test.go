@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
@@ -67,13 +68,13 @@ func TestMergerAlignment(t *testing.T) {
 	go func() { done <- m.run(ctx) }()
 	var buf []scheduler.Element
 
-	a.ch <- []scheduler.Element{rec(10), wm(100), bar(1), rec(200)}
+	a.deliver([]scheduler.Element{rec(10), wm(100), bar(1), rec(200)})
 	if el, _ := next(t, m, &buf); el.TS != 10 {
 		t.Fatalf("got %+v", el)
 	}
 	// a's watermark 100 waits for b's; a's record after the barrier is held.
 	nothing(t, m, buf)
-	b.ch <- []scheduler.Element{rec(20), wm(50)}
+	b.deliver([]scheduler.Element{rec(20), wm(50)})
 	if el, _ := next(t, m, &buf); el.TS != 20 {
 		t.Fatalf("got %+v", el)
 	}
@@ -81,7 +82,7 @@ func TestMergerAlignment(t *testing.T) {
 		t.Fatalf("want watermark 50, got %+v", el)
 	}
 	nothing(t, m, buf)
-	b.ch <- []scheduler.Element{rec(40), rec(60), bar(1)} // 40 is late (≤ 50)
+	b.deliver([]scheduler.Element{rec(40), rec(60), bar(1)}) // 40 is late (≤ 50)
 	if el, _ := next(t, m, &buf); el.TS != 60 {
 		t.Fatalf("got %+v", el)
 	}
@@ -95,18 +96,18 @@ func TestMergerAlignment(t *testing.T) {
 		t.Fatalf("late %v", late)
 	}
 	// b closes: the watermark follows a alone.
-	close(b.ch)
+	b.closeSignal()
 	if el, _ := next(t, m, &buf); el.Kind != scheduler.ElementWatermark || el.TS != 100 {
 		t.Fatalf("want watermark 100, got %+v", el)
 	}
-	a.ch <- []scheduler.Element{bar(2), wm(math.MaxInt64)}
+	a.deliver([]scheduler.Element{bar(2), wm(math.MaxInt64)})
 	if el, _ := next(t, m, &buf); el.Kind != scheduler.ElementBarrier || el.CheckID != 2 {
 		t.Fatalf("a barrier with one open input: %+v", el)
 	}
 	if el, _ := next(t, m, &buf); el.TS != math.MaxInt64 {
 		t.Fatalf("got %+v", el)
 	}
-	close(a.ch)
+	a.closeSignal()
 	if _, ok := next(t, m, &buf); ok {
 		t.Fatal("the merger did not close after its inputs")
 	}
@@ -122,7 +123,7 @@ func TestMergerCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- m.run(ctx) }()
-	a.ch <- []scheduler.Element{bar(1), rec(1)}
+	a.deliver([]scheduler.Element{bar(1), rec(1)})
 	time.Sleep(10 * time.Millisecond)
 	cancel()
 	select {
@@ -164,9 +165,9 @@ func TestMergerPassThrough(t *testing.T) {
 				t.Fatalf("input is the channel itself: %v, want %v", got, tc.pass)
 			}
 			// Either way the records and the barrier arrive, in order, and the end closes it.
-			ins[0].ch <- []scheduler.Element{rec(1), bar(1), rec(2)}
+			ins[0].deliver([]scheduler.Element{rec(1), bar(1), rec(2)})
 			for _, c := range ins {
-				close(c.ch)
+				c.closeSignal()
 			}
 			var got []scheduler.Element
 			for b := range in {
@@ -179,5 +180,44 @@ func TestMergerPassThrough(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// deliver sends b on c as a sender does: the batch, then the merger's token.
+func (c *channel) deliver(b []scheduler.Element) {
+	c.ch <- b
+	c.signal()
+}
+
+// TestMergerOneGoroutine: a merger of many inputs is one goroutine (it waits on the inputs'
+// shared token, not with a reader per input), and it still takes each input's batches.
+func TestMergerOneGoroutine(t *testing.T) {
+	const n = 16
+	var ins []*channel
+	for range n {
+		ins = append(ins, newChannel("a", "x"))
+	}
+	m := newMerger(ins)
+	before := runtime.NumGoroutine()
+	in, cancel, wait := m.start(context.Background())
+	defer cancel()
+	if d := runtime.NumGoroutine() - before; d != 1 {
+		t.Fatalf("the merger of %d inputs started %d goroutines, want 1", n, d)
+	}
+	for i, c := range ins {
+		c.deliver([]scheduler.Element{rec(int64(i))})
+		c.closeSignal()
+	}
+	seen := map[int64]bool{}
+	for b := range in {
+		for _, el := range b {
+			seen[el.TS] = true
+		}
+	}
+	if len(seen) != n {
+		t.Fatalf("records of %d inputs of %d", len(seen), n)
+	}
+	if err := wait(); err != nil {
+		t.Fatal(err)
 	}
 }
