@@ -2,8 +2,10 @@ package state
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/state/internal/format"
@@ -118,14 +120,37 @@ func (b *Tiered) compact(ctx context.Context) error {
 	}
 	run := base.Segs[:n]
 	bottom := n == len(base.Segs) // nothing older: tombstones can go
-	scans := make([]*segmentScan, 0, n)
+	// The inputs' indexes (most are loaded: the live version holds them, and the segments this
+	// backend wrote come with theirs) and their first batches are read in parallel: one at a
+	// time, a run of n small spills cost 2n round trips (8 s for 36 inputs on a loaded
+	// versitygw at 20 ms, longer than the checkpoint interval that installs the result).
+	scans := make([]*segmentScan, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
 	for i, s := range run {
 		object := b.root + s.Name
-		m, err := b.readMeta(ctx, object, s)
-		if err != nil {
-			return err
+		b.mu.Lock()
+		var m *format.SegMeta
+		if ls := b.mu.live[s.Name]; ls != nil && ls.ref.MetaOff == s.MetaOff && ls.ref.MetaLen == s.MetaLen {
+			m = ls.meta.Load()
 		}
-		scans = append(scans, &segmentScan{b: b, ctx: ctx, object: object, blocks: m.Blocks, use: s.Use, age: i})
+		b.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if m == nil {
+				if m, errs[i] = b.readMeta(ctx, object, s); errs[i] != nil {
+					return
+				}
+			}
+			sc := &segmentScan{b: b, ctx: ctx, object: object, blocks: m.Blocks, use: s.Use, age: i}
+			sc.prime()
+			scans[i], errs[i] = sc, sc.err
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	// The merged entries stream into segment writers, each written out as soon as it is full:
 	// what a compaction holds is about scanBatch bytes of each input and one output segment,
