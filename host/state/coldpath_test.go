@@ -142,3 +142,55 @@ func testCompactionReadsInParallel(t *testing.T) {
 		t.Fatalf("compaction of %d segments took %v at %v a GET: its inputs were read one after the other", len(res.inputs), took, lat)
 	}
 }
+
+// TestSpillsMerge: spills waiting for a checkpoint are merged into one segment once there are
+// spillMergeAt of them, so cold reads meet a few segments and the budget holds one filter per
+// key, not one per spill that wrote it; reads, the checkpoint that adopts the merged segment and
+// its restore see every key's newest value.
+func TestSpillsMerge(t *testing.T) { synctest.Test(t, testSpillsMerge) }
+
+func testSpillsMerge(t *testing.T) {
+	s := openTest(t, "mem://spillmerge", WithHotBytes(16<<10), WithMaxSegments(1<<20))
+	b := operator(t, s, OperatorOptions{})
+	want := map[string]string{}
+	segsAt := func() int { return len(b.version.Load().segs) }
+	maxSegs := 0
+	for round := range 40 {
+		for i := range 60 {
+			k := fmt.Sprint("k", (round*37+i*11)%500) // rewrites: a key is in many spills
+			v := fmt.Sprint(round, "-", i)
+			if i%13 == 0 {
+				b.Delete(key(0, k, ""))
+				delete(want, k)
+			} else {
+				b.Put(key(0, k, ""), []byte(v))
+				want[k] = v
+			}
+		}
+		synctest.Wait() // the bubble: spills and merges done
+		b.Get(key(0, "k0", ""))
+		maxSegs = max(maxSegs, segsAt())
+	}
+	m := b.Metrics()
+	t.Logf("%d spills, %d merges, at most %d segments", m.Spills, m.SpillMerges, maxSegs)
+	if m.Spills < 24 || m.SpillMerges == 0 {
+		t.Fatalf("%d spills, %d merges", m.Spills, m.SpillMerges)
+	}
+	if maxSegs > 2*spillMergeAt {
+		t.Fatalf("%d segments at most for %d spills: spills were not merged", maxSegs, m.Spills)
+	}
+	check := func(r *Tiered, what string) {
+		for i := range 500 {
+			k := fmt.Sprint("k", i)
+			v, ok := read(t, r, key(0, k, ""))
+			if w, wantOK := want[k]; ok != wantOK || string(v) != w {
+				t.Fatalf("%s: %s = %q,%v, want %q,%v", what, k, v, ok, w, wantOK)
+			}
+		}
+	}
+	check(b, "cold reads")
+	checkpoint(t, b, 1)
+	check(b, "after the checkpoint")
+	r := operator(t, s, OperatorOptions{RestoreFrom: RestoreLatest})
+	check(r, "restored")
+}

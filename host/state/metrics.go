@@ -69,6 +69,8 @@ type Metrics struct {
 	// reached a third of the hot budget (adopted by the next checkpoint; see Tiered.spill).
 	Spills     int64
 	SpillBytes int64
+	// SpillMerges counts merges of spills not yet adopted by a checkpoint into one segment.
+	SpillMerges int64
 	// Backpressure is the time the runner waited for deltas to persist before it could spill
 	// or capture another (their pinned bytes and the dirty ones would not fit the budget).
 	Backpressure time.Duration
@@ -89,7 +91,7 @@ type backendCounters struct {
 	corruptions                                 atomic.Int64
 	checkpoints, ckptFailures, ckptBytes        atomic.Int64
 	lastCkptBytes, lastCkptNanos, ckptNanos     atomic.Int64
-	spills, spillBytes                          atomic.Int64
+	spills, spillBytes, spillMerges             atomic.Int64
 	backpressureNanos                           atomic.Int64
 }
 
@@ -111,7 +113,7 @@ func (c *backendCounters) snapshot() Metrics {
 		LastCheckpointBytes:    c.lastCkptBytes.Load(),
 		LastCheckpointDuration: time.Duration(c.lastCkptNanos.Load()),
 		CheckpointDuration:     time.Duration(c.ckptNanos.Load()),
-		Spills:                 c.spills.Load(), SpillBytes: c.spillBytes.Load(),
+		Spills:                 c.spills.Load(), SpillBytes: c.spillBytes.Load(), SpillMerges: c.spillMerges.Load(),
 		Backpressure: time.Duration(c.backpressureNanos.Load()),
 	}
 }
@@ -156,6 +158,7 @@ func (m *Metrics) add(b Metrics, live bool) {
 	m.CheckpointDuration += b.CheckpointDuration
 	m.Spills += b.Spills
 	m.SpillBytes += b.SpillBytes
+	m.SpillMerges += b.SpillMerges
 	m.Backpressure += b.Backpressure
 }
 
@@ -181,6 +184,7 @@ func (r *backendCounters) add(b *backendCounters, _ bool) {
 	r.ckptNanos.Add(b.ckptNanos.Load())
 	r.spills.Add(b.spills.Load())
 	r.spillBytes.Add(b.spillBytes.Load())
+	r.spillMerges.Add(b.spillMerges.Load())
 	r.backpressureNanos.Add(b.backpressureNanos.Load())
 }
 

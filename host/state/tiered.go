@@ -210,6 +210,8 @@ type Tiered struct {
 		// checkpoint, newest first. Cold reads see them (the version puts them above base);
 		// the next checkpoint's manifest lists them, then they are cleared.
 		spills []format.SegRef
+		// adopting: a checkpoint's commit is adopting the spills (see compactSpills).
+		adopting bool
 		// mem are encoded segments held in memory until a commit makes them durable, newest
 		// first: the deltas in flight (each readable once encoded, see snapshot.readable) and
 		// the carried segments of failed ones. Cold reads see them above everything else.
