@@ -45,10 +45,16 @@ type conn struct {
 	rc         syscall.RawConn   // nc's descriptor, for non-blocking writes; nil without one
 	spare      []byte            // a write buffer to swap with out
 	rest       []byte            // what a non-blocking write left, for the writer goroutine
+	restSent   []*stream         // the streams with HEADERS in rest (see sentWait)
 	writing    bool              // a write is in progress
 	handoff    bool              // the writer goroutine is the writer
 	inBatch    bool              // the reader is handling frames it has buffered: it writes after
 	unsent     int               // streams opened in out since the last write
+	// sentWait: the streams whose HEADERS are in out, not yet handed to a write. They are
+	// marked sent when their write returns (stampSentLocked), not when they were queued:
+	// the wait for a write in progress or for the reader's batch is the client's.
+	sentWait  []*stream
+	sentSpare []*stream
 	wcond      sync.Cond         // wakes the writer goroutine
 	closed     chan struct{}
 
@@ -57,6 +63,7 @@ type conn struct {
 	armed     time.Time              // when dtimer fires; zero when stopped; guarded by mu
 
 	// Owned by the reader goroutine.
+	rd    stampReader // the socket, as the reader's buffer reads it
 	hdec  *hpack.Decoder
 	hb    headerBlock
 	canon map[string]string // response field name → canonical form
@@ -162,9 +169,10 @@ func (c *conn) sendLocked(st *stream) {
 		}
 	}
 	st.a.MarkWrote()
-	// Queued for the next write, which follows at once unless one is in progress: the
-	// upstream's share of the exchange starts about here (attempt.Attempt.Upstream).
-	st.a.MarkSent(time.Now())
+	// Queued for the next write, which follows at once unless one is in progress or the
+	// reader is in a batch: the upstream's share of the exchange (attempt.Attempt.Upstream)
+	// starts when that write returns.
+	c.sentWait = append(c.sentWait, st)
 	if len(st.body) > 0 {
 		c.sendBodyLocked(st)
 	}
@@ -311,6 +319,8 @@ func (c *conn) fail(err error) {
 	c.streams = map[uint32]*stream{}
 	c.queued = nil
 	c.blocked = nil
+	clear(c.sentWait)
+	c.sentWait, c.restSent = c.sentWait[:0], nil
 	c.load = 0
 	c.mu.Unlock()
 	c.t.retire(c)
@@ -343,6 +353,7 @@ func (c *conn) unlock() {
 		c.out.b = c.spare[:0]
 		c.spare = nil
 		c.unsent = 0
+		sent := c.takeSentLocked()
 		c.mu.Unlock()
 		n, err := c.tryWrite(b)
 		c.mu.Lock()
@@ -353,14 +364,39 @@ func (c *conn) unlock() {
 			return
 		}
 		if n < len(b) {
+			c.restSent = sent // marked when the writer goroutine has written the rest
 			c.handoffLocked(b[n:])
 			break
 		}
+		c.stampSentLocked(sent, time.Now())
 		if cap(b) <= maxKeptWrite {
 			c.spare = b[:0]
 		}
 	}
 	c.mu.Unlock()
+}
+
+// takeSentLocked takes the streams whose HEADERS are in the bytes about to be written; the
+// writer passes them to stampSentLocked once the write returned.
+func (c *conn) takeSentLocked() []*stream {
+	sent := c.sentWait
+	c.sentWait = c.sentSpare[:0]
+	c.sentSpare = nil
+	return sent
+}
+
+// stampSentLocked marks sent's requests sent at now (see sentWait). A stream that ended in
+// the meantime is skipped: its attempt may already serve the call's next exchange.
+func (c *conn) stampSentLocked(sent []*stream, now time.Time) {
+	for i, st := range sent {
+		if !st.ended {
+			st.a.MarkSent(now)
+		}
+		sent[i] = nil
+	}
+	if c.sentSpare == nil {
+		c.sentSpare = sent[:0]
+	}
 }
 
 // handoffLocked makes the writer goroutine the writer: it sends rest, then c.out until
@@ -376,8 +412,13 @@ func (c *conn) handoffLocked(rest []byte) {
 func (c *conn) writeLoop() {
 	defer c.t.wg.Done()
 	var spare []byte
+	var sent []*stream // the streams of the write that just returned, and not yet marked
 	for {
 		c.mu.Lock()
+		if sent != nil {
+			c.stampSentLocked(sent, time.Now())
+			sent = nil
+		}
 		for c.err == nil && !c.handoff {
 			c.wcond.Wait()
 		}
@@ -387,10 +428,12 @@ func (c *conn) writeLoop() {
 		}
 		b := c.rest
 		c.rest = nil
+		sent, c.restSent = c.restSent, nil
 		if len(b) == 0 {
 			b = c.out.b
 			c.out.b = spare[:0]
 			spare = nil
+			sent = c.takeSentLocked()
 		}
 		if len(b) == 0 {
 			c.handoff, c.writing = false, false
