@@ -16,7 +16,13 @@ import (
 type waiter struct {
 	done  func(Response)
 	start time.Time
-	stop  func() bool // stops the AfterFunc on the waiter's context; nil if none
+
+	// The watch on the waiter's context (watches); guarded by the endpoint's watches.mu.
+	ctx          context.Context
+	c            *call
+	watched      bool // set by watch, before w can be delivered
+	group        *watchGroup
+	wprev, wnext *waiter
 }
 
 // call is one upstream request with its retries, shared by every waiter that joined it.
@@ -86,16 +92,12 @@ func (c *call) join(ctx context.Context, w *waiter) bool {
 		return false
 	}
 	c.waiters = append(c.waiters, w)
+	c.watch(ctx, w) // before the call can deliver to w, which needs c.mu
 	c.mu.Unlock()
-	c.watch(ctx, w)
 	return true
 }
 
-func (c *call) watch(ctx context.Context, w *waiter) {
-	if ctx.Done() != nil {
-		w.stop = context.AfterFunc(ctx, func() { c.leave(w, ctx.Err()) })
-	}
-}
+func (c *call) watch(ctx context.Context, w *waiter) { c.e.watches.watch(ctx, c, w) }
 
 // leave removes w after its context ended and reports that to it. The last waiter to leave
 // cancels the upstream call.
@@ -269,9 +271,7 @@ func (c *call) finishFrom(r Response, async bool) {
 
 func (c *call) deliverAll(ws []*waiter, r Response) {
 	for _, w := range ws {
-		if w.stop != nil {
-			w.stop()
-		}
+		c.e.watches.unwatch(w)
 		c.e.deliver(w, r)
 	}
 	c.e.live.Done()

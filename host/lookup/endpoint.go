@@ -68,6 +68,8 @@ type Endpoint struct {
 	flightMu sync.Mutex
 	flights  map[string]*call // guarded by flightMu
 
+	watches watches // the waiters' contexts
+
 	closeMu sync.RWMutex
 	closed  bool           // guarded by closeMu
 	live    sync.WaitGroup // calls not yet finished; Add under closeMu.RLock

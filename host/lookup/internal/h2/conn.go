@@ -133,7 +133,8 @@ func (c *conn) sendLocked(st *stream) {
 	c.field(":method", req.Method, false)
 	c.field(":scheme", "http", false)
 	c.field(":authority", host, false)
-	c.field(":path", path, false)
+	// A path is seldom repeated: indexing it would only evict the fields that do repeat.
+	c.hbuf = appendUnindexed(c.hbuf, staticPath, "", path)
 	for k, vs := range req.Header {
 		switch k {
 		case "Host", "Connection", "Proxy-Connection", "Keep-Alive", "Transfer-Encoding", "Upgrade", "Te", "Content-Length":
@@ -180,6 +181,46 @@ func (c *conn) sendLocked(st *stream) {
 
 func (c *conn) field(name, value string, sensitive bool) {
 	c.henc.WriteField(hpack.HeaderField{Name: name, Value: value, Sensitive: sensitive})
+}
+
+// staticPath is ":path"'s index in HPACK's static table (RFC 7541 appendix A).
+const staticPath = 4
+
+// appendUnindexed appends a "literal header field without indexing" (RFC 7541 §6.2.2):
+// the field goes out as it is, and neither side adds it to its dynamic table. The name is
+// the static table's entry nameIdx, or name if nameIdx is 0. hpack.Encoder has no such
+// form for a field that is not sensitive, and it must not come first in a header block,
+// where the encoder may put a table size update.
+func appendUnindexed(dst []byte, nameIdx uint64, name, value string) []byte {
+	dst = appendInt(dst, 4, 0, nameIdx)
+	if nameIdx == 0 {
+		dst = appendString(dst, name)
+	}
+	return appendString(dst, value)
+}
+
+// appendString appends an HPACK string literal, Huffman-coded when that is shorter.
+func appendString(dst []byte, s string) []byte {
+	if n := hpack.HuffmanEncodeLength(s); n < uint64(len(s)) {
+		dst = appendInt(dst, 7, 0x80, n)
+		return hpack.AppendHuffmanString(dst, s)
+	}
+	dst = appendInt(dst, 7, 0, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// appendInt appends i with an n-bit prefix (RFC 7541 §5.1) in a first byte whose other bits
+// are flags.
+func appendInt(dst []byte, n uint, flags byte, i uint64) []byte {
+	k := uint64(1)<<n - 1
+	if i < k {
+		return append(dst, flags|byte(i))
+	}
+	dst = append(dst, flags|byte(k))
+	for i -= k; i >= 128; i >>= 7 {
+		dst = append(dst, byte(0x80|i&0x7f))
+	}
+	return append(dst, byte(i))
 }
 
 // sendBodyLocked sends what the windows allow of st's body; the rest waits in c.blocked.

@@ -120,3 +120,46 @@ func TestUpstreamShare(t *testing.T) {
 		}
 	})
 }
+
+// FuzzUnindexed: appendUnindexed's fields decode, with net/http's HPACK decoder, to what was
+// encoded, and leave the decoder's dynamic table empty.
+func FuzzUnindexed(f *testing.F) {
+	f.Add(uint8(staticPath), "", "/profile/user-42?x=1")
+	f.Add(uint8(0), "idempotency-key", "")
+	f.Add(uint8(0), "x", string(bytes.Repeat([]byte{0xff}, 300)))
+	f.Fuzz(func(t *testing.T, idx uint8, name, value string) {
+		nameIdx := uint64(idx % 62) // the static table has 61 entries
+		want := name
+		if nameIdx != 0 {
+			want = staticName(t, nameIdx)
+		} else if name == "" {
+			t.Skip()
+		}
+		var got []hpack.HeaderField
+		d := hpack.NewDecoder(4096, func(f hpack.HeaderField) { got = append(got, f) })
+		d.SetMaxStringLength(1 << 20)
+		if _, err := d.Write(appendUnindexed(nil, nameIdx, name, value)); err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		if err := d.Close(); err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		if len(got) != 1 || got[0].Name != want || got[0].Value != value || got[0].Sensitive {
+			t.Fatalf("decoded %+v, want %q: %q", got, want, value)
+		}
+		// The field was not indexed: a reference to the first dynamic entry must fail.
+		if _, err := d.DecodeFull([]byte{0x80 | 62}); err == nil {
+			t.Fatal("the field was added to the dynamic table")
+		}
+	})
+}
+
+// staticName is the name of HPACK's static table entry i, as the decoder reads it.
+func staticName(t *testing.T, i uint64) string {
+	d := hpack.NewDecoder(4096, nil)
+	fs, err := d.DecodeFull(appendInt(nil, 7, 0x80, i))
+	if err != nil || len(fs) != 1 {
+		t.Fatalf("static entry %d: %v", i, err)
+	}
+	return fs[0].Name
+}
