@@ -403,13 +403,29 @@ func (c *conn) onHeaders(hb *headerBlock) error {
 	// When the bytes of this HEADERS frame came off the socket, not now: the frames read
 	// before it in the same buffer, and their completions, are the client's time.
 	st.a.MarkAnswered(c.rd.at)
-	h := make(http.Header, len(hb.fields))
-	vals := make([]string, len(hb.fields)) // one backing array for the common one value per name
+	var h http.Header
+	var vals []string
+	keep := c.t.HeadersFor == nil || c.t.HeadersFor(status)
+	if keep {
+		h = make(http.Header, len(hb.fields))
+		vals = make([]string, len(hb.fields)) // one backing array for the common one value per name
+	}
 	cl := int64(-1)
 	for i, hf := range hb.fields {
 		if !validFieldName(hf.Name) {
 			c.streamFailed(id, &StreamError{Code: http2.ErrCodeProtocol, Reason: "invalid header field name"}, true)
 			return nil
+		}
+		if hf.Name == "content-length" {
+			n, err := strconv.ParseInt(hf.Value, 10, 64)
+			if err != nil || n < 0 || (cl >= 0 && n != cl) {
+				c.streamFailed(id, &StreamError{Code: http2.ErrCodeProtocol, Reason: "malformed content-length"}, true)
+				return nil
+			}
+			cl = n
+		}
+		if !keep {
+			continue
 		}
 		k, ok := c.canon[hf.Name]
 		if !ok {
@@ -423,14 +439,6 @@ func (c *conn) onHeaders(hb *headerBlock) error {
 		} else {
 			vals[i] = hf.Value
 			h[k] = vals[i : i+1 : i+1]
-		}
-		if k == "Content-Length" {
-			n, err := strconv.ParseInt(hf.Value, 10, 64)
-			if err != nil || n < 0 || (cl >= 0 && n != cl) {
-				c.streamFailed(id, &StreamError{Code: http2.ErrCodeProtocol, Reason: "malformed content-length"}, true)
-				return nil
-			}
-			cl = n
 		}
 	}
 	if max := c.t.MaxBodyBytes; max > 0 && cl > max {
