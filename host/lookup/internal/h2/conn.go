@@ -45,16 +45,14 @@ type conn struct {
 	rc         syscall.RawConn   // nc's descriptor, for non-blocking writes; nil without one
 	spare      []byte            // a write buffer to swap with out
 	rest       []byte            // what a non-blocking write left, for the writer goroutine
-	restSent   []*stream         // the streams with HEADERS in rest (see sentWait)
 	writing    bool              // a write is in progress
 	handoff    bool              // the writer goroutine is the writer
 	inBatch    bool              // the reader is handling frames it has buffered: it writes after
 	unsent     int               // streams opened in out since the last write
 	// sentWait: the streams whose HEADERS are in out, not yet handed to a write. They are
-	// marked sent when their write returns (stampSentLocked), not when they were queued:
-	// the wait for a write in progress or for the reader's batch is the client's.
-	sentWait  []*stream
-	sentSpare []*stream
+	// marked sent when a write takes them (stampSentLocked), not when they were queued: the
+	// wait for a write in progress or for the reader's batch is the client's.
+	sentWait []*stream
 	wcond      sync.Cond         // wakes the writer goroutine
 	closed     chan struct{}
 
@@ -361,7 +359,7 @@ func (c *conn) fail(err error) {
 	c.queued = nil
 	c.blocked = nil
 	clear(c.sentWait)
-	c.sentWait, c.restSent = c.sentWait[:0], nil
+	c.sentWait = c.sentWait[:0]
 	c.load = 0
 	c.mu.Unlock()
 	c.t.retire(c)
@@ -394,7 +392,7 @@ func (c *conn) unlock() {
 		c.out.b = c.spare[:0]
 		c.spare = nil
 		c.unsent = 0
-		sent := c.takeSentLocked()
+		c.stampSentLocked(time.Now())
 		c.mu.Unlock()
 		n, err := c.tryWrite(b)
 		c.mu.Lock()
@@ -405,11 +403,9 @@ func (c *conn) unlock() {
 			return
 		}
 		if n < len(b) {
-			c.restSent = sent // marked when the writer goroutine has written the rest
 			c.handoffLocked(b[n:])
 			break
 		}
-		c.stampSentLocked(sent, time.Now())
 		if cap(b) <= maxKeptWrite {
 			c.spare = b[:0]
 		}
@@ -417,27 +413,17 @@ func (c *conn) unlock() {
 	c.mu.Unlock()
 }
 
-// takeSentLocked takes the streams whose HEADERS are in the bytes about to be written; the
-// writer passes them to stampSentLocked once the write returned.
-func (c *conn) takeSentLocked() []*stream {
-	sent := c.sentWait
-	c.sentWait = c.sentSpare[:0]
-	c.sentSpare = nil
-	return sent
-}
-
-// stampSentLocked marks sent's requests sent at now (see sentWait). A stream that ended in
-// the meantime is skipped: its attempt may already serve the call's next exchange.
-func (c *conn) stampSentLocked(sent []*stream, now time.Time) {
-	for i, st := range sent {
+// stampSentLocked marks the requests in the bytes a write is about to take sent at now (see
+// sentWait). A stream aborted since its HEADERS were queued is skipped: its attempt may
+// already serve the call's next exchange.
+func (c *conn) stampSentLocked(now time.Time) {
+	for i, st := range c.sentWait {
 		if !st.ended {
 			st.a.MarkSent(now)
 		}
-		sent[i] = nil
+		c.sentWait[i] = nil
 	}
-	if c.sentSpare == nil {
-		c.sentSpare = sent[:0]
-	}
+	c.sentWait = c.sentWait[:0]
 }
 
 // handoffLocked makes the writer goroutine the writer: it sends rest, then c.out until
@@ -453,13 +439,8 @@ func (c *conn) handoffLocked(rest []byte) {
 func (c *conn) writeLoop() {
 	defer c.t.wg.Done()
 	var spare []byte
-	var sent []*stream // the streams of the write that just returned, and not yet marked
 	for {
 		c.mu.Lock()
-		if sent != nil {
-			c.stampSentLocked(sent, time.Now())
-			sent = nil
-		}
 		for c.err == nil && !c.handoff {
 			c.wcond.Wait()
 		}
@@ -469,12 +450,11 @@ func (c *conn) writeLoop() {
 		}
 		b := c.rest
 		c.rest = nil
-		sent, c.restSent = c.restSent, nil
 		if len(b) == 0 {
 			b = c.out.b
 			c.out.b = spare[:0]
 			spare = nil
-			sent = c.takeSentLocked()
+			c.stampSentLocked(time.Now())
 		}
 		if len(b) == 0 {
 			c.handoff, c.writing = false, false
