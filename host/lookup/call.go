@@ -17,10 +17,9 @@ type waiter struct {
 	done  func(Response)
 	start time.Time
 
-	// The watch on the waiter's context (watches); guarded by the endpoint's watches.mu.
-	ctx          context.Context
+	// The watch on the waiter's context (watches.go). c is set by watch, before w can be
+	// delivered, and never changes; the rest is guarded by the endpoint's watches.mu.
 	c            *call
-	watched      bool // set by watch, before w can be delivered
 	group        *watchGroup
 	wprev, wnext *waiter
 }
@@ -40,14 +39,16 @@ type call struct {
 	shared     bool
 	cacheable  bool
 	idempotent bool
+	// Small fields together, against padding (a call is allocated per request).
+	state     callState // guarded by mu
+	abandoned bool      // the last waiter left; guarded by mu
+	queued    bool      // in the limiter queue; guarded by limiter.mu
 
 	first waiter     // the waiter that created the call, to save an allocation
 	one   [1]*waiter // backing array of waiters for the common single waiter
 
 	mu        sync.Mutex
-	state     callState       // guarded by mu
 	waiters   []*waiter       // guarded by mu
-	abandoned bool            // the last waiter left; guarded by mu
 	att       attempt.Attempt // deadline, cancellation, marks of the attempt on the wire
 	hreq      http.Request    // the request of an attempt over h1 or h2c (net/http gets its own)
 	timer     *time.Timer     // backoff timer; guarded by mu
@@ -69,7 +70,6 @@ type call struct {
 	// Limiter queue linkage and probe epoch; guarded by limiter.mu.
 	qprev, qnext *call
 	qAt          time.Time
-	queued       bool
 	epoch        uint64
 }
 

@@ -17,9 +17,12 @@ type watches struct {
 	groups map[<-chan struct{}]*watchGroup // guarded by mu
 }
 
-// watchGroup is the waiters of one Done channel, linked through waiter.wprev/wnext.
+// watchGroup is the waiters of one Done channel, linked through waiter.wprev/wnext. ctx is
+// the first waiter's context: contexts that share a Done channel end together, with the
+// same error.
 type watchGroup struct {
 	done <-chan struct{}
+	ctx  context.Context
 	stop func() bool
 	head *waiter
 	n    int
@@ -32,14 +35,14 @@ func (ws *watches) watch(ctx context.Context, c *call, w *waiter) {
 	if done == nil {
 		return
 	}
-	w.ctx, w.c, w.watched = ctx, c, true
+	w.c = c
 	ws.mu.Lock()
 	g := ws.groups[done]
 	if g == nil {
 		if ws.groups == nil {
 			ws.groups = make(map[<-chan struct{}]*watchGroup)
 		}
-		g = &watchGroup{done: done}
+		g = &watchGroup{done: done, ctx: ctx}
 		ws.groups[done] = g
 		// Under ws.mu: an AfterFunc that runs at once (ctx ended already) waits in ended
 		// until g is complete.
@@ -57,8 +60,8 @@ func (ws *watches) watch(ctx context.Context, c *call, w *waiter) {
 
 // unwatch ends w's watch (it was delivered). The last waiter of a group stops its AfterFunc.
 func (ws *watches) unwatch(w *waiter) {
-	if !w.watched {
-		return
+	if w.c == nil {
+		return // never watched
 	}
 	ws.mu.Lock()
 	if g := w.group; g != nil { // nil: its context ended, and ended took it
@@ -96,7 +99,8 @@ func (ws *watches) ended(g *watchGroup) {
 		gone = append(gone, w)
 	}
 	ws.mu.Unlock()
+	err := g.ctx.Err()
 	for _, w := range gone {
-		w.c.leave(w, w.ctx.Err())
+		w.c.leave(w, err)
 	}
 }

@@ -53,8 +53,8 @@ type conn struct {
 	// marked sent when a write takes them (stampSentLocked), not when they were queued: the
 	// wait for a write in progress or for the reader's batch is the client's.
 	sentWait []*stream
-	wcond      sync.Cond         // wakes the writer goroutine
-	closed     chan struct{}
+	wcond    sync.Cond // wakes the writer goroutine
+	closed   chan struct{}
 
 	deadlines deadline.Heap[*stream] // the assigned streams with a deadline; guarded by mu
 	dtimer    *time.Timer            // fires at deadlines[0]; guarded by mu
