@@ -170,7 +170,7 @@ func (c *conn) sendLocked(st *stream) {
 	st.a.MarkWrote()
 	// Queued for the next write, which follows at once unless one is in progress or the
 	// reader is in a batch: the upstream's share of the exchange (attempt.Attempt.Upstream)
-	// starts when that write returns.
+	// starts when that write takes it (stampSentLocked).
 	c.sentWait = append(c.sentWait, st)
 	if len(st.body) > 0 {
 		c.sendBodyLocked(st)
