@@ -498,7 +498,11 @@ func (c *Controller) handle(el *Element) {
 		t.ep, t.wm = e, e.startWM
 		e.pending++
 		c.admitted++
-		c.submit(t, false)
+		if len(c.gate) == 0 && c.cfg.Order == OrderPerKey {
+			c.execute(t) // no key is busy: submit would run t at once (see execute)
+		} else {
+			c.submit(t, false)
+		}
 	case ElementWatermark:
 		if el.TS <= c.lastWM {
 			return // watermarks never move backwards
