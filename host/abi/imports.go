@@ -72,7 +72,7 @@ const (
 
 func (in *Instance) allowed(c capability) bool {
 	switch in.kind {
-	case callProcess, callTimer, callProcTimer:
+	case callProcess, callTimer, callProcTimer, callBatch:
 		return true
 	case callClose:
 		return c != capKeyed
@@ -84,11 +84,17 @@ func (in *Instance) allowed(c capability) bool {
 
 func instance(ctx context.Context) *Instance {
 	if c, ok := ctx.(*instanceCtx); ok {
+		if c.in.batch.on {
+			c.in.syncBatch()
+		}
 		return c.in
 	}
 	in, _ := ctx.Value(instanceKey{}).(*Instance)
 	if in == nil {
 		panic(errors.New("clink: import called outside a clink instance"))
+	}
+	if in.batch.on {
+		in.syncBatch()
 	}
 	return in
 }

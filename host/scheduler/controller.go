@@ -237,7 +237,8 @@ type Controller struct {
 
 	metrics metrics
 	hot     hotCounts
-	mode    execMode // direct or coroutine calls (coro.go)
+	mode    execMode  // direct or coroutine calls (coro.go)
+	batch   callBatch // records waiting for one batch call (batch.go)
 }
 
 // New returns a controller that runs module over backend and writes to sink. Instances are
@@ -267,6 +268,9 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 	}
 	c.comp.wake = make(chan struct{}, 1)
 	c.mode.coro = cfg.ExecMode == ExecCoroutine
+	if cfg.Module.HasBatch() {
+		c.batch.max = cfg.CallBatch
+	}
 	c.epochs = []*epoch{{startWM: math.MinInt64}}
 	if !cfg.Synchronous && cfg.Order == OrderPerKey {
 		c.prefetch = cfg.Module.Manifest.PrefetchIDs()
@@ -336,6 +340,9 @@ func (c *Controller) SetMaxInFlight(n int) {
 func (c *Controller) loop(self *carrier) {
 	var comps []completion
 	for !c.stopped {
+		if len(c.batch.tasks) > 0 {
+			c.flushBatch()
+		}
 		if n := c.maxInFlightSet.Swap(0); n > 0 && !c.cfg.Synchronous {
 			c.maxInFlight = int(n)
 		}

@@ -3,4 +3,4 @@
 //     export * from "@clink-wasm/sdk/assembly/exports";
 //
 // (memory is exported by the compiler; _initialize by --exportStart _initialize.)
-export { clink_input, clink_process, clink_on_timer, clink_open, clink_close, clink_manifest } from "./operator";
+export { clink_input, clink_process, clink_process_batch, clink_on_timer, clink_open, clink_close, clink_manifest } from "./operator";

@@ -162,12 +162,13 @@ func appendNames(b []byte, names []string) []byte {
 
 func init() {
 	abi.Exports = abi.Hooks{
-		Process:  process,
-		OnTimer:  onTimer,
-		Open:     open,
-		Close:    closeOp,
-		Manifest: buildManifest,
-		Reset:    func() { area, areaState = nil, 0 },
+		Process:      process,
+		ProcessBatch: processBatch,
+		OnTimer:      onTimer,
+		Open:         open,
+		Close:        closeOp,
+		Manifest:     buildManifest,
+		Reset:        func() { area, areaState = nil, 0 },
 	}
 }
 
@@ -192,6 +193,42 @@ func process(keyLen, valueLen uint32, timestamp int64) (rc int32) {
 	}
 	emitting = true
 	return fail(op.Process(&rec))
+}
+
+// processBatch runs count records of distinct keys in one call (docs/abi.md, "Batch calls"):
+// the operator still sees one Process per record, with the record's own frames, and the host
+// attributes each record's imports, outputs and faults through the header's current word,
+// which is set before the record starts. The loop stops at the first record that fails; a
+// panic leaves current on the record that panicked.
+func processBatch(count uint32) (rc int32) {
+	defer guard(&rc)
+	sealed = true
+	in := abi.Input
+	emitting = true
+	for i := uint32(0); i < count; i++ {
+		abi.PutLe32(in[abi.BatchCurrent:], i)
+		d := in[abi.BatchHeader+abi.BatchDesc*i:]
+		off := abi.Le32(d[abi.DescOffset:])
+		keyLen, valueLen := abi.Le32(d[abi.DescKeyLen:]), abi.Le32(d[abi.DescValueLen:])
+		kEnd := off + keyLen
+		end := kEnd + valueLen
+		rec.Key = in[off:kEnd:kEnd]
+		rec.Value = in[kEnd:end:end]
+		rec.Timestamp = int64(abi.Le64(d[abi.DescTS:]))
+		if len(prefetched) > 0 {
+			if err := loadFrames(off + abi.Align8(keyLen+valueLen)); err != nil {
+				return fail(err)
+			}
+		}
+		if r := fail(op.Process(&rec)); r != 0 {
+			abi.PutLe32(d[abi.DescRC:], uint32(r))
+			return r
+		}
+		if areaState > 0 {
+			abi.PutLe32(d[abi.DescOutEnd:], abi.Le32(area))
+		}
+	}
+	return 0
 }
 
 func onTimer(keyLen uint32, timestamp int64) (rc int32) {

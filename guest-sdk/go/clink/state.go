@@ -222,9 +222,8 @@ func Int64(b []byte) int64 {
 // PutInt64 encodes v into the first 8 bytes of b, little-endian.
 func PutInt64(b []byte, v int64) {
 	_ = b[7]
-	for i := range 8 {
-		b[i] = byte(v >> (8 * i))
-	}
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+	b[4], b[5], b[6], b[7] = byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56)
 }
 
 // frameValue returns the value in the state's frame, a view of the input buffer.
