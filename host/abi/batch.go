@@ -64,6 +64,8 @@ type batchState struct {
 	offs    []uint32   // per record: its offset in the input buffer
 	drained int        // first record whose output is not yet fully delivered
 	outPos  uint32     // bytes of the area's data already delivered
+	// badCursor: syncBatch found the guest's current word moved back or past the batch.
+	badCursor bool
 }
 
 // HasBatch reports whether the module exports clink_process_batch.
@@ -149,11 +151,12 @@ func (in *Instance) ProcessBatch(recs []BatchRecord) (done int, err error) {
 	// the cursor is out of range (then the fault is that).
 	cur := b.cur
 	bad := false
-	if c, ok := in.mem.ReadUint32Le(b.hdr + 4); !ok || int(c) >= n {
+	if c, ok := in.mem.ReadUint32Le(b.hdr + 4); !ok || int(c) >= n || int(c) < b.cur {
 		bad = true
-	} else {
+	} else if !b.badCursor {
 		cur = int(c)
 	}
+	b.badCursor = false
 	b.on = false
 	in.chargeCPU()
 	in.kind = callNone
@@ -167,7 +170,7 @@ func (in *Instance) ProcessBatch(recs []BatchRecord) (done int, err error) {
 		in.broken = true
 		done, fault = cur, in.fault(callBatch, callErr)
 	case bad:
-		done, fault = cur, in.abiFault(callBatch, "the batch header's current record is outside the batch")
+		done, fault = cur, in.abiFault(callBatch, "the batch header's current record is %s", "outside the batch or behind the record the host last served")
 	case rc != 0:
 		in.broken = true
 		done = cur
@@ -216,6 +219,9 @@ func (in *Instance) syncBatch() {
 		return
 	}
 	if int(c) >= b.n || int(c) < b.cur {
+		// The fault is the record the host last served: it cannot know which one the guest
+		// was really on.
+		b.badCursor = true
 		panic(in.abiFault(callBatch, "the batch header's current record moved from %d to %d", b.cur, c))
 	}
 	b.cur = int(c)

@@ -257,6 +257,13 @@ func (in *Instance) emit(kp, kl, vp, vl uint32) uint64 {
 	if !ok1 || !ok2 {
 		return i32result(OutOfBounds)
 	}
+	if in.batch.on && in.batch.drained < in.batch.cur && in.outCap != 0 {
+		// The earlier records of the batch are complete: their output-area records go out
+		// first, so that outputs leave in the order the records ran.
+		if err := in.drainBatch(in.batch.cur, -1); err != nil {
+			panic(err)
+		}
+	}
 	if err := in.h.Emit(key, val); err != nil {
 		return hostErr(err)
 	}

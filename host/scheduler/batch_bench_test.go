@@ -67,3 +67,40 @@ func runPlainBatch(b *testing.B, m *abi.Module, els []Element, n int) cost {
 	ph.out.flush()
 	return start.end()
 }
+
+// BenchmarkCallBatch: the controller on the all-hits path with batch calls (DefaultCallBatch)
+// against the same controller making a call per record (WithCallBatch(1)), for the counter
+// guests, in CPU time per record (medians of alternating rounds).
+func BenchmarkCallBatch(b *testing.B) {
+	els := benchRecords(50_000, 10_000)
+	for _, g := range []struct{ name, path string }{{"as", counterAS}, {"go", counterGo}} {
+		b.Run(g.name, func(b *testing.B) { benchCallBatch(b, g.name, g.path, els) })
+	}
+}
+
+func benchCallBatch(b *testing.B, name, path string, els []Element) {
+	g := struct{ name string }{name}
+	{
+		m := loadModule(b, path)
+		run := func(n int) float64 {
+			cpu0 := threadCPU()
+			runController(b, m, state.NewMemory(), els, WithCallBatch(n))
+			return perRec(threadCPU()-cpu0, len(els))
+		}
+		for b.Loop() {
+			var own, bat []float64
+			onThread(func() {
+				for r := range 11 {
+					if r%2 == 0 {
+						own, bat = append(own, run(1)), append(bat, run(DefaultCallBatch))
+					} else {
+						bat, own = append(bat, run(DefaultCallBatch)), append(own, run(1))
+					}
+				}
+			})
+			b.ReportMetric(median(own), g.name+"-own-cpu-ns/rec")
+			b.ReportMetric(median(bat), g.name+"-batch-cpu-ns/rec")
+			b.ReportMetric(medianRatio(bat, own), g.name+"-batch/own-cpu")
+		}
+	}
+}

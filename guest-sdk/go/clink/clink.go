@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"strconv"
+	"unsafe"
 
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
 )
@@ -204,28 +205,37 @@ func processBatch(count uint32) (rc int32) {
 	defer guard(&rc)
 	sealed = true
 	in := abi.Input
+	// One check for the header and every descriptor: the loop reads them unchecked.
+	if uint64(abi.BatchHeader)+uint64(abi.BatchDesc)*uint64(count) > uint64(len(in)) {
+		return fail(errors.New("clink: the batch's descriptors lie outside the input buffer"))
+	}
+	base := abi.At(in, 0)
 	emitting = true
 	for i := uint32(0); i < count; i++ {
-		abi.PutLe32(in[abi.BatchCurrent:], i)
-		d := in[abi.BatchHeader+abi.BatchDesc*i:]
-		off := abi.Le32(d[abi.DescOffset:])
-		keyLen, valueLen := abi.Le32(d[abi.DescKeyLen:]), abi.Le32(d[abi.DescValueLen:])
+		abi.Store32(unsafe.Add(base, abi.BatchCurrent), i)
+		d := unsafe.Add(base, abi.BatchHeader+abi.BatchDesc*uintptr(i))
+		off := abi.Load32(unsafe.Add(d, abi.DescOffset))
+		keyLen, valueLen := abi.Load32(unsafe.Add(d, abi.DescKeyLen)), abi.Load32(unsafe.Add(d, abi.DescValueLen))
+		if uint64(off)+uint64(keyLen)+uint64(valueLen) > uint64(len(in)) {
+			return fail(errors.New("clink: a batch record lies outside the input buffer"))
+		}
 		kEnd := off + keyLen
 		end := kEnd + valueLen
 		rec.Key = in[off:kEnd:kEnd]
 		rec.Value = in[kEnd:end:end]
-		rec.Timestamp = int64(abi.Le64(d[abi.DescTS:]))
+		rec.Timestamp = int64(abi.Load64(unsafe.Add(d, abi.DescTS)))
 		if len(prefetched) > 0 {
 			if err := loadFrames(off + abi.Align8(keyLen+valueLen)); err != nil {
 				return fail(err)
 			}
 		}
-		if r := fail(op.Process(&rec)); r != 0 {
-			abi.PutLe32(d[abi.DescRC:], uint32(r))
+		if err := op.Process(&rec); err != nil {
+			r := fail(err)
+			abi.Store32(unsafe.Add(d, abi.DescRC), uint32(r))
 			return r
 		}
 		if areaState > 0 {
-			abi.PutLe32(d[abi.DescOutEnd:], abi.Le32(area))
+			abi.Store32(unsafe.Add(d, abi.DescOutEnd), abi.Load32(abi.At(area, 0)))
 		}
 	}
 	return 0

@@ -186,9 +186,7 @@ func AppendString(dst []byte, s []byte) []byte {
 	// dear.
 	i := 0
 	for ; i+8 <= len(s); i += 8 {
-		w := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
-			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
-		if needsEscape(w) {
+		if needsEscape(word(s, i)) {
 			break
 		}
 	}

@@ -68,6 +68,28 @@ const (
 	DescOutEnd   = 24
 )
 
+// The unchecked accessors below read and write guest memory through a pointer, with no bounds
+// check: in a WebAssembly guest every check and every slice header costs instructions on
+// the per-record path. WebAssembly memory is little-endian and allows unaligned access. The
+// caller must have checked that [p, p+size) lies inside the object p points into.
+
+// At returns the address of b[i]; the caller checked i <= len(b).
+func At(b []byte, i uint32) unsafe.Pointer {
+	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), i)
+}
+
+// Load32 reads the u32 at p.
+func Load32(p unsafe.Pointer) uint32 { return *(*uint32)(p) }
+
+// Load64 reads the u64 at p.
+func Load64(p unsafe.Pointer) uint64 { return *(*uint64)(p) }
+
+// Store32 writes v at p.
+func Store32(p unsafe.Pointer, v uint32) { *(*uint32)(p) = v }
+
+// Store64 writes v at p.
+func Store64(p unsafe.Pointer, v uint64) { *(*uint64)(p) = v }
+
 // Le64 reads a little-endian u64 at b[0:8].
 func Le64(b []byte) uint64 {
 	_ = b[7]
