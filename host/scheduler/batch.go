@@ -132,6 +132,14 @@ func (c *Controller) flushBatch() {
 		c.execute(tasks[0])
 		return
 	}
+	if c.err != nil {
+		// The run failed while they waited: they complete without running, as execute
+		// completes any task then.
+		for _, t := range tasks {
+			c.finish(t, nil)
+		}
+		return
+	}
 	s, err := c.acquireSlot()
 	if err != nil {
 		for _, t := range tasks {
