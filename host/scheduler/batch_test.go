@@ -19,9 +19,9 @@ import (
 // batchRun is what one run of a workload produced, for comparing batch calls with calls of
 // their own.
 type batchRun struct {
-	perKey  map[string][]string // per key: its data outputs in order
-	dead    []int64             // dead-lettered records' positions, sorted
-	err     error
+	perKey   map[string][]string // per key: its data outputs in order
+	dead     []int64             // dead-lettered records' positions, sorted
+	err      error
 	calls    int64 // batch calls made
 	batched  int64 // records they carried
 	suspends int64 // suspensions inside batch calls

@@ -36,6 +36,9 @@
 //     released and its epoch still advances; then the controller stops admitting, aborts
 //     suspended calls, waits for every lookup and fetch still out to deliver, and returns an
 //     *OperatorError naming the operator, the record and the key.
+//   - Batch calls: for a module that exports clink_process_batch, records of free keys whose
+//     prefetched values are hot go to one guest call together (WithCallBatch, batch.go), with
+//     the gate's rules unchanged.
 //
 // See carrier.go for how the runner role moves between goroutines.
 //
@@ -49,7 +52,8 @@
 //   - fetch.go: the prefetch check, cold reads and their coalescing; lookups.go: lookups;
 //   - completions.go: the hand-back from IO goroutines to the runner, and resuming;
 //   - carrier.go and coro.go: how a suspended call waits (carriers, coroutines);
-//   - task.go: tasks and the abi.Handler the guest calls; output.go: batched output; metrics.go.
+//   - task.go: tasks and the abi.Handler the guest calls; output.go: batched output; metrics.go;
+//   - batch.go: batch calls (several records of distinct keys per guest call).
 package scheduler
 
 import (
