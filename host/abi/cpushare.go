@@ -143,10 +143,14 @@ func (in *Instance) yieldAtCheck() {
 		in.budgetStart += paused
 		return
 	}
-	runtime.Gosched()
-	if in.m.e.share != nil {
-		// Whatever ran on this processor meanwhile (another tenant's goroutines) is not this
-		// guest's time.
-		in.lastCharge = monotonic()
+	if in.m.e.share == nil {
+		runtime.Gosched()
+		return
 	}
+	before := monotonic()
+	runtime.Gosched()
+	// Whatever ran on this processor meanwhile (another tenant's goroutines) is not this
+	// guest's time: neither its share's nor its call time limit's.
+	in.lastCharge = monotonic()
+	in.budgetStart += in.lastCharge - before
 }

@@ -38,8 +38,9 @@ import (
 // call starts (or resumes from a suspension) records the time, and any later check in the same
 // run compares against it. A runaway call therefore stops within its time limit plus about two
 // watchdog periods and one loop iteration (BenchmarkFuelRefill's ms-late: medians 0.4-1.1 ms at
-// a 200 ms limit, at most 40 ms in 20 runs), and time spent
-// suspended in an async import never counts. What a check cannot split is one instruction:
+// a 200 ms limit, at most 40 ms in 20 runs). Time spent suspended in an async import never
+// counts, nor, with a CPU share, time paused by it or taken by other goroutines after a check's
+// yield. What a check cannot split is one instruction:
 // a single memory.fill or memory.copy of the whole memory, at most the memory limit's worth.
 
 // fuelRefill is the fuel granted per check: 0.6-10 ms of the tightest loop, so a busy call
@@ -71,6 +72,12 @@ func (in *Instance) checkBudget() error {
 		return nil
 	}
 	if limit := in.m.e.callTime(); now-in.budgetStart > limit {
+		if sh := in.m.e.share; sh != nil {
+			// The share is charged the call's last stretch too: what it counts as the
+			// guest's own time is what the budget counted.
+			sh.charge(now-in.lastCharge, now)
+			in.lastCharge = now
+		}
 		return &budgetError{cause: fmt.Errorf("ran for more than %v without returning (runaway loop?)", limit)}
 	}
 	return nil

@@ -16,7 +16,12 @@ import (
 type waiter struct {
 	done  func(Response)
 	start time.Time
-	stop  func() bool // stops the AfterFunc on the waiter's context; nil if none
+
+	// The watch on the waiter's context (watches.go). c is set by watch, before w can be
+	// delivered, and never changes; the rest is guarded by the endpoint's watches.mu.
+	c            *call
+	group        *watchGroup
+	wprev, wnext *waiter
 }
 
 // call is one upstream request with its retries, shared by every waiter that joined it.
@@ -34,14 +39,16 @@ type call struct {
 	shared     bool
 	cacheable  bool
 	idempotent bool
+	// Small fields together, against padding (a call is allocated per request).
+	state     callState // guarded by mu
+	abandoned bool      // the last waiter left; guarded by mu
+	queued    bool      // in the limiter queue; guarded by limiter.mu
 
 	first waiter     // the waiter that created the call, to save an allocation
 	one   [1]*waiter // backing array of waiters for the common single waiter
 
 	mu        sync.Mutex
-	state     callState       // guarded by mu
 	waiters   []*waiter       // guarded by mu
-	abandoned bool            // the last waiter left; guarded by mu
 	att       attempt.Attempt // deadline, cancellation, marks of the attempt on the wire
 	hreq      http.Request    // the request of an attempt over h1 or h2c (net/http gets its own)
 	timer     *time.Timer     // backoff timer; guarded by mu
@@ -63,7 +70,6 @@ type call struct {
 	// Limiter queue linkage and probe epoch; guarded by limiter.mu.
 	qprev, qnext *call
 	qAt          time.Time
-	queued       bool
 	epoch        uint64
 }
 
@@ -86,16 +92,12 @@ func (c *call) join(ctx context.Context, w *waiter) bool {
 		return false
 	}
 	c.waiters = append(c.waiters, w)
+	c.watch(ctx, w) // before the call can deliver to w, which needs c.mu
 	c.mu.Unlock()
-	c.watch(ctx, w)
 	return true
 }
 
-func (c *call) watch(ctx context.Context, w *waiter) {
-	if ctx.Done() != nil {
-		w.stop = context.AfterFunc(ctx, func() { c.leave(w, ctx.Err()) })
-	}
-}
+func (c *call) watch(ctx context.Context, w *waiter) { c.e.watches.watch(ctx, c, w) }
 
 // leave removes w after its context ended and reports that to it. The last waiter to leave
 // cancels the upstream call.
@@ -269,9 +271,7 @@ func (c *call) finishFrom(r Response, async bool) {
 
 func (c *call) deliverAll(ws []*waiter, r Response) {
 	for _, w := range ws {
-		if w.stop != nil {
-			w.stop()
-		}
+		c.e.watches.unwatch(w)
 		c.e.deliver(w, r)
 	}
 	c.e.live.Done()

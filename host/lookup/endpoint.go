@@ -68,6 +68,8 @@ type Endpoint struct {
 	flightMu sync.Mutex
 	flights  map[string]*call // guarded by flightMu
 
+	watches watches // the waiters' contexts
+
 	closeMu sync.RWMutex
 	closed  bool           // guarded by closeMu
 	live    sync.WaitGroup // calls not yet finished; Add under closeMu.RLock
@@ -138,6 +140,9 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 			MaxBodyBytes:           e.maxBody,
 			IdleConnTimeout:        e.transport.IdleConnTimeout,
 			Sensitive:              names, // injected headers carry credentials: never HPACK-indexed
+			// The endpoint reads a response's header fields only to follow a redirect
+			// (Location) and to retry (Retry-After); Response carries none of them.
+			HeadersFor: func(status int) bool { return status/100 == 3 || e.retryStatus.has(status) },
 		}
 	}
 	if tr == "h1" && base.Scheme == "http" {

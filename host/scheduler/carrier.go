@@ -51,7 +51,8 @@ func (c *Controller) carry(self *carrier) {
 // runner role. It runs inside t's guest call, holding the runner role.
 func (c *Controller) suspend(t *task) {
 	t.suspended, t.suspendedOnce, t.async = true, true, true
-	c.suspended[t] = struct{}{}
+	t.suspIdx = len(c.suspended)
+	c.suspended = append(c.suspended, t)
 	c.metrics.Suspensions.Add(1)
 	c.markKeyBusy(t)
 	if t.slot.batch != nil {
@@ -65,8 +66,18 @@ func (c *Controller) suspend(t *task) {
 		c.suspendCarrier(t)
 	}
 	t.suspended = false
-	delete(c.suspended, t)
+	c.unsuspend(t)
 	t.slot.inst.NoteResumed()
+}
+
+// unsuspend takes t out of c.suspended: the last one takes its place.
+func (c *Controller) unsuspend(t *task) {
+	i, last := t.suspIdx, len(c.suspended)-1
+	c.suspended[i] = c.suspended[last]
+	c.suspended[i].suspIdx = i
+	c.suspended[last] = nil
+	c.suspended = c.suspended[:last]
+	t.suspIdx = -1
 }
 
 // suspendCarrier parks the current carrier inside t's call and hands the runner role on.

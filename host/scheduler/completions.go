@@ -136,10 +136,10 @@ func (c *Controller) nextReady() *task {
 }
 
 func (c *Controller) anySuspended() *task {
-	for t := range c.suspended {
-		return t
+	if len(c.suspended) == 0 {
+		return nil
 	}
-	return nil
+	return c.suspended[len(c.suspended)-1]
 }
 
 // resumeTask hands the runner role to suspended task t.

@@ -226,7 +226,7 @@ type Controller struct {
 	pfNext       int           // the next pfHot answer to hand out (abi gathers in prefetch order)
 	maxBatch     int           // pending reads that trigger a Fetch without waiting for the runner to be stuck
 	ready        []*task
-	suspended    map[*task]struct{}
+	suspended    []*task // the tasks suspended inside their calls, each at its task.suspIdx
 
 	comp completions // the only cross-goroutine surface
 	// outstanding counts async operations (lookups sent, batched Fetches issued) whose
@@ -262,7 +262,6 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 		name:      cfg.Module.Name(),
 		log:       cfg.Logger.With("operator", cfg.Module.Name()),
 		gate:      make(map[string]*gateEntry),
-		suspended: make(map[*task]struct{}),
 		timers:    newTimerService(cfg.TimerLimit),
 		ptimers:   newTimerService(cfg.TimerLimit),
 		maxBatch:  cfg.ReadBatch,
@@ -510,7 +509,11 @@ func (c *Controller) handle(el *Element) {
 		t.ep, t.wm = e, e.startWM
 		e.pending++
 		c.admitted++
-		c.submit(t, false)
+		if len(c.gate) == 0 && c.cfg.Order == OrderPerKey {
+			c.execute(t) // no key is busy: submit would run t at once (see execute)
+		} else {
+			c.submit(t, false)
+		}
 	case ElementWatermark:
 		if el.TS <= c.lastWM {
 			return // watermarks never move backwards

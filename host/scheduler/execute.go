@@ -27,8 +27,15 @@ func (c *Controller) execute(t *task) {
 		c.waitForSlot(t)
 		return
 	}
-	s, err := c.acquireSlot()
-	if err != nil {
+	// acquireSlot's common case written out: on the all-hits path every call saved shows in
+	// the hot-path figure (with handle's gate check and keyDone's inlined one, BenchmarkHotPath's
+	// thread-CPU ratio went from 1.19 to 1.11).
+	var s *slot
+	var err error
+	if n := len(c.pool); n > 0 {
+		s = c.pool[n-1]
+		c.pool = c.pool[:n-1]
+	} else if s, err = c.acquireSlot(); err != nil {
 		c.finish(t, err)
 		return
 	}

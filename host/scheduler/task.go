@@ -30,6 +30,7 @@ type task struct {
 	slot      *slot    // instance running the task, while in flight
 	carrier   *carrier // carrier parked in the task's guest call, while suspended
 	suspended bool
+	suspIdx   int         // its index in Controller.suspended while suspended
 	inGate    bool        // the task's key has an entry in the gate
 	held      *heldOutput // OrderInput: where the task's outputs wait for earlier records
 

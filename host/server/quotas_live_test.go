@@ -124,9 +124,7 @@ func TestQuotasReachRunningPipeline(t *testing.T) {
 	if got := run.store.HotBytes(); got != 1<<20 {
 		t.Fatalf("hot tier budget %d after the PATCH, want %d", got, 1<<20)
 	}
-	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(1, 1, 0)); r.code != 200 {
-		t.Fatalf("ingest: %d %s", r.code, r.body)
-	}
+	e.ingest(tok, p.ID, records(1, 1, 0))
 	waitFor(t, "the pipeline to fail", func() bool { return !run.running() })
 	<-run.done
 	r = e.do("GET", base+"/errors", tok, "", nil)
@@ -155,9 +153,7 @@ func TestStateBytesQuota(t *testing.T) {
 		t.Fatalf("start with no state yet: %d %s", r.code, r.body)
 	}
 	run := e.srv.rt.active(p.ID)
-	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 2, 0)); r.code != 200 {
-		t.Fatalf("ingest: %d %s", r.code, r.body)
-	}
+	e.ingest(tok, p.ID, records(5, 2, 0))
 	waitFor(t, "the pipeline to stop over its quota", func() bool { return !run.running() })
 	<-run.done
 	r = e.do("GET", base, tok, "", nil)

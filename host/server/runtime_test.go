@@ -27,6 +27,29 @@ func runtimeSpecFor(module string) map[string]any {
 	}
 }
 
+// startPipeline creates a pipeline named name from spec and starts it.
+func (e *env) startPipeline(tok, name string, spec map[string]any) PipelineView {
+	e.t.Helper()
+	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": name, "spec": spec})
+	if r.code != 201 {
+		e.t.Fatalf("create %s: %d %s", name, r.code, r.body)
+	}
+	var p PipelineView
+	r.decode(e.t, &p)
+	if r := e.do("POST", "/api/v1/pipelines/"+p.ID+"/start", tok, "", nil); r.code != 202 {
+		e.t.Fatalf("start %s: %d %s", name, r.code, r.body)
+	}
+	return p
+}
+
+// ingest posts body (JSON Lines) to pipeline id's HTTP source.
+func (e *env) ingest(tok, id string, body []byte) {
+	e.t.Helper()
+	if r := e.do("POST", "/api/v1/pipelines/"+id+"/records", tok, "application/x-ndjson", body); r.code != 200 {
+		e.t.Fatalf("ingest: %d %s", r.code, r.body)
+	}
+}
+
 // records is n records for each of keys users, as JSON Lines, from seq first on.
 func records(keys, n, first int) []byte {
 	var b bytes.Buffer
@@ -251,16 +274,9 @@ func TestRunningPipelineUpgradeAndDelete(t *testing.T) {
 	if r := e.upload(tok, "?name=counter&version=2", append(fixture(t, "counter.wasm"), 0, 5, 3, 'p', 'a', 'd', 0)); r.code != 201 {
 		t.Fatalf("counter v2: %d %s", r.code, r.body)
 	}
-	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p", "spec": runtimeSpecFor("counter@1")})
-	var p PipelineView
-	r.decode(t, &p)
+	p := e.startPipeline(tok, "p", runtimeSpecFor("counter@1"))
 	base := "/api/v1/pipelines/" + p.ID
-	if r := e.do("POST", base+"/start", tok, "", nil); r.code != 202 {
-		t.Fatalf("start: %d %s", r.code, r.body)
-	}
-	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 2, 0)); r.code != 200 {
-		t.Fatalf("ingest: %d %s", r.code, r.body)
-	}
+	e.ingest(tok, p.ID, records(5, 2, 0))
 	waitFor(t, "10 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 10 })
 	// An upgrade to a module with other state names is refused while it runs.
 	ops := func(module string) map[string]any {
@@ -270,7 +286,7 @@ func TestRunningPipelineUpgradeAndDelete(t *testing.T) {
 		t.Fatalf("incompatible upgrade: %d %s", r.code, r.body)
 	}
 	// A compatible one restarts the pipeline from a savepoint: the counts go on.
-	r = e.json("PATCH", base, tok, ops("counter@2"))
+	r := e.json("PATCH", base, tok, ops("counter@2"))
 	if r.code != 200 {
 		t.Fatalf("upgrade: %d %s", r.code, r.body)
 	}
@@ -284,9 +300,7 @@ func TestRunningPipelineUpgradeAndDelete(t *testing.T) {
 	if p.Revision != 2 || !p.Running || p.Run.Restored == 0 || p.Checkpoint == nil || p.Run.Restored != p.Checkpoint.ID {
 		t.Fatalf("after the upgrade: %s", r.body)
 	}
-	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 2)); r.code != 200 {
-		t.Fatalf("ingest: %d %s", r.code, r.body)
-	}
+	e.ingest(tok, p.ID, records(5, 1, 2))
 	waitFor(t, "15 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 15 })
 	wantCounts(t, outputLines(e, tok, p.ID), 5, 3)
 	// Rescale while running: a savepoint, then 3 subtasks from it; the counts go on.
@@ -301,9 +315,7 @@ func TestRunningPipelineUpgradeAndDelete(t *testing.T) {
 		r = e.do("GET", base+"/metrics", tok, "", nil)
 		return strings.Count(string(r.body), `"Node":"count"`) == 3
 	})
-	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 3)); r.code != 200 {
-		t.Fatalf("ingest: %d %s", r.code, r.body)
-	}
+	e.ingest(tok, p.ID, records(5, 1, 3))
 	waitFor(t, "20 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 20 })
 	wantCounts(t, outputLines(e, tok, p.ID), 5, 4)
 	// Deleting a running pipeline stops it and removes its local files.
@@ -327,16 +339,9 @@ func TestIngestBackpressure(t *testing.T) {
 	e.srv.cfg.MaxIngestLagBytes = 200 // read when a run opens its log; one batch below is 121 bytes
 	tok := e.tenant("acme", map[string]any{"api_requests_per_second": 1000000})
 	e.upload(tok, "?name=counter", fixture(t, "counter.wasm"))
-	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "p", "spec": runtimeSpecFor("counter")})
-	var p PipelineView
-	r.decode(t, &p)
+	p := e.startPipeline(tok, "p", runtimeSpecFor("counter"))
 	base := "/api/v1/pipelines/" + p.ID
-	if r := e.do("POST", base+"/start", tok, "", nil); r.code != 202 {
-		t.Fatalf("start: %d %s", r.code, r.body)
-	}
-	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 0)); r.code != 200 {
-		t.Fatalf("ingest: %d %s", r.code, r.body)
-	}
+	e.ingest(tok, p.ID, records(5, 1, 0))
 	waitFor(t, "5 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 5 })
 	// Hold the reader's position back at the start of the log, as a pipeline that has read
 	// nothing would: the log is now one batch (121 bytes) ahead of it, and a second would make 242.
@@ -347,7 +352,7 @@ func TestIngestBackpressure(t *testing.T) {
 	}
 	defer lagger.Close()
 	before := run.log.Durable()
-	r = e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 1))
+	r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(5, 1, 1))
 	if r.code != 429 || r.hdr.Get("Retry-After") == "" || r.problem(t).Code != CodeRateLimited {
 		t.Fatalf("want 429 with Retry-After, got %d %v %s", r.code, r.hdr, r.body)
 	}

@@ -10,16 +10,9 @@ func TestDetailViews(t *testing.T) {
 	if r := e.upload(tok, "?name=counter", fixture(t, "counter.wasm")); r.code != 201 {
 		t.Fatalf("upload: %d %s", r.code, r.body)
 	}
-	r := e.json("POST", "/api/v1/pipelines", tok, map[string]any{"name": "clicks", "spec": runtimeSpecFor("counter")})
-	var p PipelineView
-	r.decode(t, &p)
+	p := e.startPipeline(tok, "clicks", runtimeSpecFor("counter"))
 	base := "/api/v1/pipelines/" + p.ID
-	if r := e.do("POST", base+"/start", tok, "", nil); r.code != 202 {
-		t.Fatalf("start: %d %s", r.code, r.body)
-	}
-	if r := e.do("POST", base+"/records", tok, "application/x-ndjson", records(3, 2, 0)); r.code != 200 {
-		t.Fatalf("ingest: %d %s", r.code, r.body)
-	}
+	e.ingest(tok, p.ID, records(3, 2, 0))
 	waitFor(t, "6 outputs", func() bool { return len(outputLines(e, tok, p.ID)) >= 6 })
 	var m struct {
 		Graph    Graph     `json:"graph"`

@@ -1,8 +1,6 @@
 package state
 
 import (
-	"bytes"
-	"container/heap"
 	"context"
 	"fmt"
 	"strings"
@@ -120,25 +118,18 @@ func (b *Tiered) compact(ctx context.Context) error {
 	}
 	run := base.Segs[:n]
 	bottom := n == len(base.Segs) // nothing older: tombstones can go
-	its := make([]*segScan, 0, n)
+	scans := make([]*segmentScan, 0, n)
 	for i, s := range run {
-		if err := b.s.acquire(ctx); err != nil {
-			return err
-		}
-		data, err := b.s.os.get(ctx, b.root+s.Name, 0, -1)
-		b.s.release()
+		object := b.root + s.Name
+		m, err := b.readMeta(ctx, object, s)
 		if err != nil {
 			return err
 		}
-		sc, err := newSegScan(b.root+s.Name, data, s, i)
-		if err != nil {
-			b.cnt.corruptions.Add(1)
-			return err
-		}
-		its = append(its, sc)
+		scans = append(scans, &segmentScan{b: b, ctx: ctx, object: object, blocks: m.Blocks, use: s.Use, age: i})
 	}
 	// The merged entries stream into segment writers, each written out as soon as it is full:
-	// what a compaction holds is its inputs and one output segment, never the merged entries
+	// what a compaction holds is about scanBatch bytes of each input and one output segment,
+	// never the merged entries
 	// (a run of spilled deltas can hold every key of the operator).
 	tag := fmt.Sprintf("c%019d", base.Checkpoint)
 	w := format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
@@ -155,38 +146,18 @@ func (b *Tiered) compact(ctx context.Context) error {
 		w = format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 		return nil
 	}
-	h := scanHeap{}
-	for _, sc := range its {
-		if sc.next() {
-			h = append(h, sc)
-		} else if sc.err != nil {
-			return sc.err
+	err := mergeScans(scans, func(sc *segmentScan) error {
+		if bottom && sc.tomb {
+			return nil
 		}
-	}
-	heap.Init(&h)
-	var last []byte
-	for len(h) > 0 {
-		sc := h[0]
-		if last == nil || !bytes.Equal(sc.key, last) {
-			// The first time a key appears it comes from the newest segment (heap order).
-			last = append(last[:0], sc.key...)
-			if !(bottom && sc.tomb) {
-				w.Add(format.SegEntry{Key: sc.key, Value: sc.value, Tomb: sc.tomb}) // add copies
-				if w.Size() >= b.cfg.segmentBytes {
-					if err := flush(); err != nil {
-						return err
-					}
-				}
-			}
+		w.Add(format.SegEntry{Key: sc.key, Value: sc.value, Tomb: sc.tomb}) // add copies
+		if w.Size() >= b.cfg.segmentBytes {
+			return flush()
 		}
-		if sc.next() {
-			heap.Fix(&h, 0)
-		} else {
-			if sc.err != nil {
-				return sc.err
-			}
-			heap.Pop(&h)
-		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if err := flush(); err != nil {
 		return err
@@ -201,79 +172,6 @@ func (b *Tiered) compact(ctx context.Context) error {
 	}
 	b.mu.Unlock()
 	return nil
-}
-
-// segScan iterates every entry of a whole segment held in memory, within its used key groups.
-type segScan struct {
-	object string
-	data   []byte
-	meta   *format.SegMeta
-	use    KeyGroupRange
-	age    int // position in the run: lower is newer
-	block  int
-	it     *format.BlockIter
-	key    []byte
-	value  []byte
-	tomb   bool
-	err    error
-}
-
-func newSegScan(object string, data []byte, ref format.SegRef, age int) (*segScan, error) {
-	if int64(len(data)) != ref.Size {
-		return nil, format.Corruptf(object, 0, "size %d, manifest says %d", len(data), ref.Size)
-	}
-	mo, ml, err := format.DecodeSegFooter(object, data[len(data)-format.SegFooterLen:], int64(len(data)))
-	if err != nil {
-		return nil, err
-	}
-	m, err := format.DecodeSegMeta(object, data[mo:mo+ml], mo)
-	if err != nil {
-		return nil, err
-	}
-	return &segScan{object: object, data: data, meta: m, use: ref.Use, age: age}, nil
-}
-
-func (s *segScan) next() bool {
-	for {
-		if s.it != nil && s.it.Next() {
-			if !s.use.Contains(format.DurableKeyGroup(s.it.Key)) {
-				continue
-			}
-			s.key, s.value, s.tomb = s.it.Key, s.it.Value, s.it.Tomb
-			return true
-		}
-		if s.it != nil && s.it.Err != nil {
-			s.err = s.it.Err
-			return false
-		}
-		if s.block >= len(s.meta.Blocks) {
-			return false
-		}
-		bh := s.meta.Blocks[s.block]
-		s.block++
-		s.it, s.err = format.OpenBlock(s.object, bh.Off, s.data[bh.Off:bh.Off+bh.N])
-		if s.err != nil {
-			return false
-		}
-	}
-}
-
-type scanHeap []*segScan
-
-func (h scanHeap) Len() int { return len(h) }
-func (h scanHeap) Less(i, j int) bool {
-	if c := bytes.Compare(h[i].key, h[j].key); c != 0 {
-		return c < 0
-	}
-	return h[i].age < h[j].age
-}
-func (h scanHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *scanHeap) Push(x any)   { *h = append(*h, x.(*segScan)) }
-func (h *scanHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
 }
 
 // collectGarbage deletes manifests older than the retained complete checkpoints (savepoints

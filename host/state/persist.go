@@ -1208,36 +1208,49 @@ func (b *Tiered) loadMeta(ctx context.Context, s *liveSeg) (*format.SegMeta, err
 	if m := s.meta.Load(); m != nil {
 		return m, nil
 	}
-	var data []byte
+	var m *format.SegMeta
 	if s.mem != nil {
 		if s.ref.MetaOff+s.ref.MetaLen > int64(len(s.mem)) {
 			return nil, format.Corruptf(s.object, s.ref.MetaOff, "meta beyond the segment's %d bytes", len(s.mem))
 		}
 		// A copy: the meta outlives the segment's bytes in memory.
-		data = bytes.Clone(s.mem[s.ref.MetaOff : s.ref.MetaOff+s.ref.MetaLen])
-	} else {
-		if err := b.s.acquire(ctx); err != nil {
-			return nil, err
-		}
 		var err error
-		data, err = b.s.os.get(ctx, s.object, s.ref.MetaOff, s.ref.MetaLen)
-		b.s.release()
-		if err != nil {
+		if m, err = format.DecodeSegMeta(s.object, bytes.Clone(s.mem[s.ref.MetaOff:s.ref.MetaOff+s.ref.MetaLen]), s.ref.MetaOff); err != nil {
+			b.cnt.corruptions.Add(1)
 			return nil, err
 		}
-	}
-	if int64(len(data)) != s.ref.MetaLen {
-		b.cnt.corruptions.Add(1)
-		return nil, format.Corruptf(s.object, s.ref.MetaOff, "short meta: %d of %d bytes", len(data), s.ref.MetaLen)
-	}
-	m, err := format.DecodeSegMeta(s.object, data, s.ref.MetaOff)
-	if err != nil {
-		b.cnt.corruptions.Add(1)
-		return nil, err
+	} else {
+		var err error
+		if m, err = b.readMeta(ctx, s.object, s.ref); err != nil {
+			return nil, err
+		}
 	}
 	s.meta.Store(m)
 	b.cnt.metaLoads.Add(1)
 	b.countIndexes(b.version.Load())
+	return m, nil
+}
+
+// readMeta reads and decodes a durable segment's meta (its block index and filter) with one
+// ranged GET.
+func (b *Tiered) readMeta(ctx context.Context, object string, ref format.SegRef) (*format.SegMeta, error) {
+	if err := b.s.acquire(ctx); err != nil {
+		return nil, err
+	}
+	data, err := b.s.os.get(ctx, object, ref.MetaOff, ref.MetaLen)
+	b.s.release()
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) != ref.MetaLen {
+		b.cnt.corruptions.Add(1)
+		return nil, format.Corruptf(object, ref.MetaOff, "short meta: %d of %d bytes", len(data), ref.MetaLen)
+	}
+	m, err := format.DecodeSegMeta(object, data, ref.MetaOff)
+	if err != nil {
+		b.cnt.corruptions.Add(1)
+		return nil, err
+	}
 	return m, nil
 }
 

@@ -35,7 +35,7 @@ func (b *Tiered) ScanRestored(ctx context.Context, fn func(name string, record, 
 		return ErrScanAfterWrite
 	}
 	v := b.version.Load()
-	h := restoredScanHeap{}
+	var scans []*segmentScan
 	for age, s := range v.segs {
 		use := s.ref.Use.Intersect(b.rng)
 		if use.Empty() {
@@ -45,7 +45,31 @@ func (b *Tiered) ScanRestored(ctx context.Context, fn func(name string, record, 
 		if err != nil {
 			return err
 		}
-		sc := &restoredScan{b: b, ctx: ctx, object: s.object, blocks: m.Blocks, use: use, age: age}
+		scans = append(scans, &segmentScan{b: b, ctx: ctx, object: s.object, blocks: m.Blocks, use: use, age: age})
+	}
+	err := mergeScans(scans, func(sc *segmentScan) error {
+		if sc.tomb {
+			return nil
+		}
+		name, record, entry, ok := splitDurableKey(sc.key)
+		if !ok {
+			b.cnt.corruptions.Add(1)
+			return format.Corruptf(sc.object, 0, "malformed durable key")
+		}
+		return fn(name, record, entry, sc.value)
+	})
+	if err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// mergeScans merges segments' scans in durable-key order and calls fn once for each key, with
+// the scan that holds its newest entry (the lowest age) positioned on it; sc.key and sc.value
+// are valid only during fn. An error from fn or from a scan stops the merge.
+func mergeScans(scans []*segmentScan, fn func(sc *segmentScan) error) error {
+	h := make(scanHeap, 0, len(scans))
+	for _, sc := range scans {
 		if sc.next() {
 			h = append(h, sc)
 		} else if sc.err != nil {
@@ -59,15 +83,8 @@ func (b *Tiered) ScanRestored(ctx context.Context, fn func(name string, record, 
 		if last == nil || !bytes.Equal(sc.key, last) {
 			// The first time a key appears it comes from the newest segment (heap order).
 			last = append(last[:0], sc.key...)
-			if !sc.tomb {
-				name, record, entry, ok := splitDurableKey(sc.key)
-				if !ok {
-					b.cnt.corruptions.Add(1)
-					return format.Corruptf(sc.object, 0, "malformed durable key")
-				}
-				if err := fn(name, record, entry, sc.value); err != nil {
-					return err
-				}
+			if err := fn(sc); err != nil {
+				return err
 			}
 		}
 		if sc.next() {
@@ -79,7 +96,7 @@ func (b *Tiered) ScanRestored(ctx context.Context, fn func(name string, record, 
 			heap.Pop(&h)
 		}
 	}
-	return ctx.Err()
+	return nil
 }
 
 // splitDurableKey is format.AppendDurableKey's inverse (the key group aside).
@@ -100,9 +117,10 @@ func splitDurableKey(k []byte) (name string, record, entry []byte, ok bool) {
 	return name, d[w : w+int(n)], d[w+int(n):], true
 }
 
-// restoredScan iterates one segment's entries within its used key groups, reading its blocks
-// in batches of about scanBatch bytes.
-type restoredScan struct {
+// segmentScan iterates one segment's entries within its used key groups, reading its blocks
+// in batches of about scanBatch bytes: a restore's scan (ScanRestored) and a compaction's
+// inputs hold at most that much of each segment, whatever its size.
+type segmentScan struct {
 	b      *Tiered
 	ctx    context.Context
 	object string
@@ -121,7 +139,7 @@ type restoredScan struct {
 	err        error
 }
 
-func (s *restoredScan) next() bool {
+func (s *segmentScan) next() bool {
 	for {
 		if s.it != nil && s.it.Next() {
 			kg := format.DurableKeyGroup(s.it.Key)
@@ -154,7 +172,7 @@ func (s *restoredScan) next() bool {
 }
 
 // read fetches the next batch of blocks, skipping those wholly below the used key groups.
-func (s *restoredScan) read() bool {
+func (s *segmentScan) read() bool {
 	for s.nextBlock < len(s.blocks) && len(s.blocks[s.nextBlock].LastKey) >= 2 && format.DurableKeyGroup(s.blocks[s.nextBlock].LastKey) < s.use.Lo {
 		s.nextBlock++
 	}
@@ -187,18 +205,18 @@ func (s *restoredScan) read() bool {
 	return true
 }
 
-type restoredScanHeap []*restoredScan
+type scanHeap []*segmentScan
 
-func (h restoredScanHeap) Len() int { return len(h) }
-func (h restoredScanHeap) Less(i, j int) bool {
+func (h scanHeap) Len() int { return len(h) }
+func (h scanHeap) Less(i, j int) bool {
 	if c := bytes.Compare(h[i].key, h[j].key); c != 0 {
 		return c < 0
 	}
 	return h[i].age < h[j].age
 }
-func (h restoredScanHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *restoredScanHeap) Push(x any)   { *h = append(*h, x.(*restoredScan)) }
-func (h *restoredScanHeap) Pop() any {
+func (h scanHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *scanHeap) Push(x any)   { *h = append(*h, x.(*segmentScan)) }
+func (h *scanHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -578,7 +579,7 @@ func TestLookupRoundTrips(t *testing.T) { synctest.Test(t, testLookupRoundTrips)
 
 func testLookupRoundTrips(t *testing.T) {
 	const lat = 20 * time.Millisecond
-	// No compaction (it reads whole segments in the background); the pool is wrapped before
+	// No compaction (it reads segments in the background); the pool is wrapped before
 	// any backend can use it.
 	s := openTest(t, "mem://", WithHotBytes(8<<10), WithPrefetchIndexes(false), WithIOConcurrency(256), WithMaxSegments(1<<20))
 	s.os = slowGets{objectStore: s.os, d: lat}
@@ -623,7 +624,7 @@ func testLookupRoundTrips(t *testing.T) {
 // TestWrittenSegmentsNeedNoIndexRead: the indexes of the segments a backend wrote itself
 // (spills, checkpoints) are installed from what it wrote, so its cold reads GET blocks only.
 func TestWrittenSegmentsNeedNoIndexRead(t *testing.T) {
-	// No compaction: it reads whole segments in the background.
+	// No compaction: it reads segments in the background.
 	s := openTest(t, "mem://", WithHotBytes(8<<10), WithMaxSegments(1<<20))
 	b := operator(t, s, OperatorOptions{})
 	val := bytes.Repeat([]byte("x"), 100)
@@ -714,11 +715,12 @@ func testConcurrentFetchesShareReads(t *testing.T) {
 	}
 }
 
-// failWholeGets fails every read of a whole object (what compaction does), not ranged ones.
-type failWholeGets struct{ objectStore }
+// failSegmentGets fails every read of a segment. In TestBackgroundFailureLogged, whose
+// backend never reads a key back, only compaction reads segments.
+type failSegmentGets struct{ objectStore }
 
-func (f failWholeGets) get(ctx context.Context, name string, off, n int64) ([]byte, error) {
-	if n < 0 && strings.Contains(name, "segments/") {
+func (f failSegmentGets) get(ctx context.Context, name string, off, n int64) ([]byte, error) {
+	if strings.Contains(name, "segments/") {
 		return nil, &Error{Op: "get", Object: name, Retryable: true, Err: errors.New("injected")}
 	}
 	return f.objectStore.get(ctx, name, off, n)
@@ -743,7 +745,7 @@ func (h chanHandler) WithGroup(string) slog.Handler      { return h }
 func TestBackgroundFailureLogged(t *testing.T) {
 	ch := make(chan slog.Record, 16)
 	s := openTest(t, "mem://", WithMaxSegments(2), WithLogger(slog.New(chanHandler{ch})))
-	s.os = failWholeGets{s.os}
+	s.os = failSegmentGets{s.os}
 	b := operator(t, s, OperatorOptions{Name: "logged"})
 	for c := uint64(1); c <= 4; c++ {
 		b.Put(key(0, fmt.Sprint("k", c), ""), []byte("v"))
@@ -793,5 +795,70 @@ func testSetHotBytes(t *testing.T) {
 	}
 	if m.HotBytes > 64<<10+int64(len(val)+entryOverhead+8) {
 		t.Fatalf("backend holds %d hot bytes at a limit of %d", m.HotBytes, 64<<10)
+	}
+}
+
+// maxSegmentRead records the largest read of a segment (a whole-object read counts as its
+// size).
+type maxSegmentRead struct {
+	objectStore
+	mu  sync.Mutex
+	max int64
+}
+
+func (m *maxSegmentRead) get(ctx context.Context, name string, off, n int64) ([]byte, error) {
+	data, err := m.objectStore.get(ctx, name, off, n)
+	if strings.Contains(name, "segments/") {
+		m.mu.Lock()
+		m.max = max(m.max, int64(len(data)))
+		m.mu.Unlock()
+	}
+	return data, err
+}
+
+// TestCompactionReadsInBatches: a compaction of segments several times scanBatch reads each
+// in ranged batches (what it holds is bounded, whatever the segments' size), and the merged
+// state is exact.
+func TestCompactionReadsInBatches(t *testing.T) { synctest.Test(t, testCompactionReadsInBatches) }
+
+func testCompactionReadsInBatches(t *testing.T) {
+	s := openTest(t, "mem://compactbatches", WithMaxSegments(2), WithRetention(0), withIntervals(time.Nanosecond, time.Second),
+		WithSegmentBytes(64<<20), WithHotBytes(64<<20))
+	rec := &maxSegmentRead{objectStore: s.os}
+	s.os = rec
+	b := operator(t, s, OperatorOptions{Name: "big"})
+	model := map[string]string{}
+	val := bytes.Repeat([]byte("v"), 1000)
+	for c := 1; c <= 4; c++ {
+		for i := range 3000 { // ~3 MB a checkpoint: one segment of ~3 scanBatches
+			k := fmt.Sprint("k", (c*1009+i*7)%6000)
+			if i%7 == 0 {
+				b.Delete(key(0, k, ""))
+				delete(model, k)
+				continue
+			}
+			v := fmt.Sprintf("%d-%d-%s", c, i, val)
+			b.Put(key(0, k, ""), []byte(v))
+			model[k] = v
+		}
+		checkpoint(t, b, uint64(c))
+		time.Sleep(2 * time.Millisecond) // the bubble's clock: compaction has finished
+	}
+	m := b.Metrics()
+	b.Close()
+	if m.Compactions == 0 {
+		t.Fatalf("no compaction: %+v", m)
+	}
+	if rec.max == 0 || rec.max > scanBatch+64<<10 {
+		t.Fatalf("largest segment read %d bytes, want (0, scanBatch+a block]", rec.max)
+	}
+	r := operator(t, s, OperatorOptions{Name: "big", RestoreFrom: 4})
+	defer r.Close()
+	for i := range 6000 {
+		k := fmt.Sprint("k", i)
+		v, ok := read(t, r, key(0, k, ""))
+		if w, wantOK := model[k]; ok != wantOK || string(v) != w {
+			t.Fatalf("%s: got %.20q,%v want %.20q,%v", k, v, ok, w, wantOK)
+		}
 	}
 }

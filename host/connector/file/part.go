@@ -6,9 +6,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
 )
@@ -99,4 +102,129 @@ func (w *PartWriter) Abandon() error {
 	w.f.Close()
 	w.f = nil
 	return os.Remove(name)
+}
+
+// Handle is a sink subtask's pre-commit of one checkpoint: its staged part file and the part's
+// size (Part is "" when the subtask wrote nothing).
+type Handle struct {
+	Part  string `json:"part,omitempty"`
+	Bytes int64  `json:"bytes"`
+}
+
+// PreCommit stages what was written since the last one (Stage) and encodes its Handle.
+func (w *PartWriter) PreCommit(checkpoint uint64) ([]byte, error) {
+	part, n, err := w.Stage(checkpoint)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(Handle{Part: part, Bytes: n})
+}
+
+// Parts is the committer's part of a checkpoint record for one output file: its committed
+// length before (Base) and after (End) the checkpoint's parts, appended in subtask order.
+type Parts struct {
+	Base  int64    `json:"base"`
+	End   int64    `json:"end"`
+	Parts []string `json:"parts,omitempty"`
+}
+
+// GatherParts decodes the subtasks' handles of one checkpoint into the Parts appended to an
+// output whose committed length is base.
+func GatherParts(base int64, handles [][]byte) (Parts, error) {
+	p := Parts{Base: base, End: base}
+	for i, hb := range handles {
+		var h Handle
+		if err := json.Unmarshal(hb, &h); err != nil {
+			return Parts{}, fmt.Errorf("subtask %d's handle: %w", i, err)
+		}
+		if h.Part != "" {
+			p.Parts = append(p.Parts, h.Part)
+			p.End += h.Bytes
+		}
+	}
+	return p, nil
+}
+
+// CommitParts appends p's part files, from the directory pending, to the output at path,
+// idempotently: an output of length p.End is committed already; one of a length in
+// [p.Base, p.End) is cut back to p.Base and appended again; a shorter one was changed by
+// something else and is an error. The part files are deleted once the output holds them.
+func CommitParts(path, pending string, p Parts, fsync bool) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if size := st.Size(); size < p.Base {
+		return fmt.Errorf("%s is %d bytes, shorter than its committed %d: was it changed by something else?", path, size, p.Base)
+	} else if size != p.End {
+		if err := f.Truncate(p.Base); err != nil {
+			return err
+		}
+		if _, err := f.Seek(p.Base, io.SeekStart); err != nil {
+			return err
+		}
+		for _, part := range p.Parts {
+			pf, err := os.Open(filepath.Join(pending, part))
+			if err != nil {
+				return fmt.Errorf("committing: part %s: %w", part, err)
+			}
+			_, err = io.Copy(f, pf)
+			pf.Close()
+			if err != nil {
+				return err
+			}
+		}
+		if fsync {
+			if err := f.Sync(); err != nil {
+				return err
+			}
+		}
+		if st, err := f.Stat(); err != nil {
+			return err
+		} else if st.Size() != p.End {
+			return fmt.Errorf("committed %s is %d bytes, expected %d", path, st.Size(), p.End)
+		}
+	}
+	for _, part := range p.Parts {
+		if err := os.Remove(filepath.Join(pending, part)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// DiscardAfter makes end the output's committed length, for a restore: everything after it,
+// and every part file and in-progress file in pending, is uncommitted and goes.
+func DiscardAfter(path, pending string, end int64, fsync bool) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(end)
+	if err == nil && fsync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(pending)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".part") || strings.HasPrefix(e.Name(), "inprogress-") {
+			if err := os.Remove(filepath.Join(pending, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
 }

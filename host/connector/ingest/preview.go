@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -110,33 +109,23 @@ func (s *previewSink) Open(ctx context.Context, sc pipeline.SinkContext) (pipeli
 	return &previewWriter{pw: file.PartWriter{Dir: s.pending, Subtask: sc.Subtask, Fsync: s.fsync, BufSize: 64 << 10}}, nil
 }
 
-type previewHandle struct {
-	Part  string `json:"part,omitempty"`
-	Bytes int64  `json:"bytes"`
-}
-
+// previewPrepared is the committer's part of a checkpoint record: the generation file the
+// checkpoint's parts go to, and the file sink's Parts within it.
 type previewPrepared struct {
-	Gen   int      `json:"gen"`
-	Base  int64    `json:"base"`
-	End   int64    `json:"end"`
-	Parts []string `json:"parts,omitempty"`
+	Gen int `json:"gen"`
+	file.Parts
 }
 
 func (s *previewSink) Prepare(ctx context.Context, checkpoint uint64, handles [][]byte) ([]byte, error) {
 	s.mu.Lock()
-	p := previewPrepared{Gen: s.gen, Base: s.end, End: s.end}
+	gen, base := s.gen, s.end
 	s.mu.Unlock()
-	for i, hb := range handles {
-		var h previewHandle
-		if err := json.Unmarshal(hb, &h); err != nil {
-			return nil, fmt.Errorf("subtask %d's handle: %w", i, err)
-		}
-		if h.Part != "" {
-			p.Parts = append(p.Parts, h.Part)
-			p.End += h.Bytes
-		}
+	parts, err := file.GatherParts(base, handles)
+	if err != nil {
+		return nil, err
 	}
-	if p.Base >= s.maxBytes && len(p.Parts) > 0 {
+	p := previewPrepared{Gen: gen, Parts: parts}
+	if p.Base >= s.maxBytes && len(p.Parts.Parts) > 0 {
 		p.Gen, p.End, p.Base = p.Gen+1, p.End-p.Base, 0 // rotate: this checkpoint starts the next generation
 	}
 	return json.Marshal(p)
@@ -174,53 +163,7 @@ func (s *previewSink) dropOld(gen int) error {
 }
 
 func (s *previewSink) commit(p *previewPrepared) error {
-	path := generationPath(s.dir, s.name, p.Gen)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if size := st.Size(); size < p.Base {
-		return fmt.Errorf("%s is %d bytes, shorter than its committed %d: was it changed by something else?", path, size, p.Base)
-	} else if size != p.End {
-		if err := f.Truncate(p.Base); err != nil {
-			return err
-		}
-		if _, err := f.Seek(p.Base, io.SeekStart); err != nil {
-			return err
-		}
-		for _, part := range p.Parts {
-			pf, err := os.Open(filepath.Join(s.pending, part))
-			if err != nil {
-				return fmt.Errorf("committing: part %s: %w", part, err)
-			}
-			_, err = io.Copy(f, pf)
-			pf.Close()
-			if err != nil {
-				return err
-			}
-		}
-		if s.fsync {
-			if err := f.Sync(); err != nil {
-				return err
-			}
-		}
-		if st, err := f.Stat(); err != nil {
-			return err
-		} else if st.Size() != p.End {
-			return fmt.Errorf("committed %s is %d bytes, expected %d", path, st.Size(), p.End)
-		}
-	}
-	for _, part := range p.Parts {
-		if err := os.Remove(filepath.Join(s.pending, part)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	return nil
+	return file.CommitParts(generationPath(s.dir, s.name, p.Gen), s.pending, p.Parts, s.fsync)
 }
 
 func (s *previewSink) Recover(ctx context.Context, checkpoint uint64, prep []byte) error {
@@ -253,28 +196,8 @@ func (s *previewSink) Recover(ctx context.Context, checkpoint uint64, prep []byt
 	if err := s.dropOld(p.Gen); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(generationPath(s.dir, s.name, p.Gen), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
+	if err := file.DiscardAfter(generationPath(s.dir, s.name, p.Gen), s.pending, p.End, s.fsync); err != nil {
 		return err
-	}
-	err = f.Truncate(p.End)
-	if err == nil && s.fsync {
-		err = f.Sync()
-	}
-	f.Close()
-	if err != nil {
-		return err
-	}
-	ents, err := os.ReadDir(s.pending)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), ".part") || strings.HasPrefix(e.Name(), "inprogress-") {
-			if err := os.Remove(filepath.Join(s.pending, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return err
-			}
-		}
 	}
 	s.mu.Lock()
 	s.gen, s.end = p.Gen, p.End
@@ -291,11 +214,7 @@ func (w *previewWriter) Write(ctx context.Context, recs []pipeline.SinkRecord) e
 }
 
 func (w *previewWriter) PreCommit(ctx context.Context, checkpoint uint64) ([]byte, error) {
-	part, n, err := w.pw.Stage(checkpoint)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(previewHandle{Part: part, Bytes: n})
+	return w.pw.PreCommit(checkpoint)
 }
 
 func (w *previewWriter) Close(ctx context.Context) error { return w.pw.Abandon() }

@@ -2,6 +2,7 @@ package ingest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -189,5 +190,23 @@ func TestPreviewLost(t *testing.T) {
 	lines, _, _ := TailPreview(dir, "out", 100, 1<<20)
 	if got := seqs(t, lines); !slices.Equal(got, seqRange(20, 30)) {
 		t.Fatalf("after the loss: %v", got)
+	}
+}
+
+// TestPreviewPreparedFormat: checkpoint records written before the preview sink shared the
+// file sink's Parts hold flat gen/base/end/parts fields; they still decode, and new ones are
+// written the same way.
+func TestPreviewPreparedFormat(t *testing.T) {
+	const old = `{"gen":2,"base":10,"end":25,"parts":["00000000000000000007-00000.part"]}`
+	var p previewPrepared
+	if err := json.Unmarshal([]byte(old), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Gen != 2 || p.Base != 10 || p.End != 25 || len(p.Parts.Parts) != 1 || p.Parts.Parts[0] != "00000000000000000007-00000.part" {
+		t.Fatalf("decoded %+v", p)
+	}
+	b, err := json.Marshal(p)
+	if err != nil || string(b) != old {
+		t.Fatalf("encoded %s (%v), want %s", b, err, old)
 	}
 }

@@ -502,10 +502,14 @@ func TestCrashSoak(t *testing.T) {
 	}
 }
 
-// refuseProduce makes the cluster refuse the next produce request that writes to partition
-// 0 of topic (of the marker topic if topic is "") with OUT_OF_ORDER_SEQUENCE_NUMBER, without
+// refuseProduce makes the cluster refuse the next produce request that writes to topic (to
+// the marker topic if topic is "") with OUT_OF_ORDER_SEQUENCE_NUMBER, without
 // appending it (what the flake of the crash tests did to a marker: see Sink.abortLost). It
 // returns a channel closed when it fired.
+//
+// It refuses a write to any partition of the topic: the input and output topics share a
+// partition count and a partitioner, so the outputs of one input partition all go to one
+// output partition, and an input partition read to its end early writes no more to it.
 func (j *job) refuseProduce(t testing.TB, topic string) <-chan struct{} {
 	t.Helper()
 	admc, err := kgo.NewClient(kgo.SeedBrokers(j.c.Brokers...))
@@ -526,9 +530,7 @@ func (j *job) refuseProduce(t testing.TB, topic string) <-chan struct{} {
 		req := kreq.(*kmsg.ProduceRequest)
 		hit := false
 		for _, rt := range req.Topics {
-			for _, rp := range rt.Partitions {
-				hit = hit || (rt.Topic == topic || rt.TopicID == id) && rp.Partition == 0
-			}
+			hit = hit || (rt.Topic == topic || rt.TopicID == id) && len(rt.Partitions) > 0
 		}
 		if !hit {
 			j.kc.KeepControl()

@@ -174,8 +174,9 @@ func (a *Attempt) MarkWrote() { a.wrote.Store(true) }
 func (a *Attempt) Wrote() bool { return a.wrote.Load() }
 
 // MarkSent records when the whole request had been handed to the network (its last write
-// returned), and MarkAnswered when the response's head had arrived; both are read after
-// the exchange ended.
+// returned; for internal/h2, whose writes carry many streams' frames, when a write took its
+// HEADERS), and MarkAnswered when the response's head had arrived (for internal/h2, when
+// the read that brought it returned); both are read after the exchange ended.
 func (a *Attempt) MarkSent(t time.Time) { a.sent.Store(t.UnixNano()) }
 
 // MarkAnswered: see MarkSent.

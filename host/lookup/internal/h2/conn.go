@@ -49,14 +49,19 @@ type conn struct {
 	handoff    bool              // the writer goroutine is the writer
 	inBatch    bool              // the reader is handling frames it has buffered: it writes after
 	unsent     int               // streams opened in out since the last write
-	wcond      sync.Cond         // wakes the writer goroutine
-	closed     chan struct{}
+	// sentWait: the streams whose HEADERS are in out, not yet handed to a write. They are
+	// marked sent when a write takes them (stampSentLocked), not when they were queued: the
+	// wait for a write in progress or for the reader's batch is the client's.
+	sentWait []*stream
+	wcond    sync.Cond // wakes the writer goroutine
+	closed   chan struct{}
 
 	deadlines deadline.Heap[*stream] // the assigned streams with a deadline; guarded by mu
 	dtimer    *time.Timer            // fires at deadlines[0]; guarded by mu
 	armed     time.Time              // when dtimer fires; zero when stopped; guarded by mu
 
 	// Owned by the reader goroutine.
+	rd    stampReader // the socket, as the reader's buffer reads it
 	hdec  *hpack.Decoder
 	hb    headerBlock
 	canon map[string]string // response field name → canonical form
@@ -126,7 +131,8 @@ func (c *conn) sendLocked(st *stream) {
 	c.field(":method", req.Method, false)
 	c.field(":scheme", "http", false)
 	c.field(":authority", host, false)
-	c.field(":path", path, false)
+	// A path is seldom repeated: indexing it would only evict the fields that do repeat.
+	c.hbuf = appendUnindexed(c.hbuf, staticPath, "", path)
 	for k, vs := range req.Header {
 		switch k {
 		case "Host", "Connection", "Proxy-Connection", "Keep-Alive", "Transfer-Encoding", "Upgrade", "Te", "Content-Length":
@@ -162,9 +168,10 @@ func (c *conn) sendLocked(st *stream) {
 		}
 	}
 	st.a.MarkWrote()
-	// Queued for the next write, which follows at once unless one is in progress: the
-	// upstream's share of the exchange starts about here (attempt.Attempt.Upstream).
-	st.a.MarkSent(time.Now())
+	// Queued for the next write, which follows at once unless one is in progress or the
+	// reader is in a batch: the upstream's share of the exchange (attempt.Attempt.Upstream)
+	// starts when that write takes it (stampSentLocked).
+	c.sentWait = append(c.sentWait, st)
 	if len(st.body) > 0 {
 		c.sendBodyLocked(st)
 	}
@@ -172,6 +179,46 @@ func (c *conn) sendLocked(st *stream) {
 
 func (c *conn) field(name, value string, sensitive bool) {
 	c.henc.WriteField(hpack.HeaderField{Name: name, Value: value, Sensitive: sensitive})
+}
+
+// staticPath is ":path"'s index in HPACK's static table (RFC 7541 appendix A).
+const staticPath = 4
+
+// appendUnindexed appends a "literal header field without indexing" (RFC 7541 §6.2.2):
+// the field goes out as it is, and neither side adds it to its dynamic table. The name is
+// the static table's entry nameIdx, or name if nameIdx is 0. hpack.Encoder has no such
+// form for a field that is not sensitive, and it must not come first in a header block,
+// where the encoder may put a table size update.
+func appendUnindexed(dst []byte, nameIdx uint64, name, value string) []byte {
+	dst = appendInt(dst, 4, 0, nameIdx)
+	if nameIdx == 0 {
+		dst = appendString(dst, name)
+	}
+	return appendString(dst, value)
+}
+
+// appendString appends an HPACK string literal, Huffman-coded when that is shorter.
+func appendString(dst []byte, s string) []byte {
+	if n := hpack.HuffmanEncodeLength(s); n < uint64(len(s)) {
+		dst = appendInt(dst, 7, 0x80, n)
+		return hpack.AppendHuffmanString(dst, s)
+	}
+	dst = appendInt(dst, 7, 0, uint64(len(s)))
+	return append(dst, s...)
+}
+
+// appendInt appends i with an n-bit prefix (RFC 7541 §5.1) in a first byte whose other bits
+// are flags.
+func appendInt(dst []byte, n uint, flags byte, i uint64) []byte {
+	k := uint64(1)<<n - 1
+	if i < k {
+		return append(dst, flags|byte(i))
+	}
+	dst = append(dst, flags|byte(k))
+	for i -= k; i >= 128; i >>= 7 {
+		dst = append(dst, byte(0x80|i&0x7f))
+	}
+	return append(dst, byte(i))
 }
 
 // sendBodyLocked sends what the windows allow of st's body; the rest waits in c.blocked.
@@ -311,6 +358,8 @@ func (c *conn) fail(err error) {
 	c.streams = map[uint32]*stream{}
 	c.queued = nil
 	c.blocked = nil
+	clear(c.sentWait)
+	c.sentWait = c.sentWait[:0]
 	c.load = 0
 	c.mu.Unlock()
 	c.t.retire(c)
@@ -343,6 +392,7 @@ func (c *conn) unlock() {
 		c.out.b = c.spare[:0]
 		c.spare = nil
 		c.unsent = 0
+		c.stampSentLocked(time.Now())
 		c.mu.Unlock()
 		n, err := c.tryWrite(b)
 		c.mu.Lock()
@@ -361,6 +411,19 @@ func (c *conn) unlock() {
 		}
 	}
 	c.mu.Unlock()
+}
+
+// stampSentLocked marks the requests in the bytes a write is about to take sent at now (see
+// sentWait). A stream aborted since its HEADERS were queued is skipped: its attempt may
+// already serve the call's next exchange.
+func (c *conn) stampSentLocked(now time.Time) {
+	for i, st := range c.sentWait {
+		if !st.ended {
+			st.a.MarkSent(now)
+		}
+		c.sentWait[i] = nil
+	}
+	c.sentWait = c.sentWait[:0]
 }
 
 // handoffLocked makes the writer goroutine the writer: it sends rest, then c.out until
@@ -391,6 +454,7 @@ func (c *conn) writeLoop() {
 			b = c.out.b
 			c.out.b = spare[:0]
 			spare = nil
+			c.stampSentLocked(time.Now())
 		}
 		if len(b) == 0 {
 			c.handoff, c.writing = false, false

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -94,6 +95,20 @@ func (c *conn) readLoop() {
 	}
 }
 
+// stampReader is the reader's socket: it notes when each read returned. The buffer reads
+// from the socket only when the frame being read is incomplete, so the frame being handled
+// arrived with the last read.
+type stampReader struct {
+	r  io.Reader
+	at time.Time
+}
+
+func (s *stampReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	s.at = time.Now()
+	return n, err
+}
+
 // wholeFrameBuffered reports whether br holds a whole frame, so that reading it will not
 // wait on the network.
 func wholeFrameBuffered(br *bufio.Reader) bool {
@@ -153,7 +168,8 @@ func (c *conn) handshake() (*bufio.Reader, error) {
 	if _, err := nc.Write(hs.b); err != nil {
 		return nil, &connError{op: "write preface", err: err}
 	}
-	br := bufio.NewReaderSize(nc, readBufSize)
+	c.rd.r = nc
+	br := bufio.NewReaderSize(&c.rd, readBufSize)
 	rf := http2.NewFramer(nil, br)
 	f, err := rf.ReadFrame()
 	if err != nil {
@@ -384,14 +400,32 @@ func (c *conn) onHeaders(hb *headerBlock) error {
 		}
 		return nil // interim response: the final one follows
 	}
-	st.a.MarkAnswered(time.Now())
-	h := make(http.Header, len(hb.fields))
-	vals := make([]string, len(hb.fields)) // one backing array for the common one value per name
+	// When the bytes of this HEADERS frame came off the socket, not now: the frames read
+	// before it in the same buffer, and their completions, are the client's time.
+	st.a.MarkAnswered(c.rd.at)
+	var h http.Header
+	var vals []string
+	keep := c.t.HeadersFor == nil || c.t.HeadersFor(status)
+	if keep {
+		h = make(http.Header, len(hb.fields))
+		vals = make([]string, len(hb.fields)) // one backing array for the common one value per name
+	}
 	cl := int64(-1)
 	for i, hf := range hb.fields {
 		if !validFieldName(hf.Name) {
 			c.streamFailed(id, &StreamError{Code: http2.ErrCodeProtocol, Reason: "invalid header field name"}, true)
 			return nil
+		}
+		if hf.Name == "content-length" {
+			n, err := strconv.ParseInt(hf.Value, 10, 64)
+			if err != nil || n < 0 || (cl >= 0 && n != cl) {
+				c.streamFailed(id, &StreamError{Code: http2.ErrCodeProtocol, Reason: "malformed content-length"}, true)
+				return nil
+			}
+			cl = n
+		}
+		if !keep {
+			continue
 		}
 		k, ok := c.canon[hf.Name]
 		if !ok {
@@ -405,14 +439,6 @@ func (c *conn) onHeaders(hb *headerBlock) error {
 		} else {
 			vals[i] = hf.Value
 			h[k] = vals[i : i+1 : i+1]
-		}
-		if k == "Content-Length" {
-			n, err := strconv.ParseInt(hf.Value, 10, 64)
-			if err != nil || n < 0 || (cl >= 0 && n != cl) {
-				c.streamFailed(id, &StreamError{Code: http2.ErrCodeProtocol, Reason: "malformed content-length"}, true)
-				return nil
-			}
-			cl = n
 		}
 	}
 	if max := c.t.MaxBodyBytes; max > 0 && cl > max {

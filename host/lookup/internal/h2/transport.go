@@ -79,6 +79,10 @@ type Transport struct {
 	// such as credentials: they are sent as never-indexed literals (RFC 7541 §7.1.3).
 	// Authorization, Proxy-Authorization and Cookie always are.
 	Sensitive map[string]bool
+	// HeadersFor, if set, says for which response statuses the caller reads the header
+	// fields: for the others the response's Header is nil (the fields are still checked, and
+	// content-length still read), which saves building a map per response.
+	HeadersFor func(status int) bool
 
 	once sync.Once
 	mu   sync.Mutex
