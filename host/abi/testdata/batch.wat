@@ -6,8 +6,6 @@
 ;;       in the middle of the batch)
 ;;   'r' return 5 (and write it to the descriptor's rc)
 ;;   't' trap
-;;   's' spin until processing_time() has moved 60 ms, then as normal
-;;   'S' spin for 250 ms, then as normal
 ;;   'p' write as out_end the area's used before its own record (which is then left over)
 ;;   'b' move current back to 0, then call the emit import
 ;;   'x' set current past the batch, then call the emit import
@@ -19,7 +17,6 @@
   (import "clink_v1" "emit" (func $emit (param i32 i32 i32 i32) (result i32)))
   (import "clink_v1" "output_area" (func $area (param i32 i32) (result i32)))
   (import "clink_v1" "flush_output" (func $flush (result i32)))
-  (import "clink_v1" "processing_time" (func $now (result i64)))
   (memory (export "memory") 2)
   (global $in i32 (i32.const 65536))
   (global $out i32 (i32.const 4096))
@@ -45,7 +42,7 @@
     (drop (call $put (global.get $in) (local.get $kl) (i32.const 0x72) (i32.const 0)))
     (i32.const 0))
   (func (export "clink_process_batch") (param $count i32) (result i32)
-    (local $i i32) (local $d i32) (local $at i32) (local $kl i32) (local $op i32) (local $t0 i64)
+    (local $i i32) (local $d i32) (local $at i32) (local $kl i32) (local $op i32)
     (block $done
       (loop $next
         (br_if $done (i32.ge_u (local.get $i) (local.get $count)))
@@ -66,12 +63,6 @@
         (if (i32.eq (local.get $op) (i32.const 0x78)) (then  ;; x
           (i32.store offset=4 (global.get $in) (local.get $count))
           (drop (call $emit (local.get $at) (local.get $kl) (i32.const 0) (i32.const 0)))))
-        (if (i32.eq (local.get $op) (i32.const 0x73)) (then  ;; s
-          (local.set $t0 (call $now))
-          (loop $spin (br_if $spin (i64.lt_s (call $now) (i64.add (local.get $t0) (i64.const 60)))))))
-        (if (i32.eq (local.get $op) (i32.const 0x53)) (then  ;; S
-          (local.set $t0 (call $now))
-          (loop $spin2 (br_if $spin2 (i64.lt_s (call $now) (i64.add (local.get $t0) (i64.const 250)))))))
         (if (i32.eq (local.get $op) (i32.const 0x66)) (then  ;; f
           (loop $fill (br_if $fill (call $put (local.get $at) (local.get $kl) (i32.const 0x66) (local.get $i))))
           (drop (call $flush))))
