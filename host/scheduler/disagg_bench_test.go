@@ -42,7 +42,10 @@ import (
 //
 // The ckpt-* case (at the first latency only) compares checkpoints every 100 ms with one final
 // checkpoint, a tenth hot.
-// CLINK_BENCH_DISAGG_EVENTS sets the events per run (default 100k).
+// CLINK_BENCH_DISAGG_EVENTS sets the events per run (default 100k). CLINK_BENCH_DISAGG_SAMPLE=1
+// samples the cold path every millisecond and logs what bounds each run by Little's law: keys
+// asked of the backend and not answered, lookups running and their keys, admitted records, the
+// share of the time at the in-flight cap, parked records, and the fetched keys by their use.
 func BenchmarkDisaggregated(b *testing.B) {
 	ep := os.Getenv("CLINK_TEST_S3_ENDPOINT")
 	if ep == "" {
@@ -130,6 +133,9 @@ func reportDisagg(b *testing.B, name, unit string, r, hot disaggResult) {
 		b.ReportMetric(r.serverCPUPerGet, unit+"s3-cpu-us/get")
 	}
 	b.Logf("%s: %s", name, r.detail)
+	if r.cold.samples > 0 {
+		b.Logf("%s: %v; in-flight cap %d; %s", name, r.cold, r.inFlight, r.hist)
+	}
 	b.Logf("%s (%d of %d bytes): %.0f rec/s = %.2f x all hot (%.0f); %.4f remote keys/rec, GET %v, bound %.0f (share %.2f); %.3f GETs/rec, %.1f keys/GET, hit %.3f; CPU %.1f µs/rec (all hot %.1f), S3 server %.0f µs/request; %d suspensions, %d instance waits, peak %d instances, %d spills, %d checkpoints (mean %v)",
 		name, r.hotBytes, hot.stateBytes, r.rate, r.rate/hot.rate, hot.rate, r.keysPerRec, r.getLatency, bound, r.rate/bound,
 		r.getsPerRec, r.keysPerGet, r.hitRatio, r.cpuPerRec, hot.cpuPerRec, r.serverCPUPerGet,
@@ -149,6 +155,104 @@ type disaggResult struct {
 	peakRSS                    int64
 	cpuPerRec, serverCPUPerGet float64 // µs
 	detail                     string  // where the remote requests went
+	cold                       coldSample
+	hist                       string
+}
+
+// fetchHist counts the fetched keys by how many of the run's events use them: a head key
+// fetched costs a GET and parks its records behind the fetch.
+type fetchHist struct {
+	*state.Tiered
+	freq map[string]int
+	mu   sync.Mutex
+	h    [5]int
+	rec  [5]int
+}
+
+func (f *fetchHist) Fetch(keys []state.Key, done func([]state.Fetched, error)) {
+	f.mu.Lock()
+	for _, k := range keys {
+		n := f.freq[string(k.Record)]
+		i := 0
+		for x := n; x >= 10 && i < 4; x /= 10 {
+			i++
+		}
+		f.h[i]++
+		f.rec[i] += n
+	}
+	f.mu.Unlock()
+	f.Tiered.Fetch(keys, done)
+}
+
+func (f *fetchHist) String() string {
+	return fmt.Sprintf("fetched keys by their records in the run: 1-9 %d, 10-99 %d, 100-999 %d, 1000-9999 %d, 10k+ %d", f.h[0], f.h[1], f.h[2], f.h[3], f.h[4])
+}
+
+// coldSample is what sampleColdPath saw of the cold path, time-averaged over the run.
+type coldSample struct {
+	samples                                     int
+	keysOut, lookupsRunning, lookupKeys, parked float64 // means
+	atMaxLookups                                float64 // share of samples with every lookup slot busy
+	lookups, lookupKeysTotal                    int64
+	maxKeysOut                                  int64
+	admitted, atCap                             float64
+}
+
+func (s coldSample) String() string {
+	perLookup := 0.0
+	if s.lookups > 0 {
+		perLookup = float64(s.lookupKeysTotal) / float64(s.lookups)
+	}
+	return fmt.Sprintf("cold path (%d samples): keys out mean %.0f (max %d), lookups running mean %.2f (all 4 busy %.0f%% of the time), keys in running lookups mean %.0f, parked mean %.0f; %d lookups, %.1f keys/lookup",
+		s.samples, s.keysOut, s.maxKeysOut, s.lookupsRunning, 100*s.atMaxLookups, s.lookupKeys, s.parked, s.lookups, perLookup) +
+		fmt.Sprintf("; admitted mean %.0f, at the in-flight cap %.0f%% of the time", s.admitted, 100*s.atCap)
+}
+
+// sampleColdPath samples the backend's cold-path gauges every millisecond until the returned
+// function is called, which returns the means.
+func sampleColdPath(be *state.Tiered, c *Controller) func() coldSample {
+	stop, done := make(chan struct{}), make(chan coldSample)
+	m0 := be.Metrics()
+	go func() {
+		var s coldSample
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				m := be.Metrics()
+				s.lookups, s.lookupKeysTotal = m.Lookups-m0.Lookups, m.LookupKeys-m0.LookupKeys
+				if n := float64(s.samples); n > 0 {
+					s.keysOut /= n
+					s.lookupsRunning /= n
+					s.lookupKeys /= n
+					s.parked /= n
+					s.atMaxLookups /= n
+					s.admitted /= n
+					s.atCap /= n
+				}
+				done <- s
+				return
+			case <-t.C:
+			}
+			m := be.Metrics()
+			s.samples++
+			s.keysOut += float64(m.FetchKeysOut)
+			s.maxKeysOut = max(s.maxKeysOut, m.FetchKeysOut)
+			s.lookupsRunning += float64(m.LookupsRunning)
+			s.lookupKeys += float64(m.LookupKeysRunning)
+			if m.LookupsRunning >= 4 {
+				s.atMaxLookups++
+			}
+			sm := c.Metrics()
+			s.parked += float64(sm.Parked)
+			s.admitted += float64(sm.Admitted)
+			if sm.Admitted >= int64(c.MaxInFlight()) {
+				s.atCap++
+			}
+		}
+	}()
+	return func() coldSample { close(stop); return <-done }
 }
 
 // disaggRun runs els through the counter over a fresh S3 prefix with the given hot budget
@@ -186,7 +290,17 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 			}
 		}
 	}()
-	c, err := New(m, be, &discardSink{}, WithOnBarrier(func(id uint64) error {
+	sample := os.Getenv("CLINK_BENCH_DISAGG_SAMPLE") != ""
+	var backend state.Backend = be
+	fb := &fetchHist{Tiered: be}
+	if sample {
+		fb.freq = map[string]int{}
+		for _, e := range els {
+			fb.freq[string(e.Key)]++
+		}
+		backend = fb
+	}
+	c, err := New(m, backend, &discardSink{}, WithOnBarrier(func(id uint64) error {
 		s, err := be.Capture(id)
 		if err != nil {
 			return err
@@ -214,9 +328,14 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 		close(in)
 	}()
 	start := time.Now()
+	smp := func() coldSample { return coldSample{} }
+	if sample {
+		smp = sampleColdPath(be, c) // costs the runs ~0.1 µs of CPU per record
+	}
 	if err := c.Run(ctx, in); err != nil {
 		b.Fatal(err)
 	}
+	cold := smp()
 	s, err := be.Capture(1 << 40)
 	if err != nil {
 		b.Fatal(err)
@@ -243,9 +362,11 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 	if reqs := after.RemoteGets + after.RemotePuts - before.RemoteGets - before.RemotePuts; srv > 0 && reqs > 0 {
 		r.serverCPUPerGet = float64(srv.Microseconds()) / float64(reqs)
 	}
-	r.detail = fmt.Sprintf("GETs %d (%d blocks; %d metas; %d retry rounds), PUTs %d (mean %v); fetched keys %d, found %d; %d segments, %d compactions; runner backpressure %v, wall %v; index %d B, in-memory segments %d B",
+	r.cold = cold
+	r.hist = fb.String()
+	r.detail = fmt.Sprintf("GETs %d (%d blocks; %d metas; %d retry rounds), PUTs %d (mean %v); fetched keys %d, found %d; %d segments, %d compactions, %d spill merges; runner backpressure %v, barrier drains %v, wall %v; index %d B, in-memory segments %d B",
 		gets, bm.FetchBlocks, bm.MetaLoads, bm.FetchRetryRounds, after.RemotePuts-before.RemotePuts, after.RemotePutLatency.Round(time.Millisecond),
-		bm.FetchKeys, bm.FetchFound, bm.Segments, bm.Compactions, bm.Backpressure.Round(time.Millisecond), d.Round(time.Millisecond), bm.IndexBytes, bm.MemSegmentBytes)
+		bm.FetchKeys, bm.FetchFound, bm.Segments, bm.Compactions, bm.SpillMerges, bm.Backpressure.Round(time.Millisecond), sm.BarrierDrain.Round(time.Millisecond), d.Round(time.Millisecond), bm.IndexBytes, bm.MemSegmentBytes)
 	if bm.FetchKeys > 0 && gets > 0 {
 		r.keysPerGet = float64(bm.FetchKeys) / float64(gets)
 	}

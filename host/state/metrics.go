@@ -35,6 +35,12 @@ type Metrics struct {
 	// whose first candidate block a segment's filter named falsely.
 	FetchRetryRounds int64
 	MetaLoads        int64 // segment indexes and filters read (one ranged GET each)
+	// Lookups counts the lookups run (each one round trip of parallel ranged GETs for the
+	// keys of every Fetch it took), LookupKeys the keys they carried.
+	Lookups, LookupKeys int64
+	// Gauges of the cold path: keys asked of Fetch and not yet answered (queued or in a
+	// lookup), lookups running, and the keys in them.
+	FetchKeysOut, LookupsRunning, LookupKeysRunning int64
 
 	// Remote requests to the pool: every GET (ranged block reads, metas, manifests), PUT,
 	// LIST and DELETE, from cold reads, checkpoints, spills, compaction and GC. The pool is
@@ -63,6 +69,8 @@ type Metrics struct {
 	// reached a third of the hot budget (adopted by the next checkpoint; see Tiered.spill).
 	Spills     int64
 	SpillBytes int64
+	// SpillMerges counts merges of spills not yet adopted by a checkpoint into one segment.
+	SpillMerges int64
 	// Backpressure is the time the runner waited for deltas to persist before it could spill
 	// or capture another (their pinned bytes and the dirty ones would not fit the budget).
 	Backpressure time.Duration
@@ -77,11 +85,13 @@ type backendCounters struct {
 	fetchKeys, fetchFound, fetchBlocks          atomic.Int64
 	fetchRounds                                 atomic.Int64
 	metaLoads                                   atomic.Int64
+	lookups, lookupKeys                         atomic.Int64
+	fetchOut, lookupsRun, lookupKeysRun         atomic.Int64
 	segments, compactionDebt, compactions       atomic.Int64
 	corruptions                                 atomic.Int64
 	checkpoints, ckptFailures, ckptBytes        atomic.Int64
 	lastCkptBytes, lastCkptNanos, ckptNanos     atomic.Int64
-	spills, spillBytes                          atomic.Int64
+	spills, spillBytes, spillMerges             atomic.Int64
 	backpressureNanos                           atomic.Int64
 }
 
@@ -94,14 +104,16 @@ func (c *backendCounters) snapshot() Metrics {
 		FetchKeys: c.fetchKeys.Load(), FetchFound: c.fetchFound.Load(), FetchBlocks: c.fetchBlocks.Load(),
 		FetchRetryRounds: c.fetchRounds.Load(),
 		MetaLoads:        c.metaLoads.Load(),
-		Segments:         c.segments.Load(), MaxSegments: c.segments.Load(),
+		Lookups:          c.lookups.Load(), LookupKeys: c.lookupKeys.Load(),
+		FetchKeysOut: c.fetchOut.Load(), LookupsRunning: c.lookupsRun.Load(), LookupKeysRunning: c.lookupKeysRun.Load(),
+		Segments: c.segments.Load(), MaxSegments: c.segments.Load(),
 		CompactionDebt: c.compactionDebt.Load(), Compactions: c.compactions.Load(),
 		Corruptions: c.corruptions.Load(), Checkpoints: c.checkpoints.Load(),
 		CheckpointFailures: c.ckptFailures.Load(), CheckpointBytes: c.ckptBytes.Load(),
 		LastCheckpointBytes:    c.lastCkptBytes.Load(),
 		LastCheckpointDuration: time.Duration(c.lastCkptNanos.Load()),
 		CheckpointDuration:     time.Duration(c.ckptNanos.Load()),
-		Spills:                 c.spills.Load(), SpillBytes: c.spillBytes.Load(),
+		Spills:                 c.spills.Load(), SpillBytes: c.spillBytes.Load(), SpillMerges: c.spillMerges.Load(),
 		Backpressure: time.Duration(c.backpressureNanos.Load()),
 	}
 }
@@ -118,6 +130,9 @@ func (m *Metrics) add(b Metrics, live bool) {
 		m.Segments += b.Segments
 		m.MaxSegments = max(m.MaxSegments, b.MaxSegments)
 		m.CompactionDebt += b.CompactionDebt
+		m.FetchKeysOut += b.FetchKeysOut
+		m.LookupsRunning += b.LookupsRunning
+		m.LookupKeysRunning += b.LookupKeysRunning
 		if b.LastCheckpointDuration > m.LastCheckpointDuration {
 			m.LastCheckpointDuration = b.LastCheckpointDuration
 			m.LastCheckpointBytes = b.LastCheckpointBytes
@@ -133,6 +148,8 @@ func (m *Metrics) add(b Metrics, live bool) {
 	m.FetchBlocks += b.FetchBlocks
 	m.FetchRetryRounds += b.FetchRetryRounds
 	m.MetaLoads += b.MetaLoads
+	m.Lookups += b.Lookups
+	m.LookupKeys += b.LookupKeys
 	m.Compactions += b.Compactions
 	m.Corruptions += b.Corruptions
 	m.Checkpoints += b.Checkpoints
@@ -141,6 +158,7 @@ func (m *Metrics) add(b Metrics, live bool) {
 	m.CheckpointDuration += b.CheckpointDuration
 	m.Spills += b.Spills
 	m.SpillBytes += b.SpillBytes
+	m.SpillMerges += b.SpillMerges
 	m.Backpressure += b.Backpressure
 }
 
@@ -156,6 +174,8 @@ func (r *backendCounters) add(b *backendCounters, _ bool) {
 	r.fetchBlocks.Add(b.fetchBlocks.Load())
 	r.fetchRounds.Add(b.fetchRounds.Load())
 	r.metaLoads.Add(b.metaLoads.Load())
+	r.lookups.Add(b.lookups.Load())
+	r.lookupKeys.Add(b.lookupKeys.Load())
 	r.compactions.Add(b.compactions.Load())
 	r.corruptions.Add(b.corruptions.Load())
 	r.checkpoints.Add(b.checkpoints.Load())
@@ -164,6 +184,7 @@ func (r *backendCounters) add(b *backendCounters, _ bool) {
 	r.ckptNanos.Add(b.ckptNanos.Load())
 	r.spills.Add(b.spills.Load())
 	r.spillBytes.Add(b.spillBytes.Load())
+	r.spillMerges.Add(b.spillMerges.Load())
 	r.backpressureNanos.Add(b.backpressureNanos.Load())
 }
 

@@ -424,16 +424,30 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 		b.mu.spills = slices.Concat(segs, b.mu.spills)
 		b.dropMemLocked(w)
 		b.setVersionLocked(b.buildVersionLocked(b.mu.base))
+		merge := len(b.mu.spills) >= spillMergeAt
 		b.mu.Unlock()
 		s.bytes.Store(written)
 		b.cnt.spillBytes.Add(written)
+		if merge {
+			select {
+			case b.kick <- struct{}{}: // compactSpills
+			default:
+			}
+		}
 		return nil
 	}
 	base, comp, headETag, epoch := b.mu.base, b.mu.compaction, b.mu.headETag, b.mu.epoch
 	// Every spill committed so far was captured before s (commits run in capture order):
-	// s's manifest adopts them, below s's own delta.
-	spills := b.mu.spills
+	// s's manifest adopts them, below s's own delta. Until the commit ends, compactSpills
+	// leaves them in place (adopting).
+	spills := slices.Clone(b.mu.spills)
+	b.mu.adopting = true
 	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.mu.adopting = false
+		b.mu.Unlock()
+	}()
 
 	// The new manifest: this delta on top of the base, with a finished compaction applied.
 	m := &format.Manifest{
@@ -472,7 +486,7 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 	// Publish the new version, then (in run) mark the snapshot done.
 	b.mu.Lock()
 	b.mu.base = m
-	b.mu.spills = b.mu.spills[:len(b.mu.spills)-len(spills)] // spills are prepended: any newer stay
+	b.mu.spills = b.mu.spills[:len(b.mu.spills)-len(spills)] // spills are prepended: any newer stay (compactSpills left these alone)
 	if applied || comp != nil && b.mu.compaction == comp {
 		b.mu.compaction = nil
 	}

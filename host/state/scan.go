@@ -171,6 +171,14 @@ func (s *segmentScan) next() bool {
 	}
 }
 
+// prime reads the scan's first batch of blocks ahead of its first next, so that the scans of a
+// merge can all read theirs at once (see compact); s.err holds a failure.
+func (s *segmentScan) prime() {
+	if s.queue == nil && s.it == nil {
+		s.read()
+	}
+}
+
 // read fetches the next batch of blocks, skipping those wholly below the used key groups.
 func (s *segmentScan) read() bool {
 	for s.nextBlock < len(s.blocks) && len(s.blocks[s.nextBlock].LastKey) >= 2 && format.DurableKeyGroup(s.blocks[s.nextBlock].LastKey) < s.use.Lo {

@@ -60,7 +60,10 @@ type entry struct {
 	// a fetch that started before the change (see fillGuard).
 	written bool
 	linked  bool
-	kbuf    [smallKey]byte // key's bytes when they fit (see newEntry)
+	// freq counts the entry's hits while it is hot, up to maxFreq, and halves each time the
+	// eviction spares it (see maybeEvict).
+	freq uint8
+	kbuf [smallKey]byte // key's bytes when they fit (see newEntry)
 	// The fields are ordered, and smallKey and smallValue sized, for an entry of 128 bytes
 	// (a size class): with the map's slot, 163 bytes of heap per 8-byte counter, as when the
 	// key and value were objects of their own (measured over 200k keys).
@@ -82,7 +85,7 @@ type cell struct {
 // entry, its key and its value), and its writes allocate nothing.
 const (
 	smallValue = 8
-	smallKey   = 18
+	smallKey   = 17
 )
 
 // set writes v as the cell's value: inline when it fits, else in place when the current
@@ -138,6 +141,8 @@ type Tiered struct {
 	wg     sync.WaitGroup
 	// persists counts the persist goroutines (snapshot.start), which Close waits for.
 	persists sync.WaitGroup
+	// plainLRU turns the frequency-aware eviction off (tests compare the two).
+	plainLRU bool
 	// fq queues Fetches while maxLookups lookups run (see Fetch).
 	fq struct {
 		sync.Mutex
@@ -205,6 +210,8 @@ type Tiered struct {
 		// checkpoint, newest first. Cold reads see them (the version puts them above base);
 		// the next checkpoint's manifest lists them, then they are cleared.
 		spills []format.SegRef
+		// adopting: a checkpoint's commit is adopting the spills (see compactSpills).
+		adopting bool
 		// mem are encoded segments held in memory until a commit makes them durable, newest
 		// first: the deltas in flight (each readable once encoded, see snapshot.readable) and
 		// the carried segments of failed ones. Cold reads see them above everything else.
@@ -529,14 +536,25 @@ func listSpliceFront(dst, src *entry) {
 	src.next, src.prev = src, src
 }
 
-// maybeEvict evicts least recently used clean entries until the tier fits its budget. Only
-// clean entries are ever in the LRU list, so every step is productive but for a held entry,
-// which leaves the list (its Release puts it back): a write burst of dirty keys costs O(1) per
-// write, never a scan past pinned entries.
+// maybeEvict evicts clean entries from the tail of the LRU list until the tier fits its
+// budget. Only clean entries are ever in the LRU list, so every step is productive but for a
+// held entry, which leaves the list (its Release puts it back): a write burst of dirty keys
+// costs O(1) per write, never a scan past pinned entries.
+//
+// The eviction is frequency-aware (a GCLOCK over the LRU order): an entry at the tail that was
+// hit while hot (freq > 0) is spared once per hit bit, going back to the front with its count
+// halved, and the first entry at the tail with a count of 0 is evicted. Plain LRU loses a Zipf
+// head to bursts: a delta made readable splices all its entries (mostly keys written once) to
+// the front at once, and while the runner waits (at the in-flight cap, in a barrier drain) no
+// hit refreshes the head, so the burst pushes it out; each such key is then fetched again
+// while hundreds of its records park behind it (issue 10). Spared entries cost O(1) each, paid
+// for by the hits that counted them (at most log2(maxFreq)+1 sparings per entry between hits),
+// and a call spares at most maxSpared plus 4 per eviction, so it stays short.
 func (b *Tiered) maybeEvict() {
 	limit := b.member.limit.Load()
 	head := &b.run.lru
 	index := b.indexBytes.Load()
+	spared, evicted := 0, 0
 	for limit > 0 && b.run.bytes+b.run.memBytes+index > limit && head.prev != head {
 		e := head.prev
 		// INVARIANT: only clean entries are in the LRU list.
@@ -547,6 +565,15 @@ func (b *Tiered) maybeEvict() {
 		if e.holds > 0 {
 			continue
 		}
+		if e.freq > 0 && !b.plainLRU && spared < maxSpared+4*evicted {
+			// A second chance for an entry hit while hot: back to the front, with half its
+			// count (see maxFreq).
+			e.freq >>= 1
+			b.lruPush(e)
+			spared++
+			continue
+		}
+		evicted++
 		delete(b.run.hot, e.key)
 		b.run.bytes -= e.size
 		b.cnt.evictions.Add(1)
@@ -568,12 +595,23 @@ func (b *Tiered) maybeEvict() {
 	b.cnt.indexBytes.Store(index)
 }
 
+// maxFreq is the highest hit count an entry keeps (see maybeEvict): 2 bits. A larger one
+// keeps a former head key hot for longer after it cools, and gains nothing on a Zipf trace.
+// maxSpared bounds the entries one maybeEvict spares beyond 4 per eviction.
+const (
+	maxFreq   = 3
+	maxSpared = 64
+)
+
 // Get implements Backend.
 func (b *Tiered) Get(k Key) ([]byte, bool, bool) {
 	b.poll()
 	b.run.scratch = AppendKey(b.run.scratch[:0], k)
 	if e, ok := b.run.hot[string(b.run.scratch)]; ok {
 		b.cnt.hits.Add(1)
+		if e.freq < maxFreq {
+			e.freq++
+		}
 		c := e.c.Load()
 		if e.linked && b.run.lru.next != e && b.free(c.gen) {
 			listRemove(e)
@@ -791,6 +829,7 @@ func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 		reqs[i] = fetchReq{idx: i, kg: kg, dk: dk, h: format.Hash64(dk)}
 	}
 	b.cnt.fetchKeys.Add(int64(len(keys)))
+	b.cnt.fetchOut.Add(int64(len(keys)))
 	j := &fetchJob{reqs: reqs, out: out, done: done}
 	b.fq.Lock()
 	if b.fq.running >= maxLookups {
@@ -855,7 +894,14 @@ func (b *Tiered) lookupJobs(jobs []*fetchJob) {
 			out = append(out, j.out...)
 		}
 	}
+	b.cnt.lookups.Add(1)
+	b.cnt.lookupKeys.Add(int64(len(reqs)))
+	b.cnt.lookupsRun.Add(1)
+	b.cnt.lookupKeysRun.Add(int64(len(reqs)))
 	err := b.lookup(b.ctx, v, reqs, out)
+	b.cnt.lookupsRun.Add(-1)
+	b.cnt.lookupKeysRun.Add(-int64(len(reqs)))
+	b.cnt.fetchOut.Add(-int64(len(reqs)))
 	if err != nil {
 		for _, j := range jobs {
 			j.done(nil, err)
