@@ -20,6 +20,9 @@
 //     fuel.go.
 //   - A Handler may block inside Get or Lookup: that is how a guest call suspends. The abi
 //     package neither knows nor cares which goroutine resumes it.
+//   - A module that exports clink_process_batch can take several records of distinct keys in
+//     one call ([Instance.ProcessBatch], batch.go); the handler is then a [BatchHandler], told
+//     which record each import belongs to.
 package abi
 
 import (

@@ -46,8 +46,10 @@ func align8(n int) int { return (n + 7) &^ 7 }
 
 // gather reads the prefetched values through the handler (the scheduler has made them hot) and
 // returns the input-buffer bytes the frames need after a record of base bytes.
-func (in *Instance) gather(base int) (int, error) {
-	p := &in.pf
+func (in *Instance) gather(base int) (int, error) { return in.gatherInto(&in.pf, base) }
+
+// gatherInto is gather into p (a batch keeps one prefetch per record).
+func (in *Instance) gatherInto(p *prefetch, base int) (int, error) {
 	p.buf = p.buf[:0]
 	p.noKeys = false
 	total := align8(base)
@@ -87,12 +89,16 @@ func (in *Instance) gather(base int) (int, error) {
 // view of guest memory rather than composing a copy first: each api.Memory access is a call
 // through an interface, and each intermediate copy is a copy.
 func (in *Instance) writeInput(need int, key, value []byte) {
-	p := &in.pf
 	dst, ok := in.mem.Read(in.inPtr, uint32(need))
 	if !ok {
 		// ensureInput checked [inPtr, inPtr+inCap) against memory, and memory never shrinks.
 		panic("abi: input buffer outside memory")
 	}
+	in.writeRecord(&in.pf, dst, in.inPtr, key, value)
+}
+
+// writeRecord writes one record and p's frames to dst, the view of guest memory at addr.
+func (in *Instance) writeRecord(p *prefetch, dst []byte, addr uint32, key, value []byte) {
 	n := copy(dst, key)
 	n += copy(dst[n:], value)
 	off := 0
@@ -100,7 +106,7 @@ func (in *Instance) writeInput(need int, key, value []byte) {
 		start := align8(n)
 		clear(dst[n:start])
 		n = start
-		p.at[i] = in.inPtr + uint32(n)
+		p.at[i] = addr + uint32(n)
 		l := uint32(frameAbsent)
 		switch {
 		case p.lens[i] >= 0:
@@ -129,8 +135,10 @@ func (in *Instance) writeInput(need int, key, value []byte) {
 // writeBack applies the frames the guest marked DIRTY, after a successful keyed call. The
 // frames lie back to back from the first one's header to the end of the last one's capacity,
 // and are read through one view of that span.
-func (in *Instance) writeBack(k callKind) error {
-	p := &in.pf
+func (in *Instance) writeBack(k callKind) error { return in.writeBackFrames(&in.pf, k) }
+
+// writeBackFrames is writeBack of p's frames.
+func (in *Instance) writeBackFrames(p *prefetch, k callKind) error {
 	last := len(p.ids) - 1
 	span, ok := in.mem.Read(p.at[0], p.at[last]-p.at[0]+frameHeader+p.caps[last])
 	if !ok {
@@ -179,7 +187,17 @@ func (in *Instance) drainOutput(k callKind) error {
 	if used > in.outCap-outHeader {
 		return in.abiFault(k, "the output area says %d bytes are used, but holds only %d", used, in.outCap-outHeader)
 	}
-	data := area[outHeader : outHeader+used]
+	if err := in.deliverArea(k, area[outHeader:outHeader+used]); err != nil {
+		return err
+	}
+	// Emit copies, and no guest code ran since the view was taken: it is still valid.
+	binary.LittleEndian.PutUint32(area, 0)
+	return nil
+}
+
+// deliverArea passes the output-area records in data to the handler, in order, with the emit
+// limits of one call.
+func (in *Instance) deliverArea(k callKind, data []byte) error {
 	for len(data) > 0 {
 		if len(data) < 8 {
 			return in.abiFault(k, "the output area ends inside a record header")
@@ -198,8 +216,6 @@ func (in *Instance) drainOutput(k callKind) error {
 		in.emits++
 		data = data[8+kl+vl:]
 	}
-	// Emit copies, and no guest code ran since the view was taken: it is still valid.
-	binary.LittleEndian.PutUint32(area, 0)
 	return nil
 }
 
@@ -230,7 +246,11 @@ func (in *Instance) outputArea(ptr, n uint32) uint64 {
 		return i32result(OutOfBounds)
 	}
 	if in.outCap != 0 {
-		if in.allowed(capEmit) {
+		if in.batch.on {
+			if err := in.flushBatch(); err != nil {
+				panic(err)
+			}
+		} else if in.allowed(capEmit) {
 			if err := in.drainOutput(in.kind); err != nil {
 				panic(err)
 			}
@@ -246,6 +266,12 @@ func (in *Instance) outputArea(ptr, n uint32) uint64 {
 func (in *Instance) flushOutput() uint64 {
 	if !in.allowed(capEmit) {
 		return i32result(NotAllowed)
+	}
+	if in.batch.on {
+		if err := in.flushBatch(); err != nil {
+			panic(err)
+		}
+		return 0
 	}
 	if err := in.drainOutput(in.kind); err != nil {
 		panic(err)

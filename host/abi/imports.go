@@ -72,7 +72,7 @@ const (
 
 func (in *Instance) allowed(c capability) bool {
 	switch in.kind {
-	case callProcess, callTimer, callProcTimer:
+	case callProcess, callTimer, callProcTimer, callBatch:
 		return true
 	case callClose:
 		return c != capKeyed
@@ -84,11 +84,17 @@ func (in *Instance) allowed(c capability) bool {
 
 func instance(ctx context.Context) *Instance {
 	if c, ok := ctx.(*instanceCtx); ok {
+		if c.in.batch.on {
+			c.in.syncBatch()
+		}
 		return c.in
 	}
 	in, _ := ctx.Value(instanceKey{}).(*Instance)
 	if in == nil {
 		panic(errors.New("clink: import called outside a clink instance"))
+	}
+	if in.batch.on {
+		in.syncBatch()
 	}
 	return in
 }
@@ -250,6 +256,13 @@ func (in *Instance) emit(kp, kl, vp, vl uint32) uint64 {
 	val, ok2 := in.view(vp, vl)
 	if !ok1 || !ok2 {
 		return i32result(OutOfBounds)
+	}
+	if in.batch.on && in.batch.drained < in.batch.cur && in.outCap != 0 {
+		// The earlier records of the batch are complete: their output-area records go out
+		// first, so that outputs leave in the order the records ran.
+		if err := in.drainBatch(in.batch.cur, -1); err != nil {
+			panic(err)
+		}
 	}
 	if err := in.h.Emit(key, val); err != nil {
 		return hostErr(err)

@@ -36,12 +36,14 @@ const (
 	callClose
 	callProcTimer // clink_on_processing_timer: the permissions of callTimer
 	callMigrate   // clink_migrate (migrate.go): the permissions of callKey
+	callBatch     // clink_process_batch (batch.go): the permissions of callProcess
 )
 
 var callExport = [...]string{
 	callNone: "", callInit: ExportInitialize, callManifest: ExportManifest, callInput: ExportInput,
 	callKey: ExportKey, callOpen: ExportOpen, callProcess: ExportProcess, callTimer: ExportOnTimer,
 	callClose: ExportClose, callProcTimer: ExportOnProcessingTimer, callMigrate: ExportMigrate,
+	callBatch: ExportProcessBatch,
 }
 
 // instanceCtx is the context every call of an instance runs with: its parent context plus the
@@ -82,12 +84,14 @@ type Instance struct {
 	// exports seven, of which a record needs one.
 	fnProcess                                                 api.Function
 	fnInput, fnTimer, fnProcTimer, fnClose, fnKey, fnManifest lazyExport
+	fnBatch                                                   lazyExport
 	stack                                                     []uint64
 
 	inPtr, inCap uint32 // guest-owned input buffer from clink_input
 
-	pf             prefetch // frames of prefetched values (fastpath.go)
-	outPtr, outCap uint32   // the registered output area, if any (fastpath.go)
+	pf             prefetch   // frames of prefetched values (fastpath.go)
+	batch          batchState // the current clink_process_batch call (batch.go)
+	outPtr, outCap uint32     // the registered output area, if any (fastpath.go)
 
 	kind       callKind
 	emits      int

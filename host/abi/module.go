@@ -52,6 +52,7 @@ var exportSigs = map[string]sig{
 	ExportInitialize:        {nil, nil},
 	ExportMigrate:           {[]api.ValueType{i32, i32, i32, i32, i32}, []api.ValueType{i64}},
 	ExportStateVersions:     {nil, []api.ValueType{i64}},
+	ExportProcessBatch:      {[]api.ValueType{i32}, []api.ValueType{i32}},
 }
 
 // wasiAllowed is the WASI preview 1 surface the host provides (docs/abi.md, "WASI"): all of
@@ -187,6 +188,7 @@ type Module struct {
 	Report   *Report
 
 	hasOnTimer, hasOpen, hasClose, hasKey, hasInitialize bool
+	hasBatch                                             bool // exports clink_process_batch (batch.go)
 	hasOnProcTimer                                       bool
 	manifestFromExport                                   bool
 	prefetchIDs                                          []uint32
@@ -351,6 +353,7 @@ func (m *Module) checkExports(rep *Report) {
 	_, m.hasClose = exports[ExportClose]
 	_, m.hasKey = exports[ExportKey]
 	_, m.hasInitialize = exports[ExportInitialize]
+	_, m.hasBatch = exports[ExportProcessBatch]
 }
 
 func (m *Module) readManifest(ctx context.Context, rep *Report) {

@@ -187,6 +187,7 @@ func BenchmarkCounterNativeVsWasm(b *testing.B) {
 	els := benchRecords(50_000, 10_000)
 	for b.Loop() {
 		var nat, asT, goT, natC, asC, goC []float64
+		var asB, goB, asBC, goBC []float64 // through clink_process_batch (batch.go)
 		add := func(wall, cpu *[]float64, c cost) {
 			*wall, *cpu = append(*wall, perRec(c.wall, len(els))), append(*cpu, perRec(c.cpu, len(els)))
 		}
@@ -198,6 +199,10 @@ func BenchmarkCounterNativeVsWasm(b *testing.B) {
 					func() { add(&nat, &natC, runNative(els)) },
 					func() { add(&asT, &asC, runPlain(b, as, els)) },
 					func() { add(&goT, &goC, runPlain(b, gom, els)) },
+					func() { add(&goB, &goBC, runPlainBatch(b, gom, els, DefaultCallBatch)) },
+				}
+				if as.HasBatch() { // opt-in for AssemblyScript modules (guest-sdk/assemblyscript)
+					runs = append(runs, func() { add(&asB, &asBC, runPlainBatch(b, as, els, DefaultCallBatch)) })
 				}
 				if r%2 == 1 {
 					slices.Reverse(runs)
@@ -217,6 +222,12 @@ func BenchmarkCounterNativeVsWasm(b *testing.B) {
 		// counted): what holds on a loaded machine.
 		b.ReportMetric(medianRatio(natC, asC), "as/native-cpu")
 		b.ReportMetric(medianRatio(natC, goC), "go/native-cpu")
+		// Through batch calls of DefaultCallBatch records, as the controller makes them on the
+		// all-hits path for modules that export clink_process_batch (both SDKs do).
+		if len(asBC) > 0 {
+			b.ReportMetric(medianRatio(natC, asBC), "as-batch/native-cpu")
+		}
+		b.ReportMetric(medianRatio(natC, goBC), "go-batch/native-cpu")
 	}
 }
 

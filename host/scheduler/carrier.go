@@ -55,6 +55,9 @@ func (c *Controller) suspend(t *task) {
 	c.suspended = append(c.suspended, t)
 	c.metrics.Suspensions.Add(1)
 	c.markKeyBusy(t)
+	if t.slot.batch != nil {
+		c.batchSuspended(t.slot)
+	}
 	if t.inCoro {
 		if !t.slot.co.yield(coSuspended) {
 			t.aborted = ErrAborted // the coroutine is being stopped

@@ -36,6 +36,9 @@
 //     released and its epoch still advances; then the controller stops admitting, aborts
 //     suspended calls, waits for every lookup and fetch still out to deliver, and returns an
 //     *OperatorError naming the operator, the record and the key.
+//   - Batch calls: for a module that exports clink_process_batch, records of free keys whose
+//     prefetched values are hot go to one guest call together (WithCallBatch, batch.go), with
+//     the gate's rules unchanged.
 //
 // See carrier.go for how the runner role moves between goroutines.
 //
@@ -49,7 +52,8 @@
 //   - fetch.go: the prefetch check, cold reads and their coalescing; lookups.go: lookups;
 //   - completions.go: the hand-back from IO goroutines to the runner, and resuming;
 //   - carrier.go and coro.go: how a suspended call waits (carriers, coroutines);
-//   - task.go: tasks and the abi.Handler the guest calls; output.go: batched output; metrics.go.
+//   - task.go: tasks and the abi.Handler the guest calls; output.go: batched output; metrics.go;
+//   - batch.go: batch calls (several records of distinct keys per guest call).
 package scheduler
 
 import (
@@ -237,7 +241,8 @@ type Controller struct {
 
 	metrics metrics
 	hot     hotCounts
-	mode    execMode // direct or coroutine calls (coro.go)
+	mode    execMode  // direct or coroutine calls (coro.go)
+	batch   callBatch // records waiting for one batch call (batch.go)
 }
 
 // New returns a controller that runs module over backend and writes to sink. Instances are
@@ -266,6 +271,9 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 	}
 	c.comp.wake = make(chan struct{}, 1)
 	c.mode.coro = cfg.ExecMode == ExecCoroutine
+	if cfg.Module.HasBatch() {
+		c.batch.max = cfg.CallBatch
+	}
 	c.epochs = []*epoch{{startWM: math.MinInt64}}
 	if !cfg.Synchronous && cfg.Order == OrderPerKey {
 		c.prefetch = cfg.Module.Manifest.PrefetchIDs()
@@ -335,6 +343,9 @@ func (c *Controller) SetMaxInFlight(n int) {
 func (c *Controller) loop(self *carrier) {
 	var comps []completion
 	for !c.stopped {
+		if len(c.batch.tasks) > 0 {
+			c.flushBatch()
+		}
 		if n := c.maxInFlightSet.Swap(0); n > 0 && !c.cfg.Synchronous {
 			c.maxInFlight = int(n)
 		}

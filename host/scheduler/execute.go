@@ -20,6 +20,9 @@ func (c *Controller) execute(t *task) {
 	if len(c.prefetch) > 0 && !t.prefetched && c.awaitPrefetch(t) {
 		return // runnable again once its prefetched values are loaded
 	}
+	if c.batch.max > 1 && c.batchAdd(t) {
+		return // it runs in the next batch call (batch.go)
+	}
 	if (len(c.pool) == 0 || len(c.slotWait) > 0) && (!c.slotFree() || len(c.slotWait) > 0 && !t.slotWaited) {
 		c.waitForSlot(t)
 		return

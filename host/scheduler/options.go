@@ -49,6 +49,7 @@ type config struct {
 	OnRecordFailure  func(RecordFailure) error
 	RecordRetries    int
 	Describe         func(pos int64) string
+	CallBatch        int // records per batch call (batch.go)
 }
 
 func defaultConfig() config {
@@ -57,6 +58,7 @@ func defaultConfig() config {
 		ReadBatch:    32,
 		MaxReadBatch: 4096,
 		TimerLimit:   65536,
+		CallBatch:    DefaultCallBatch,
 		Describe:     func(pos int64) string { return fmt.Sprintf("record #%d", pos) },
 	}
 }

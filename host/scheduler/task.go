@@ -99,6 +99,7 @@ type slot struct {
 	// setup: a spare being instantiated off the runner (spares.go); its handler calls that
 	// need the runner are forwarded to it.
 	setup bool
+	batch *slotBatch // the batch call the instance is running (batch.go)
 }
 
 var _ abi.Handler = (*slot)(nil)

@@ -4,3 +4,12 @@
 //
 // (memory is exported by the compiler; _initialize by --exportStart _initialize.)
 export { clink_input, clink_process, clink_on_timer, clink_open, clink_close, clink_manifest } from "./operator";
+
+// clink_process_batch (docs/abi.md, "Batch calls") is opt-in: re-export it from operator.ts,
+//
+//     export { clink_process_batch } from "@clink-wasm/sdk/assembly/operator";
+//
+// to let the host hand several records of distinct keys to one call. An AssemblyScript
+// export call is cheap, and for the counter example batches cost slightly more than they save
+// (1.04x the CPU per record in host/scheduler BenchmarkCallBatch), so it is not exported by
+// default.

@@ -143,6 +143,13 @@ function appendRecord(used: u32, kp: usize, kl: u32, vp: usize, vl: u32): void {
   store<u32>(areaPtr, used + 8 + kl + vl);
 }
 
+/** The output area's used bytes (0 while it is not registered): a batch record's out_end. */
+// @ts-ignore: decorator
+@inline
+export function areaUsed(): u32 {
+  return areaState > 0 ? load<u32>(areaPtr) : 0;
+}
+
 function registerArea(): void {
   let p = heap.alloc(<usize>AREA_SIZE);
   store<u32>(p, 0);

@@ -2,7 +2,7 @@
 
 import * as abi from "./abi";
 import { Bytes, Buffer } from "./bytes";
-import { prefetchNames, beginKeyedCall, beginCloseCall, endCall } from "./fastpath";
+import { prefetchNames, beginKeyedCall, beginCloseCall, endCall, areaUsed } from "./fastpath";
 // The abort/trace/seed replacements must be compiled into every module (see runtime.ts).
 import "./runtime";
 
@@ -153,6 +153,35 @@ export function clink_process(keyLen: u32, valueLen: u32, timestamp: i64): i32 {
   beginKeyedCall(framesAt(keyLen + valueLen), inputPtr + <usize>inputCap);
   op().process(record);
   endCall();
+  afterCall();
+  return 0;
+}
+
+/**
+ * clink_process_batch (docs/abi.md, "Batch calls"): count records of distinct keys in one call,
+ * each processed as clink_process would. Before each record the header's current word names it,
+ * so that the host attributes its imports and a trap to it; after it, its descriptor's out_end
+ * says where its output ends in the area. A record that fails traps, as in clink_process.
+ */
+export function clink_process_batch(count: u32): i32 {
+  sealed = true;
+  let limit = inputPtr + <usize>inputCap;
+  for (let i: u32 = 0; i < count; i++) {
+    store<u32>(inputPtr, i, 4);
+    let d = inputPtr + 16 + (<usize>i << 5);
+    let at = inputPtr + <usize>load<u32>(d);
+    let kl = load<u32>(d, 4);
+    let vl = load<u32>(d, 8);
+    record.key.set(at, <i32>kl);
+    record.value.set(at + <usize>kl, <i32>vl);
+    record.timestamp = load<i64>(d, 16);
+    beginKeyedCall(at + ((<usize>(kl + vl) + 7) & ~<usize>7), limit);
+    op().process(record);
+    store<u32>(d, areaUsed(), 24);
+  }
+  endCall();
+  // The collector's cadence counts records, as it does for calls of their own.
+  if (count > 1) callsSinceCollect += <i32>count - 1;
   afterCall();
   return 0;
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"runtime"
 	"strconv"
+	"unsafe"
 
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
 )
@@ -162,12 +163,13 @@ func appendNames(b []byte, names []string) []byte {
 
 func init() {
 	abi.Exports = abi.Hooks{
-		Process:  process,
-		OnTimer:  onTimer,
-		Open:     open,
-		Close:    closeOp,
-		Manifest: buildManifest,
-		Reset:    func() { area, areaState = nil, 0 },
+		Process:      process,
+		ProcessBatch: processBatch,
+		OnTimer:      onTimer,
+		Open:         open,
+		Close:        closeOp,
+		Manifest:     buildManifest,
+		Reset:        func() { area, areaState = nil, 0 },
 	}
 }
 
@@ -192,6 +194,51 @@ func process(keyLen, valueLen uint32, timestamp int64) (rc int32) {
 	}
 	emitting = true
 	return fail(op.Process(&rec))
+}
+
+// processBatch runs count records of distinct keys in one call (docs/abi.md, "Batch calls"):
+// the operator still sees one Process per record, with the record's own frames, and the host
+// attributes each record's imports, outputs and faults through the header's current word,
+// which is set before the record starts. The loop stops at the first record that fails; a
+// panic leaves current on the record that panicked.
+func processBatch(count uint32) (rc int32) {
+	defer guard(&rc)
+	sealed = true
+	in := abi.Input
+	// One check for the header and every descriptor: the loop reads them unchecked.
+	if uint64(abi.BatchHeader)+uint64(abi.BatchDesc)*uint64(count) > uint64(len(in)) {
+		return fail(errors.New("clink: the batch's descriptors lie outside the input buffer"))
+	}
+	base := abi.At(in, 0)
+	emitting = true
+	for i := uint32(0); i < count; i++ {
+		abi.Store32(unsafe.Add(base, abi.BatchCurrent), i)
+		d := unsafe.Add(base, abi.BatchHeader+abi.BatchDesc*uintptr(i))
+		off := abi.Load32(unsafe.Add(d, abi.DescOffset))
+		keyLen, valueLen := abi.Load32(unsafe.Add(d, abi.DescKeyLen)), abi.Load32(unsafe.Add(d, abi.DescValueLen))
+		if uint64(off)+uint64(keyLen)+uint64(valueLen) > uint64(len(in)) {
+			return fail(errors.New("clink: a batch record lies outside the input buffer"))
+		}
+		kEnd := off + keyLen
+		end := kEnd + valueLen
+		rec.Key = in[off:kEnd:kEnd]
+		rec.Value = in[kEnd:end:end]
+		rec.Timestamp = int64(abi.Load64(unsafe.Add(d, abi.DescTS)))
+		if len(prefetched) > 0 {
+			if err := loadFrames(off + abi.Align8(keyLen+valueLen)); err != nil {
+				return fail(err)
+			}
+		}
+		if err := op.Process(&rec); err != nil {
+			r := fail(err)
+			abi.Store32(unsafe.Add(d, abi.DescRC), uint32(r))
+			return r
+		}
+		if areaState > 0 {
+			abi.Store32(unsafe.Add(d, abi.DescOutEnd), abi.Load32(abi.At(area, 0)))
+		}
+	}
+	return 0
 }
 
 func onTimer(keyLen uint32, timestamp int64) (rc int32) {

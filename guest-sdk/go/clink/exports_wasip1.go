@@ -20,6 +20,9 @@ func clinkProcess(keyLen, valueLen uint32, timestamp int64) int32 {
 	return process(keyLen, valueLen, timestamp)
 }
 
+//go:wasmexport clink_process_batch
+func clinkProcessBatch(count uint32) int32 { return processBatch(count) }
+
 //go:wasmexport clink_on_timer
 func clinkOnTimer(keyLen uint32, timestamp int64) int32 { return onTimer(keyLen, timestamp) }
 

@@ -1,6 +1,10 @@
 package clink
 
-import "github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
+import (
+	"unsafe"
+
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
+)
 
 // The output area (docs/abi.md, "The output area"). Emit appends records to a buffer that is
 // registered with the host once; the host drains it when Process, OnTimer or Close returns, so
@@ -43,7 +47,7 @@ func Emit(key, value []byte) error {
 		}
 		if areaState > 0 {
 			need := abi.RecordHeader + uint64(len(key)) + uint64(len(value))
-			used := abi.Le32(area)
+			used := abi.Load32(abi.At(area, 0)) // the area is areaSize bytes
 			if 4+uint64(used)+need <= uint64(len(area)) {
 				appendRecord(used, key, value)
 				return nil
@@ -71,11 +75,12 @@ func Emit(key, value []byte) error {
 func appendRecord(used uint32, key, value []byte) {
 	p := 4 + used
 	a := area[p:]
-	abi.PutLe32(a, uint32(len(key)))
-	abi.PutLe32(a[4:], uint32(len(value)))
+	h := abi.At(a, 0)
+	abi.Store32(h, uint32(len(key)))
+	abi.Store32(unsafe.Add(h, 4), uint32(len(value)))
 	copy(a[abi.RecordHeader:], key)
 	copy(a[abi.RecordHeader+len(key):], value)
-	abi.PutLe32(area, used+abi.RecordHeader+uint32(len(key))+uint32(len(value)))
+	abi.Store32(abi.At(area, 0), used+abi.RecordHeader+uint32(len(key))+uint32(len(value)))
 }
 
 // registerArea allocates the area and registers it with the host, once per instance.

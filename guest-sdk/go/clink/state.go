@@ -3,6 +3,7 @@ package clink
 import (
 	"errors"
 	"strconv"
+	"unsafe"
 
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/internal/abi"
 )
@@ -167,13 +168,14 @@ func (s *State) Delete(entry []byte) error {
 func (s *State) GetInt64(entry []byte) (v int64, found bool, err error) {
 	if len(entry) == 0 && s.frame >= 0 && !s.stale {
 		// The prefetched value, decoded in place with no call: in Go's wasm code every call
-		// that is not inlined costs tens of nanoseconds.
-		h := abi.Input[s.frame:]
-		switch n := abi.Le32(h); n {
+		// that is not inlined costs tens of nanoseconds. loadFrames checked that the frame
+		// and its value area (at least FrameMinCap bytes) lie in the input buffer.
+		h := abi.At(abi.Input, uint32(s.frame))
+		switch n := abi.Load32(h); n {
 		case abi.FrameAbsent:
 			return 0, false, nil
 		case 8:
-			return Int64(h[abi.FrameHeader : abi.FrameHeader+8]), true, nil
+			return int64(abi.Load64(unsafe.Add(h, abi.FrameHeader))), true, nil
 		}
 	}
 	var b [8]byte
@@ -197,11 +199,13 @@ func (s *State) PutInt64(entry []byte, v int64) error {
 	if len(entry) == 0 && s.frame >= 0 {
 		// Into the prefetched value's frame directly (it always has room for 8 bytes: its cap
 		// is at least abi.FrameMinCap), as writeFrame does but with no call.
-		h := abi.Input[s.frame:]
-		if abi.Le32(h[4:]) >= 8 {
-			PutInt64(h[abi.FrameHeader:abi.FrameHeader+8], v)
-			abi.PutLe32(h, 8)
-			abi.PutLe32(h[8:], abi.Le32(h[8:])|abi.FrameDirty)
+		// loadFrames checked that the frame lies in the input buffer.
+		h := abi.At(abi.Input, uint32(s.frame))
+		if abi.Load32(unsafe.Add(h, 4)) >= 8 {
+			abi.Store64(unsafe.Add(h, abi.FrameHeader), uint64(v))
+			abi.Store32(h, 8)
+			flags := unsafe.Add(h, 8)
+			abi.Store32(flags, abi.Load32(flags)|abi.FrameDirty)
 			s.stale = false
 			return nil
 		}
@@ -222,9 +226,8 @@ func Int64(b []byte) int64 {
 // PutInt64 encodes v into the first 8 bytes of b, little-endian.
 func PutInt64(b []byte, v int64) {
 	_ = b[7]
-	for i := range 8 {
-		b[i] = byte(v >> (8 * i))
-	}
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+	b[4], b[5], b[6], b[7] = byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56)
 }
 
 // frameValue returns the value in the state's frame, a view of the input buffer.
@@ -275,8 +278,8 @@ func loadFrames(off uint32) error {
 		if o+abi.FrameHeader > uint64(len(in)) {
 			return frameError(s, "its frame lies outside the input buffer")
 		}
-		h := in[o:]
-		n, c := abi.Le32(h), abi.Le32(h[4:])
+		h := abi.At(in, uint32(o)) // the header lies in the buffer: checked just above
+		n, c := abi.Load32(h), abi.Load32(unsafe.Add(h, 4))
 		switch {
 		case c < abi.FrameMinCap || c%8 != 0 || o+abi.FrameHeader+uint64(c) > uint64(len(in)):
 			return frameError(s, "its frame has an invalid cap")

@@ -110,3 +110,31 @@ func FuzzAppendUnquote(f *testing.F) {
 		}
 	})
 }
+
+// FuzzAppendString checks the fast paths of AppendString (eight bytes at a time, the direct
+// write into spare room) against the byte-by-byte escaper, for every prefix and capacity.
+func FuzzAppendString(f *testing.F) {
+	for _, s := range []string{"", "user-1234", "a\"b", "0123456789abcdef\\", "\x00\x1f\x20\x7f\xff", "é€😀", "abcdefg\n"} {
+		f.Add([]byte(s), 0)
+	}
+	f.Fuzz(func(t *testing.T, s []byte, spare int) {
+		want := appendEscaped([]byte("x"), s, 0)
+		dst := make([]byte, 1, 1+max(0, spare%64))
+		dst[0] = 'x'
+		if got := AppendString(dst, s); string(got) != string(want) {
+			t.Fatalf("AppendString(%q) = %q, want %q", s, got, want)
+		}
+	})
+}
+
+func TestAppendInt(t *testing.T) {
+	for _, v := range []int64{0, 1, 9, 10, 99, 100, -1, -10, 12345, math.MaxInt64, math.MinInt64, math.MinInt64 + 1, 1e18, -1e18} {
+		for _, c := range []int{0, 19, 20, 64} {
+			dst := make([]byte, 2, 2+c)
+			dst[0], dst[1] = 'a', 'b'
+			if got, want := string(AppendInt(dst, v)), "ab"+strconv.FormatInt(v, 10); got != want {
+				t.Errorf("AppendInt(%d) with %d spare = %q, want %q", v, c, got, want)
+			}
+		}
+	}
+}

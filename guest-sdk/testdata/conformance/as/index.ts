@@ -7,6 +7,9 @@ import {
 } from "../../../assemblyscript/assembly";
 export * from "../../../assemblyscript/assembly/exports";
 export { clink_key } from "../../../assemblyscript/assembly/keyfunc";
+// Batch calls are opt-in for AssemblyScript (exports.ts); the conformance module takes them so
+// that the SDK's batch loop is tested (guest-sdk/sdktest, TestConformanceBatch).
+export { clink_process_batch } from "../../../assemblyscript/assembly/operator";
 
 const kv = new State("kv");
 const dict = new State("map");

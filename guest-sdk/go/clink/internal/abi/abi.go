@@ -53,6 +53,50 @@ const (
 	RecordHeader = 8
 )
 
+// Batch calls (docs/abi.md, "Batch calls"): clink_process_batch(count) finds a header of
+// BatchHeader bytes (u32 count, u32 current) at the start of the input buffer, then count
+// descriptors of BatchDesc bytes.
+const (
+	BatchHeader  = 16
+	BatchDesc    = 32
+	BatchCurrent = 4 // header offset of the u32 the guest sets to the record it is on
+	DescOffset   = 0
+	DescKeyLen   = 4
+	DescValueLen = 8
+	DescRC       = 12
+	DescTS       = 16
+	DescOutEnd   = 24
+)
+
+// The unchecked accessors below read and write guest memory through a pointer, with no bounds
+// check: in a WebAssembly guest every check and every slice header costs instructions on
+// the per-record path. WebAssembly memory is little-endian and allows unaligned access. The
+// caller must have checked that [p, p+size) lies inside the object p points into.
+
+// At returns the address of b[i]; the caller checked i <= len(b).
+func At(b []byte, i uint32) unsafe.Pointer {
+	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(b)), i)
+}
+
+// Load32 reads the u32 at p.
+func Load32(p unsafe.Pointer) uint32 { return *(*uint32)(p) }
+
+// Load64 reads the u64 at p.
+func Load64(p unsafe.Pointer) uint64 { return *(*uint64)(p) }
+
+// Store32 writes v at p.
+func Store32(p unsafe.Pointer, v uint32) { *(*uint32)(p) = v }
+
+// Store64 writes v at p.
+func Store64(p unsafe.Pointer, v uint64) { *(*uint64)(p) = v }
+
+// Le64 reads a little-endian u64 at b[0:8].
+func Le64(b []byte) uint64 {
+	_ = b[7]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+}
+
 // Align8 rounds n up to a multiple of 8: where the first prefetch frame starts after the
 // record in the input buffer.
 func Align8(n uint32) uint32 { return (n + 7) &^ 7 }
@@ -72,11 +116,13 @@ func PutLe32(b []byte, v uint32) {
 // Hooks are the guest's entry points, installed by package clink at init. The wasip1 exports
 // and the native test host both call through them, so there is one implementation of each.
 type Hooks struct {
-	Process  func(keyLen, valueLen uint32, timestamp int64) int32
-	OnTimer  func(keyLen uint32, timestamp int64) int32
-	Open     func() int32
-	Close    func() int32
-	Manifest func() []byte
+	Process func(keyLen, valueLen uint32, timestamp int64) int32
+	// ProcessBatch is clink_process_batch: count records in one call (docs/abi.md).
+	ProcessBatch func(count uint32) int32
+	OnTimer      func(keyLen uint32, timestamp int64) int32
+	Open         func() int32
+	Close        func() int32
+	Manifest     func() []byte
 	// Reset forgets what the guest registered with its host (the output area). Only the
 	// native host calls it, when clinktest starts what is a new instance to the operator but
 	// the same process to the SDK.
