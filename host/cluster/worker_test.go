@@ -19,7 +19,16 @@ func TestGroupMovesOnlyMovedPartitions(t *testing.T) {
 	before := map[*testWorker][]int32{a: a.w.Owned(), b: b.w.Owned()}
 	rel0, started0 := len(c.eventsOf(TaskReleased)), len(c.eventsOf(TaskStarted))
 	x := c.startWorker(c.spec("collect"))
-	waitFor(t, "three workers to share the partitions", func() bool { return c.partitioned(a, b, x) && len(x.w.Owned()) >= 1 })
+	// The moved partitions' release events come from the old owners' tasks as they finish,
+	// which need not be before the new owner reports them: wait for both.
+	lost0 := len(c.eventsOf(TaskLost)) + len(c.eventsOf(TaskFailed))
+	waitFor(t, "three workers to share the partitions", func() bool {
+		ended := len(c.eventsOf(TaskReleased)) - rel0 + len(c.eventsOf(TaskLost)) + len(c.eventsOf(TaskFailed)) - lost0
+		return c.partitioned(a, b, x) && len(x.w.Owned()) >= 1 && ended >= len(x.w.Owned())
+	})
+	if n := len(c.eventsOf(TaskLost)) + len(c.eventsOf(TaskFailed)); n != 0 {
+		t.Fatalf("tasks lost or failed: %v", c.events)
+	}
 	rel := c.eventsOf(TaskReleased)[rel0:]
 	if len(rel) != len(x.w.Owned()) {
 		t.Fatalf("released %v, but the new worker owns %v", rel, x.w.Owned())
