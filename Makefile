@@ -90,9 +90,10 @@ fuzz:
 
 # Long randomized runs: the scheduler's property tests with hundreds of seeds, the state tier's
 # crash test with hundreds of kill points (both under -race), the peak RSS of a runaway guest
-# through the CLI (host/abi), and the pipeline crash test.
+# through the CLI (host/abi), and the pipeline crash test. The property tests (300 seeds x 6000
+# records, twice, under -race) take about an hour on a loaded 2-core machine: hence 150m.
 soak:
-	CLINK_SOAK=1 $(GO) test -race -count=1 -run 'TestProperties' -timeout 60m ./host/scheduler/
+	CLINK_SOAK=1 $(GO) test -race -count=1 -run 'TestProperties' -timeout 150m ./host/scheduler/
 	CLINK_STATE_SOAK=1 AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 -run 'TestCrashRecovery' -timeout 60m ./host/state/
 	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestRunawayGuestRSS' -timeout 10m ./host/abi/
 	# Pipelines: 60 crash rounds (>= 60 SIGKILLs) of `run --pipeline`, one and two operators.
