@@ -184,7 +184,10 @@ type Controller struct {
 	maxInFlightSet atomic.Int64 // a new cap from SetMaxInFlight, applied by the runner (any goroutine writes)
 	admitted       int          // tasks admitted and not complete: running, suspended, parked, runnable
 	running        int          // tasks holding an instance
-	parked         int
+	parked         int          // tasks in the gate's queues (admitted, not counted by the cap)
+	capWait        []*task      // tasks waiting for room under the cap (waitForCap), FIFO
+	waitBytes      int64        // what parked and capWait tasks hold (waitSize summed)
+	waitLimit      int64        // the most waitBytes may reach while more are admitted (mayAdmit)
 	seq            uint64
 
 	gate     map[string]*gateEntry
@@ -393,6 +396,10 @@ func (c *Controller) loop(self *carrier) {
 			c.execute(t)
 			continue
 		}
+		if t := c.nextCapWaiter(); t != nil {
+			c.execute(t)
+			continue
+		}
 		if c.releaseStep() {
 			continue
 		}
@@ -404,13 +411,13 @@ func (c *Controller) loop(self *carrier) {
 				c.completeBarrier()
 				continue
 			}
-		} else if c.admitted < c.maxInFlight {
+		} else if c.mayAdmit() {
 			if el, ok := c.nextInput(); ok {
 				c.handle(el)
 				// While nothing else can need the runner (no completion posted, nothing
 				// ready, promoted or releasable, no barrier, room under the cap), keep
 				// taking records from the batch without a full loop iteration each.
-				for len(c.inbuf) > 0 && c.admitted < c.maxInFlight && c.err == nil && c.barrier == nil &&
+				for len(c.inbuf) > 0 && c.mayAdmit() && c.err == nil && c.barrier == nil &&
 					len(c.ready) == 0 && len(c.runnable) == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0 {
 					el := &c.inbuf[0]
 					c.inbuf = c.inbuf[1:]
@@ -461,7 +468,7 @@ func (c *Controller) wait() {
 		return
 	}
 	var in <-chan []Element
-	if !c.inputDone && c.barrier == nil && c.admitted < c.maxInFlight && len(c.inbuf) == 0 {
+	if !c.inputDone && c.barrier == nil && c.mayAdmit() && len(c.inbuf) == 0 {
 		in = c.input
 	}
 	var clock <-chan time.Time

@@ -17,8 +17,13 @@ func (c *Controller) execute(t *task) {
 		c.finish(t, nil)
 		return
 	}
-	if len(c.prefetch) > 0 && !t.prefetched && c.awaitPrefetch(t) {
-		return // runnable again once its prefetched values are loaded
+	if len(c.prefetch) > 0 {
+		if !t.prefetched && c.awaitPrefetch(t) {
+			return // runnable again once its prefetched values are loaded (or room under the cap)
+		}
+	} else if c.overCap() {
+		c.waitForCap(t) // its call may suspend: it needs a place under the cap (mayAdmit)
+		return
 	}
 	if c.batch.max > 1 && c.batchAdd(t) {
 		return // it runs in the next batch call (batch.go)

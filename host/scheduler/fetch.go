@@ -56,7 +56,9 @@ func (c *Controller) batchWait() time.Duration {
 
 // awaitPrefetch checks that t's prefetched values are hot. If some are cold it queues their
 // loads, enters t's key in the gate (later records of the key park behind it) and reports true:
-// t waits without an instance, and goes to the runnable queue when the loads complete.
+// t waits without an instance, and goes to the runnable queue when the loads complete. If the
+// cap is full (t was admitted beyond it, see mayAdmit), t waits for room instead, its loads
+// not yet queued.
 func (c *Controller) awaitPrefetch(t *task) bool {
 	t.prefetched = true
 	if len(c.prefetch) == 1 {
@@ -67,6 +69,10 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 			c.pfHot = append(c.pfHot[:0], pfValue{state: c.prefetch[0], value: v, found: found})
 			c.pfTask, c.pfNext = t, 0
 			return false
+		}
+		if c.overCap() {
+			c.waitForCap(t)
+			return true
 		}
 		t.prefetchWait, t.async = 1, true
 		c.metrics.PrefetchWaits.Add(1)
@@ -79,6 +85,10 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 		k := state.Key{State: state.StateID(id), Record: t.key}
 		v, found, hot := c.cfg.Backend.Get(k)
 		if !hot {
+			if t.prefetchWait == 0 && c.overCap() {
+				c.waitForCap(t) // before any of its loads is queued
+				return true
+			}
 			t.io++
 			c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
 			if len(c.pendingReads) == 1 {
