@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -198,4 +199,100 @@ func TestHotRecordsRunAtCap(t *testing.T) {
 		tier.pending.Wait()
 		checkPerKey(t, sink.outs, map[string]uint64{"x": 1, "h": 1, "y": 1})
 	})
+}
+
+// holdCount counts the values the controller holds in the tier at once.
+type holdCount struct {
+	*state.Tiered
+	held, most int
+}
+
+func (h *holdCount) Hold(k state.Key) bool {
+	ok := h.Tiered.Hold(k)
+	if ok {
+		h.held++
+		h.most = max(h.most, h.held)
+	}
+	return ok
+}
+
+func (h *holdCount) Release(k state.Key) {
+	h.held--
+	h.Tiered.Release(k)
+}
+
+func (h *holdCount) FillHold(res []state.Fetched, hold []bool) {
+	for _, x := range hold {
+		if x {
+			h.held++
+		}
+	}
+	h.most = max(h.most, h.held)
+	h.Tiered.FillHold(res, hold)
+}
+
+// TestLargeBatchFilledInParts: a completed batch of many prefetched values is filled and run in
+// parts, so what it holds in the tier at once is a part's worth, not the whole batch (which
+// would make the tier evict every clean entry it has to make room).
+func TestLargeBatchFilledInParts(t *testing.T) {
+	m := loadModule(t, "testdata/accumpf.wasm")
+	ctx := context.Background()
+	const n = 1000
+	st, err := state.Open(ctx, "mem://fillparts", state.WithHotBytes(64<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// Every key is durable (a count of 0) and, after a restore, cold.
+	w, err := st.Operator(ctx, state.OperatorOptions{Name: "accumpf"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Open(m.Manifest.States); err != nil {
+		t.Fatal(err)
+	}
+	els := make([]Element, n)
+	for i := range els {
+		k := fmt.Sprintf("k%04d", i)
+		w.Put(state.Key{Record: []byte(k)}, binary.LittleEndian.AppendUint64(nil, 0))
+		els[i] = rec(k, 0, int64(i), int64(i+1))
+	}
+	snap, err := w.Capture(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := snap.Persist(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	b, err := st.Operator(ctx, state.OperatorOptions{Name: "accumpf", RestoreFrom: state.RestoreLatest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.Open(m.Manifest.States); err != nil {
+		t.Fatal(err)
+	}
+	h := &holdCount{Tiered: b}
+	sink := &collectSink{}
+	// One Fetch for every record: the batch is sent only when the runner is stuck, with all
+	// of them admitted.
+	c, err := New(m, h, sink, WithReadBatch(4096, 4096), WithReadBatchWait(time.Hour), WithSpareInstances(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx, feed(els, n)); err != nil {
+		t.Fatal(err)
+	}
+	if s := c.Metrics(); s.ReadBatches != 1 || s.ReadBatchKeys != n {
+		t.Fatalf("%d batches of %d keys, want one of %d", s.ReadBatches, s.ReadBatchKeys, n)
+	}
+	if h.most > fillPartKeys || h.held != 0 {
+		t.Errorf("%d values held at once (%d at the end), want at most %d", h.most, h.held, fillPartKeys)
+	}
+	want := map[string]uint64{}
+	for _, e := range els {
+		want[string(e.Key)] = 1
+	}
+	checkPerKey(t, sink.outs, want)
 }

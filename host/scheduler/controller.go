@@ -221,6 +221,7 @@ type Controller struct {
 	ptWake    *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
+	fills        []partFill    // completed batches filled in parts (fillPart), oldest first
 	pendingSince time.Time     // when the oldest pending read joined the batch
 	fetchEWMA    time.Duration // observed fetch latency, for the batch wait
 	prefetch     []uint32      // state ids the module prefetches (docs/abi.md, "Fast paths")
@@ -364,6 +365,10 @@ func (c *Controller) loop(self *carrier) {
 			}
 		}
 		if c.err != nil {
+			if len(c.fills) > 0 {
+				c.fillPart() // delivers the rest of the batch: its tasks are aborted or dropped
+				continue
+			}
 			if t := c.anySuspended(); t != nil {
 				t.aborted = ErrAborted
 				c.resumeTask(self, t)
@@ -394,6 +399,10 @@ func (c *Controller) loop(self *carrier) {
 			c.runnable[0] = nil
 			c.runnable = c.runnable[1:]
 			c.execute(t)
+			continue
+		}
+		if len(c.fills) > 0 {
+			c.fillPart()
 			continue
 		}
 		if t := c.nextCapWaiter(); t != nil {

@@ -171,16 +171,18 @@ func (c *Controller) flushReads() {
 // (under heavy eviction the guard refuses every fetch that waited long, and each refused
 // prefetch becomes a suspension inside the call, which holds an instance). It also holds the
 // prefetched values until their calls have run.
-func (c *Controller) fill(b *readBatch) {
+//
+// It fills b.results[from:to] (see fillPart).
+func (c *Controller) fill(b *readBatch, from, to int) {
 	if c.holder == nil {
-		c.cfg.Backend.Fill(b.results)
+		c.cfg.Backend.Fill(b.results[from:to])
 		return
 	}
 	hold := c.holdBuf[:0]
-	for _, r := range b.reads {
+	for _, r := range b.reads[from:to] {
 		i := slices.Index(c.prefetch, uint32(r.key.State))
 		hold = append(hold, r.prefetch && i >= 0 && i < 64 && r.t.holds&(1<<i) == 0 && !r.t.orphan)
 	}
-	c.holder.FillHold(b.results, hold)
+	c.holder.FillHold(b.results[from:to], hold)
 	c.holdBuf = hold[:0]
 }
