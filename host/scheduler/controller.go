@@ -9,9 +9,12 @@
 //
 //   - Per-key gate: at most one in-flight task per key; later records of a busy key park FIFO
 //     and are promoted when the key frees, so same-key reads always see same-key writes.
-//   - In-flight cap: admitted tasks (running, suspended, parked, waiting for prefetched values
-//     or for an instance) never exceed the cap (WithMaxInFlight); at the cap the runner stops
-//     pulling input, so backpressure reaches the source.
+//   - In-flight cap: admitted tasks that hold or wait for an instance, a fetch or a lookup
+//     (running, suspended, waiting for prefetched values or for an instance) never exceed the
+//     cap (WithMaxInFlight). Records parked behind their key, or waiting for room under the cap,
+//     hold only their input and are bounded by its bytes (WithWaitingMemory); while they are
+//     below that bound the runner takes input at the cap (see mayAdmit), beyond it the cap
+//     counts them too and the runner stops pulling input, so backpressure reaches the source.
 //   - Instance budget: instances (held only by running or suspended calls) are bounded by the
 //     budget (WithInstanceMemoryBudget) at each one's footprint; a task that needs one beyond
 //     it waits without one. A record's prefetched values are held hot (state.Holder) until its call has
@@ -332,9 +335,10 @@ func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
 func (c *Controller) MaxInFlight() int { return c.maxInFlight }
 
 // SetMaxInFlight changes the in-flight cap of a running controller (a live quota change); safe
-// from any goroutine. The runner applies it at its next iteration: a lower cap admits nothing
-// until the tasks in flight fall below it (none is aborted), a higher one admits more once the
-// runner next wakes (a completion or new input). n < 1 is ignored; a Synchronous controller
+// from any goroutine. The runner applies it at its next iteration: under a lower cap no task
+// starts a fetch or call that would count against it until the tasks in flight fall below it
+// (none is aborted; records may still be admitted to wait, within WithWaitingMemory), a higher
+// one admits more once the runner next wakes (a completion or new input). n < 1 is ignored; a Synchronous controller
 // keeps its cap of 1.
 func (c *Controller) SetMaxInFlight(n int) {
 	if n >= 1 {
