@@ -154,6 +154,11 @@ func TestWaitingMemoryBounded(t *testing.T) {
 		}
 		tier.pending.Wait()
 		checkPerKey(t, sink.outs, map[string]uint64{"a": n})
+		// The runner sat at the bound, input at hand, until the first read came back (10 ms
+		// of the bubble's clock).
+		if s := c.Metrics(); s.IdleFull < 10*time.Millisecond || s.Idle < s.IdleFull {
+			t.Errorf("runner idle %v, %v of it unable to admit; want at least 10ms of the latter", s.Idle, s.IdleFull)
+		}
 	})
 }
 
@@ -198,6 +203,9 @@ func TestHotRecordsRunAtCap(t *testing.T) {
 		}
 		tier.pending.Wait()
 		checkPerKey(t, sink.outs, map[string]uint64{"x": 1, "h": 1, "y": 1})
+		if tier.misses != 2 {
+			t.Errorf("%d cold Gets, want 2 (x and y, once each: y's wait for room must not count it twice)", tier.misses)
+		}
 	})
 }
 

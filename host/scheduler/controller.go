@@ -497,6 +497,7 @@ func (c *Controller) wait() {
 			defer c.ptWake.Stop()
 		}
 	}
+	from := time.Now()
 	select {
 	case <-clock:
 	case <-c.comp.wake:
@@ -507,6 +508,11 @@ func (c *Controller) wait() {
 			c.inbuf = b
 		}
 	case <-c.ctx.Done():
+	}
+	idle := int64(time.Since(from))
+	c.metrics.IdleNanos.Add(idle)
+	if !c.inputDone && c.barrier == nil && !c.mayAdmit() {
+		c.metrics.IdleFullNanos.Add(idle) // it could take no input: the cap and the waiting bound
 	}
 }
 

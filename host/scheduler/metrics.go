@@ -51,6 +51,11 @@ type metrics struct {
 	// Capture, which may wait for older snapshots to persist when they pin too much).
 	BarrierDrainNanos   atomic.Int64
 	BarrierCaptureNanos atomic.Int64
+
+	// The runner's time blocked waiting for something to do, and the part of it with input
+	// at hand that it could not admit (the in-flight cap and the waiting records' bound).
+	IdleNanos     atomic.Int64
+	IdleFullNanos atomic.Int64
 }
 
 // Snapshot is a point-in-time copy of a controller's metrics (Controller.Metrics).
@@ -74,6 +79,7 @@ type Snapshot struct {
 	MeanReadBatch                            float64
 	Watermarks, Barriers                     int64
 	BarrierDrain, BarrierCapture             time.Duration // totals on the runner
+	Idle, IdleFull                           time.Duration // totals on the runner (see metrics)
 }
 
 // snapshot copies the metrics.
@@ -88,6 +94,8 @@ func (m *metrics) snapshot() Snapshot {
 		Watermarks: m.Watermarks.Load(), Barriers: m.Barriers.Load(),
 		BarrierDrain:   time.Duration(m.BarrierDrainNanos.Load()),
 		BarrierCapture: time.Duration(m.BarrierCaptureNanos.Load()),
+		Idle:           time.Duration(m.IdleNanos.Load()),
+		IdleFull:       time.Duration(m.IdleFullNanos.Load()),
 	}
 	if s.GateWaits > 0 {
 		s.GateWait = time.Duration(m.GateWaitNanos.Load() / s.GateWaits)

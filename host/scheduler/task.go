@@ -42,6 +42,7 @@ type task struct {
 	prefetchWait int    // prefetched values still loading
 	holds        uint64 // bit i: the backend holds its value of prefetch state i (see holdPrefetched)
 	slotWaited   bool   // it waited for an instance (the instance budget) and may now take one
+	capCold      bool   // it waited for room under the cap with its (one) prefetched value cold
 
 	// Result of the async operation the task is suspended on. Written by the holder (state
 	// reads are installed on the runner) or, for lookups, by an IO goroutine before the
@@ -78,7 +79,7 @@ func (t *task) reset() {
 	t.carrier, t.suspended, t.held = nil, false, nil
 	t.fetched, t.readKey, t.lookup, t.lookupErr, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, nil, 0, time.Time{}
 	t.done.Store(0)
-	t.prefetchWait, t.suspendedOnce, t.slotWaited = 0, false, false
+	t.prefetchWait, t.suspendedOnce, t.slotWaited, t.capCold = 0, false, false, false
 	t.lookups = 0
 }
 
