@@ -22,7 +22,7 @@ func (c *Controller) execute(t *task) {
 			return // runnable again once its prefetched values are loaded (or room under the cap)
 		}
 	} else if c.overCap() {
-		c.waitForCap(t) // its call may suspend: it needs a place under the cap (mayAdmit)
+		c.waitForCap(t, false) // its call may suspend: it needs a place under the cap (mayAdmit)
 		return
 	}
 	if c.batch.max > 1 && c.batchAdd(t) {

@@ -74,8 +74,7 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 				return false
 			}
 			if c.overCap() {
-				c.waitForCap(t)
-				t.capCold = true
+				c.waitForCap(t, true)
 				return true
 			}
 		}
@@ -91,7 +90,7 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 		v, found, hot := c.cfg.Backend.Get(k)
 		if !hot {
 			if t.prefetchWait == 0 && c.overCap() {
-				c.waitForCap(t) // before any of its loads is queued
+				c.waitForCap(t, false) // before any of its loads is queued
 				return true
 			}
 			t.io++

@@ -76,18 +76,20 @@ func (c *Controller) overCap() bool {
 // nothing, could suspend) while the cap is full, until a task that counts against the cap
 // completes. Its key is busy meanwhile, so later records of the key park behind it. A task
 // whose key a record of the pending batch call has (t arrived after it, and would have joined
-// it) parks behind that record instead, as batchAdd would park it.
-func (c *Controller) waitForCap(t *task) {
+// it) parks behind that record instead, as batchAdd would park it. cold says that t's one
+// prefetched value was found cold (see awaitPrefetch).
+func (c *Controller) waitForCap(t *task, cold bool) {
 	if c.pfTask == t {
 		c.pfTask = nil
 	}
+	t.prefetched, t.async = false, true // its prefetched values are checked again when it runs
 	if o := c.pendingBatchTask(t.key); o != nil && !t.inGate {
 		c.markKeyBusy(o)
 		c.park(c.gate[string(t.key)], t, false)
 		c.flushBatch()
 		return
 	}
-	t.prefetched, t.async = false, true // its prefetched values are checked again when it runs
+	t.capCold = cold
 	c.markKeyBusy(t)
 	c.waitBytes += waitSize(t)
 	c.metrics.CapWaits.Add(1)
