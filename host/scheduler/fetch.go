@@ -78,6 +78,7 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 				return true
 			}
 		}
+		t.capCold = false
 		t.prefetchWait, t.async = 1, true
 		c.metrics.PrefetchWaits.Add(1)
 		c.markKeyBusy(t)
