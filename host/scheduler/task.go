@@ -163,18 +163,23 @@ func (s *slot) Emit(key, value []byte) error {
 	if s.setup {
 		return abi.NotAllowed // host/abi refuses emits during setup already
 	}
-	var src Source
-	ts := s.c.watermark // clink_close: the last watermark (docs/abi.md, emit)
-	if t := s.t; t != nil {
-		t.effects = true
-		src = Source{Pos: t.pos, Key: t.key, Timer: t.kind != kindRecord, TS: t.ts}
-		ts = t.ts
-		if t.held != nil {
-			t.held.add(key, value, ts, src)
-			return nil
-		}
+	t := s.t
+	if t == nil {
+		return s.c.out.emit(key, value, s.c.watermark, Source{}) // clink_close: the last watermark (docs/abi.md, emit)
 	}
-	return s.c.out.emit(key, value, ts, src)
+	t.effects = true
+	if t.held != nil {
+		t.held.add(key, value, t.ts, Source{Pos: t.pos, Key: t.key, Timer: t.kind != kindRecord, TS: t.ts})
+		return nil
+	}
+	// outBuffer.emit, with the source written straight into the output (see emit).
+	out, err := s.c.out.add(key, value)
+	if err != nil {
+		return err
+	}
+	out.TS = t.ts
+	out.Src.Pos, out.Src.Key, out.Src.TS, out.Src.Timer = t.pos, t.key, t.ts, t.kind != kindRecord
+	return nil
 }
 
 // RegisterTimer implements abi.Handler.
