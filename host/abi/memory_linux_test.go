@@ -98,3 +98,42 @@ func TestMmapMemoryBounds(t *testing.T) {
 		t.Fatal("a zero-page memory has bytes")
 	}
 }
+
+// TestDirectMemoryReads checks the view the per-record path reads guest memory through
+// (Instance.read): on a mapped memory it is direct, and it agrees with api.Memory about the
+// bytes, the size and the bounds, before and after the memory grows.
+func TestDirectMemoryReads(t *testing.T) {
+	const pages = 1024
+	e := newEngine(t, Limits{MemoryPages: pages})
+	m := load(t, e, "memfill")
+	in, err := m.Instantiate(context.Background(), newRec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close(context.Background())
+	if in.direct.size == nil {
+		t.Fatal("a mapped memory is not read directly")
+	}
+	check := func(when string) {
+		t.Helper()
+		size := in.mem.Size()
+		if got := in.MemoryBytes(); got != uint64(size) {
+			t.Fatalf("%s: MemoryBytes %d, api.Memory says %d", when, got, size)
+		}
+		in.mem.WriteUint32Le(size-4, 0xC0FFEE)
+		for _, c := range []struct{ ptr, n uint32 }{{0, 1}, {size - 4, 4}, {size - 4, 5}, {size, 0}, {size, 1}, {1 << 31, 1}} {
+			want, wok := in.mem.Read(c.ptr, c.n)
+			got, ok := in.read(c.ptr, c.n)
+			if ok != wok || string(got) != string(want) || cap(got) != len(got) {
+				t.Fatalf("%s: read(%d, %d) = %x, %v; api.Memory.Read gives %x, %v", when, c.ptr, c.n, got, ok, want, wok)
+			}
+		}
+	}
+	check("before growth")
+	before := in.MemoryBytes()
+	_ = in.Process([]byte("k"), nil, 0) // memfill grows to its limit, then faults
+	if in.MemoryBytes() <= before {
+		t.Fatal("memfill did not grow the memory: the test did not exercise growth")
+	}
+	check("after growth")
+}
