@@ -26,6 +26,13 @@ type task struct {
 	seq   uint64
 	ep    *epoch
 	wm    int64 // the watermark this task sees
+	// effects: the call changed something (state, timers, an output); a failed call without
+	// any may be handed to OnRecordFailure instead of failing the run.
+	effects  bool
+	attempts int // calls that faulted and were retried (WithRecordRetries)
+	io       int // async operations out that can still deliver to the task (see freeTask)
+	// The fields above and the next group are what the all-hits path touches (hotRun): kept
+	// together, they share the struct's first cache lines.
 
 	slot      *slot    // instance running the task, while in flight
 	carrier   *carrier // carrier parked in the task's guest call, while suspended
@@ -52,16 +59,11 @@ type task struct {
 	// lookupErr is the last failed lookup of the call (for the report if the call fails).
 	lookupErr error
 	lookups   int // lookups the call made so far (LookupCall.Index)
-	// effects: the call changed something (state, timers, an output); a failed call without
-	// any may be handed to OnRecordFailure instead of failing the run.
-	effects  bool
-	attempts int // calls that faulted and were retried (WithRecordRetries)
-	aborted  error
-	order    int64 // resume priority, lower first (ResumePriority)
-	waitFrom time.Time
-	done     atomic.Int32 // lookup completion state, see Lookup
+	aborted   error
+	order     int64 // resume priority, lower first (ResumePriority)
+	waitFrom  time.Time
+	done      atomic.Int32 // lookup completion state, see Lookup
 
-	io     int  // async operations out that can still deliver to the task (see freeTask)
 	orphan bool // finished (aborted) while io > 0: pooled when the last one delivers
 }
 
