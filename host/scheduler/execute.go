@@ -81,7 +81,8 @@ func (c *Controller) hotRun() bool {
 	took := false
 	for len(c.inbuf) > 0 {
 		el := &c.inbuf[0]
-		if el.Kind != ElementRecord || el.KeyByWasm || c.admitted >= c.maxInFlight || c.comp.n.Load() != 0 {
+		// noteExecution may have switched to coroutine calls: they are taken by execute.
+		if el.Kind != ElementRecord || el.KeyByWasm || c.admitted >= c.maxInFlight || c.mode.coro || c.comp.n.Load() != 0 {
 			return took
 		}
 		c.inbuf = c.inbuf[1:]
