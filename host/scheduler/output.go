@@ -1,6 +1,10 @@
 package scheduler
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/clink-wasm/clink-wasm/host/abi"
+)
 
 // Source identifies what a task was processing, for error reports and output attribution.
 type Source struct {
@@ -69,6 +73,7 @@ type outBuffer struct {
 	cur  *Batch
 	free chan *Batch
 	err  error
+	in   *abi.Instance // set while a guest call emits: a flush then runs as in.Blocking
 }
 
 func newOutBuffer(s Sink) *outBuffer {
@@ -136,7 +141,13 @@ func (o *outBuffer) flush() error {
 	}
 	b := o.cur
 	o.cur = o.newBatch()
-	if err := o.sink.Write(b); err != nil {
+	var err error
+	if o.in != nil {
+		err = o.in.Blocking(func() error { return o.sink.Write(b) })
+	} else {
+		err = o.sink.Write(b)
+	}
+	if err != nil {
 		o.err = fmt.Errorf("sink: %w", err)
 		return o.err
 	}

@@ -174,7 +174,13 @@ func (s *slot) Emit(key, value []byte) error {
 			return nil
 		}
 	}
-	return s.c.out.emit(key, value, ts, src)
+	// A flush inside the call may block on a backpressured sink: the call gives its CPU share's
+	// running slot up meanwhile (abi.Instance.Blocking), so that the operators it waits for
+	// (the tenant's own, downstream) can run.
+	s.c.out.in = s.inst
+	err := s.c.out.emit(key, value, ts, src)
+	s.c.out.in = nil
+	return err
 }
 
 // RegisterTimer implements abi.Handler.
