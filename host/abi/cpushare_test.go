@@ -146,8 +146,14 @@ func TestCPUShareRunningSlots(t *testing.T) {
 			secondDone := make(chan error, 1)
 			go func() { secondDone <- second.Process([]byte("b"), nil, 0) }()
 			if tc.together {
-				if err := <-secondDone; err != nil {
-					t.Fatal(err)
+				select {
+				case err := <-secondDone:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(time.Minute): // a bound on the wait, not a measurement
+					close(h.release)
+					t.Fatal("the second call could not run while the first held on")
 				}
 			} else {
 				// Wait until the second call waits for a slot (bounded), then check it has not run.
