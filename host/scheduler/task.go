@@ -165,9 +165,17 @@ func (s *slot) Emit(key, value []byte) error {
 	if s.setup {
 		return abi.NotAllowed // host/abi refuses emits during setup already
 	}
+	// A flush inside the call may block on a backpressured sink: add runs it as s.inst.Blocking,
+	// so that the call gives its CPU share's running slot up meanwhile and the operators it
+	// waits for (the tenant's own, downstream) can run.
 	t := s.t
-	if t == nil {
-		return s.c.out.emit(key, value, s.c.watermark, Source{}) // clink_close: the last watermark (docs/abi.md, emit)
+	if t == nil { // clink_close: the last watermark (docs/abi.md, emit)
+		out, err := s.c.out.add(key, value, s.inst)
+		if err != nil {
+			return err
+		}
+		out.TS, out.Src = s.c.watermark, Source{}
+		return nil
 	}
 	t.effects = true
 	if t.held != nil {
@@ -175,7 +183,7 @@ func (s *slot) Emit(key, value []byte) error {
 		return nil
 	}
 	// outBuffer.emit, with the source written straight into the output (see emit).
-	out, err := s.c.out.add(key, value)
+	out, err := s.c.out.add(key, value, s.inst)
 	if err != nil {
 		return err
 	}
