@@ -234,11 +234,15 @@ func (in *Instance) enterShare() {
 	in.lastCharge = monotonic()
 }
 
-// leaveShare charges the call's running time so far and gives its running slot back.
+// leaveShare charges the call's running time so far and gives its running slot back. Without a
+// share (the common case) it is a check the compiler inlines into every call's end.
 func (in *Instance) leaveShare() {
-	if in.m.e.share == nil {
-		return
+	if in.m.e.share != nil {
+		in.leaveHeldShare()
 	}
+}
+
+func (in *Instance) leaveHeldShare() {
 	in.chargeCPU()
 	if in.holdsSlot {
 		in.holdsSlot = false
