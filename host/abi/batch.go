@@ -116,7 +116,7 @@ func (in *Instance) ProcessBatch(recs []BatchRecord) (done int, err error) {
 	if err := in.ensureInput(total); err != nil {
 		return 0, err
 	}
-	dst, ok := in.read(in.inPtr, uint32(total))
+	dst, ok := in.mem.Read(in.inPtr, uint32(total))
 	if !ok {
 		panic("abi: input buffer outside memory") // ensureInput checked it
 	}
@@ -243,7 +243,7 @@ func (in *Instance) drainBatch(upto, flushCur int) error {
 	if in.outCap == 0 {
 		return nil
 	}
-	area, ok := in.read(in.outPtr, in.outCap)
+	area, ok := in.mem.Read(in.outPtr, in.outCap)
 	if !ok {
 		return in.abiFault(callBatch, "the output area is outside memory")
 	}

@@ -89,7 +89,7 @@ func (in *Instance) gatherInto(p *prefetch, base int) (int, error) {
 // view of guest memory rather than composing a copy first: each api.Memory access is a call
 // through an interface, and each intermediate copy is a copy.
 func (in *Instance) writeInput(need int, key, value []byte) {
-	dst, ok := in.read(in.inPtr, uint32(need))
+	dst, ok := in.mem.Read(in.inPtr, uint32(need))
 	if !ok {
 		// ensureInput checked [inPtr, inPtr+inCap) against memory, and memory never shrinks.
 		panic("abi: input buffer outside memory")
@@ -140,7 +140,7 @@ func (in *Instance) writeBack(k callKind) error { return in.writeBackFrames(&in.
 // writeBackFrames is writeBack of p's frames.
 func (in *Instance) writeBackFrames(p *prefetch, k callKind) error {
 	last := len(p.ids) - 1
-	span, ok := in.read(p.at[0], p.at[last]-p.at[0]+frameHeader+p.caps[last])
+	span, ok := in.mem.Read(p.at[0], p.at[last]-p.at[0]+frameHeader+p.caps[last])
 	if !ok {
 		return in.abiFault(k, "the prefetch frames are outside memory")
 	}
@@ -176,7 +176,7 @@ func (in *Instance) drainOutput(k callKind) error {
 	if in.outCap == 0 {
 		return nil
 	}
-	area, ok := in.read(in.outPtr, in.outCap)
+	area, ok := in.mem.Read(in.outPtr, in.outCap)
 	if !ok {
 		return in.abiFault(k, "the output area is outside memory")
 	}

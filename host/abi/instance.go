@@ -72,10 +72,7 @@ type Instance struct {
 	m   *Module
 	mod api.Module
 	mem api.Memory
-	// direct is the linear memory's mapping when it never moves (memory_linux.go): the
-	// per-record path slices it (read) instead of calling through api.Memory.
-	direct directMemory
-	ctx    context.Context
+	ctx context.Context
 	// memOnHeap: the linear memory is a Go-heap slice (see MemoryOnHeap). Set while the
 	// memory is created, during instantiation.
 	memOnHeap bool
@@ -230,39 +227,7 @@ func (in *Instance) NoteResumed() {
 }
 
 // MemoryBytes returns the current size of the instance's linear memory.
-func (in *Instance) MemoryBytes() uint64 {
-	if in.direct.size != nil {
-		return *in.direct.size
-	}
-	return uint64(in.mem.Size())
-}
-
-// directMemory is a linear memory whose buffer never moves: res is the whole reservation and
-// *size the bytes in use (the memory's size), which only grows, and drops to 0 when the
-// memory is freed.
-type directMemory struct {
-	res  []byte
-	size *uint64
-}
-
-// read returns the guest bytes [ptr, ptr+n) without copying, or false if they are out of
-// bounds: api.Memory.Read, without an interface call when the memory is direct. The view is
-// valid until the instance is closed (or, for a memory on the Go heap, until it grows).
-func (in *Instance) read(ptr, n uint32) ([]byte, bool) {
-	if b, ok := in.direct.view(ptr, n); ok {
-		return b, true
-	}
-	return in.mem.Read(ptr, n) // out of bounds (it says so), or a memory on the Go heap
-}
-
-// view is read's direct case, small enough to be inlined: false when the memory is not
-// direct, or when [ptr, ptr+n) is out of bounds.
-func (d *directMemory) view(ptr, n uint32) ([]byte, bool) {
-	if end := uint64(ptr) + uint64(n); d.size != nil && end <= *d.size {
-		return d.res[ptr:end:end], true
-	}
-	return nil, false
-}
+func (in *Instance) MemoryBytes() uint64 { return uint64(in.mem.Size()) }
 
 // MemoryOnHeap reports whether the instance's linear memory lives on the Go heap (grown by
 // append, as wazero does by default) rather than in its own mapping (memory_linux.go). Only
@@ -545,7 +510,7 @@ func (in *Instance) view(ptr, n uint32) ([]byte, bool) {
 	if n == 0 {
 		return nil, true
 	}
-	return in.read(ptr, n)
+	return in.mem.Read(ptr, n)
 }
 
 // inBounds reports whether [ptr, ptr+n) lies in guest memory.

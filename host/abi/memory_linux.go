@@ -61,7 +61,6 @@ func overLimit(limit *atomic.Uint32, size uint64) bool {
 type mmapMemory struct {
 	res       []byte // the whole reservation, max bytes
 	committed uint64 // bytes made readable and writable, a prefix of res
-	size      uint64 // the memory's size: what the last Reallocate returned (0 once freed)
 	limit     *atomic.Uint32
 }
 
@@ -80,7 +79,6 @@ func (m *mmapMemory) Reallocate(size uint64) []byte {
 		}
 		m.committed = size
 	}
-	m.size = size
 	return m.res[:size:size]
 }
 
@@ -88,7 +86,7 @@ func (m *mmapMemory) Reallocate(size uint64) []byte {
 func (m *mmapMemory) Free() {
 	if m.res != nil {
 		_ = unix.Munmap(m.res)
-		m.res, m.committed, m.size = nil, 0, 0
+		m.res, m.committed = nil, 0
 	}
 }
 
@@ -121,9 +119,6 @@ func (in *Instance) allocator() experimental.MemoryAllocator {
 	return experimental.MemoryAllocatorFunc(func(capBytes, maxBytes uint64) experimental.LinearMemory {
 		lm := newLimitedMemory(capBytes, maxBytes, &in.m.e.liveMemPages)
 		_, in.memOnHeap = lm.(*heapMemory)
-		if mm, ok := lm.(*mmapMemory); ok {
-			in.direct = directMemory{res: mm.res, size: &mm.size}
-		}
 		return lm
 	})
 }
