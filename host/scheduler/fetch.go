@@ -64,21 +64,22 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 	if len(c.prefetch) == 1 {
 		// The common case, without the loop's bookkeeping.
 		k := state.Key{State: state.StateID(c.prefetch[0]), Record: t.key}
-		if !t.capCold {
-			// (A task back from waiting for room found it cold then, and its key has been
-			// busy since: nothing filled it, and asking again would count a second miss.)
+		if !t.knownCold {
 			v, found, hot := c.cfg.Backend.Get(k)
 			if hot {
 				c.pfHot = append(c.pfHot[:0], pfValue{state: c.prefetch[0], value: v, found: found})
 				c.pfTask, c.pfNext = t, 0
 				return false
 			}
-			if c.overCap() {
-				c.waitForCap(t, true)
-				return true
-			}
 		}
-		t.capCold = false
+		// (A task known cold was found so just before, or before it waited for room under the
+		// cap, its key busy since: nothing filled it, and asking again would count a second
+		// miss.)
+		t.knownCold = false
+		if c.overCap() {
+			c.waitForCap(t, true)
+			return true
+		}
 		t.prefetchWait, t.async = 1, true
 		c.metrics.PrefetchWaits.Add(1)
 		c.markKeyBusy(t)

@@ -89,7 +89,7 @@ func (c *Controller) waitForCap(t *task, cold bool) {
 		c.flushBatch()
 		return
 	}
-	t.capCold = cold
+	t.knownCold = cold
 	c.markKeyBusy(t)
 	c.waitBytes += waitSize(t)
 	c.metrics.CapWaits.Add(1)
