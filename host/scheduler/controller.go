@@ -49,7 +49,8 @@
 //
 //   - controller.go: the Controller, New, Run, the runner loop, input and shutdown;
 //   - options.go: Option and its With… constructors, the one place defaults live;
-//   - gate.go: the per-key gate; execute.go: running a task's guest call and finishing it;
+//   - gate.go: the per-key gate; execute.go: running a task's guest call and finishing it, and
+//     hotRun, the same for runs of records on the all-hits path in one loop;
 //   - instances.go: the instance pool and its memory budget; epochs.go: epochs, timers' release
 //     and barriers; ordered.go: outputs held in input order (OrderInput);
 //   - fetch.go: the prefetch check, cold reads and their coalescing; lookups.go: lookups;
