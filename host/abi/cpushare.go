@@ -65,10 +65,11 @@ type CPUShare struct {
 	// Running slots. INVARIANT (under mu): running ≤ slots(cores) except transiently after
 	// SetCores lowers the share (calls running then keep their slots until they give them up),
 	// and running counts exactly the instances whose holdsSlot is set.
-	running int
-	waiting int           // enter calls waiting for a slot
-	freed   chan struct{} // closed (and replaced) when a slot frees while someone waits
-	peak    atomic.Int64  // the most guests that ran at once
+	running   int
+	waiting   int           // enter calls waiting for a slot
+	waitSince time.Duration // since when the waiting ones have waited (monotonic)
+	freed     chan struct{} // closed (and replaced) when a slot frees while someone waits
+	peak      atomic.Int64  // the most guests that ran at once
 }
 
 // Used returns the guest time charged to the share in all.
@@ -97,10 +98,7 @@ func (c *CPUShare) setCores(cores float64, now time.Duration) {
 	c.cores = cores
 	close(c.wake)
 	c.wake = make(chan struct{})
-	if c.waiting > 0 { // more slots, or none needed any more
-		close(c.freed)
-		c.freed = make(chan struct{})
-	}
+	c.wakeLocked() // more slots, or none needed any more
 }
 
 // slots is how many of a share's guests may run at once: ⌈cores⌉, at least 1; 0 for no limit.
@@ -118,22 +116,30 @@ func (c *CPUShare) PeakRunning() int { return int(c.peak.Load()) }
 // whether the caller holds one (false: the share has no limit, or done was closed first).
 func (c *CPUShare) enter(done <-chan struct{}) bool {
 	c.mu.Lock()
+	woken := false
 	for {
 		n := slots(c.cores)
 		if n == 0 {
 			c.mu.Unlock()
 			return false
 		}
-		if c.running < n {
+		now := monotonic()
+		if c.admitLocked(woken, now) {
 			c.running++
 			if p := int64(c.running); p > c.peak.Load() {
 				c.peak.Store(p)
+			}
+			if woken {
+				c.waitSince = now // the others' wait for the next slot starts now
 			}
 			c.mu.Unlock()
 			return true
 		}
 		if c.freed == nil {
 			c.freed = make(chan struct{})
+		}
+		if c.waiting == 0 {
+			c.waitSince = now
 		}
 		freed := c.freed
 		c.waiting++
@@ -143,11 +149,32 @@ func (c *CPUShare) enter(done <-chan struct{}) bool {
 		case <-done:
 			c.mu.Lock()
 			c.waiting--
+			c.wakeLocked() // a slot this waiter was woken for goes to the others
 			c.mu.Unlock()
 			return false
 		}
 		c.mu.Lock()
 		c.waiting--
+		woken = true
+	}
+}
+
+// admitLocked decides whether an enter at now takes a free slot. One that has not waited may
+// take it ahead of waiting ones, so that one subtask's cheap calls run back to back without a
+// hand-off per call, until the waiting ones have waited a share period: then only they may,
+// so that no guest of a share starves another (as sync.Mutex's starvation mode).
+func (c *CPUShare) admitLocked(woken bool, now time.Duration) bool {
+	if c.running >= slots(c.cores) {
+		return false
+	}
+	return woken || c.waiting == 0 || now-c.waitSince < cpuSharePeriod
+}
+
+// wakeLocked wakes every waiting enter to try again.
+func (c *CPUShare) wakeLocked() {
+	if c.waiting > 0 {
+		close(c.freed)
+		c.freed = make(chan struct{})
 	}
 }
 
@@ -155,10 +182,7 @@ func (c *CPUShare) enter(done <-chan struct{}) bool {
 func (c *CPUShare) leave() {
 	c.mu.Lock()
 	c.running--
-	if c.waiting > 0 {
-		close(c.freed)
-		c.freed = make(chan struct{})
-	}
+	c.wakeLocked()
 	c.mu.Unlock()
 }
 

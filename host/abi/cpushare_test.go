@@ -237,3 +237,81 @@ func TestCPUShareSlotsFollowSetCores(t *testing.T) {
 		t.Fatalf("running %d after leaving both", sh.running)
 	}
 }
+
+// TestCPUShareSlotsNoStarvation: with one slot, a call that has not waited may take a free slot
+// ahead of a waiting one only until that one has waited a share period; then only a woken
+// waiter may, and the barger queues behind it and gets the slot when it is given back.
+func TestCPUShareSlotsNoStarvation(t *testing.T) {
+	sh := NewCPUShare(1)
+	sh.mu.Lock()
+	sh.waiting, sh.waitSince = 1, time.Hour
+	if !sh.admitLocked(false, time.Hour+cpuSharePeriod/2) {
+		t.Error("a free slot was refused to a barger before the waiter had waited a share period")
+	}
+	if sh.admitLocked(false, time.Hour+cpuSharePeriod) {
+		t.Error("a barger took a free slot from a waiter that had waited a share period")
+	}
+	if !sh.admitLocked(true, time.Hour+cpuSharePeriod) {
+		t.Error("a woken waiter was refused a free slot")
+	}
+	sh.running = 1
+	if sh.admitLocked(true, time.Hour) {
+		t.Error("a slot was given beyond the share's one")
+	}
+	sh.waiting, sh.running = 0, 0
+	sh.mu.Unlock()
+
+	// The same with goroutines: B waits; A, in a loop of leave and enter, is refused once B
+	// has waited a period and queues behind B, which runs.
+	if !sh.enter(nil) {
+		t.Fatal("no slot")
+	}
+	bGot := make(chan struct{})
+	bLeave := make(chan struct{})
+	go func() {
+		if sh.enter(nil) {
+			close(bGot)
+			<-bLeave
+			sh.leave()
+		}
+	}()
+	for i := 0; ; i++ { // bounded wait until B waits
+		sh.mu.Lock()
+		w := sh.waiting
+		sh.mu.Unlock()
+		if w == 1 {
+			break
+		}
+		if i == 10_000 {
+			t.Fatal("B never waited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	aGot := make(chan struct{})
+	go func() {
+		for i := 0; i < 100_000_000; i++ {
+			sh.leave()
+			sh.enter(nil)
+			select {
+			case <-bGot: // B ran: A's enter above returned after B gave the slot back
+				close(aGot)
+				return
+			default:
+			}
+		}
+	}()
+	<-bGot
+	sh.mu.Lock()
+	running := sh.running
+	sh.mu.Unlock()
+	if running != 1 {
+		t.Fatalf("%d running while B holds the share's one slot", running)
+	}
+	close(bLeave)
+	select {
+	case <-aGot:
+	case <-time.After(time.Minute): // a bound on the wait, not a measurement
+		t.Fatal("A never got the slot back after B left")
+	}
+	sh.leave()
+}
