@@ -89,6 +89,11 @@ type Transport struct {
 	// MaxBodyBytes, if positive, bounds a response body: reading past it fails with
 	// ErrBodyTooLarge (at once when Content-Length says so).
 	MaxBodyBytes int64
+	// HeadersFor, if set, says for which final response statuses the caller reads the
+	// header fields: for the others Header is nil, which saves the header map and the copy
+	// of the head (every field is still parsed, checked and counted, and framing fields
+	// still frame the body). Nil: every response has its Header.
+	HeadersFor func(status int) bool
 
 	once  sync.Once
 	pool  pool
