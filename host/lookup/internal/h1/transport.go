@@ -432,6 +432,9 @@ func (t *Transport) dial(a *Attempt, addr string) (*conn, error) {
 		return nil, err
 	}
 	c := &conn{t: t, addr: addr, nc: nc, br: bufio.NewReaderSize(nc, readBufSize)}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.rc, _ = sc.SyscallConn() // nil: writeAwait is not used
+	}
 	t.pool.mu.Lock()
 	if t.pool.closed {
 		t.pool.mu.Unlock()
@@ -449,6 +452,7 @@ type conn struct {
 	t      *Transport
 	addr   string
 	nc     net.Conn
+	rc     syscall.RawConn // nc's, for writeAwait; nil if nc has none
 	br     *bufio.Reader
 	wbuf   []byte
 	hbuf   []byte    // scratch for a response head
@@ -497,7 +501,7 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		return nil, wrap(a, "write request", context.Canceled, false)
 	}
 
-	w, err := c.writeRequest(req, a)
+	w, err := c.writeRequest(req, a) // marks the attempt sent
 	if err != nil {
 		err = c.ioError("write request", err)
 		c.fail()
@@ -506,7 +510,6 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		}
 		return nil, err
 	}
-	a.MarkSent(time.Now())
 
 	resp, nothingRead, err := c.readResponse(req)
 	if err != nil {
@@ -573,8 +576,8 @@ func (c *conn) release(reusable bool) {
 	c.nc.Close()
 }
 
-// writeRequest writes req in one system call when its body is small. It returns the number
-// of bytes the connection accepted.
+// writeRequest writes req in one system call when its body is small, and marks a sent. It
+// returns the number of bytes the connection accepted.
 func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 	b, body, err := appendRequest(c.wbuf[:0], req, maxKeptWrite)
 	if err != nil {
@@ -589,7 +592,23 @@ func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 			trace.WroteHeaders()
 		}
 	}
+	if body == nil && c.rc != nil {
+		w, ok, err := writeAwait(c.rc, b, a) // marks a sent
+		if ok || err != nil {
+			return w, err
+		}
+		// The rest did not fit in the socket's buffer (or the wait could not start: the
+		// deadline passed): Write waits for room, or fails.
+		n, err := c.nc.Write(b[w:])
+		if err == nil {
+			a.MarkSent(time.Now())
+		}
+		return w + n, err
+	}
 	w, err := c.nc.Write(b)
+	if err == nil && body == nil {
+		a.MarkSent(time.Now())
+	}
 	if err != nil || body == nil {
 		if body != nil {
 			body.Close()
@@ -604,6 +623,9 @@ func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 		err = checkBodyEnd(body)
 	} else {
 		body.Close()
+	}
+	if err == nil {
+		a.MarkSent(time.Now())
 	}
 	return w + int(n), err
 }

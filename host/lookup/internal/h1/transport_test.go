@@ -640,3 +640,57 @@ func TestAttempt(t *testing.T) {
 		t.Fatalf("exchange after Close: %v", err)
 	}
 }
+
+// TestImmediateAnswers: an upstream that answers the moment it has read a request. The
+// transport waits for the response's bytes without a read first (writeAwait), and a
+// response that arrives between the write and the wait must still wake it: a missed
+// wake-up would end the exchange at its deadline instead.
+func TestImmediateAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					if _, err := c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	tr, d := newTransport(t)
+	url := "http://" + ln.Addr().String() + "/x"
+	for i := range 500 {
+		var a Attempt
+		a.Reset(time.Now().Add(10 * time.Second))
+		req, _ := http.NewRequest("GET", url, nil)
+		resp, err := tr.Exchange(req, &a)
+		if err != nil {
+			t.Fatalf("exchange %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != "ok" {
+			t.Fatalf("exchange %d: %q %v", i, b, err)
+		}
+		if _, ok := a.Upstream(); !ok {
+			t.Fatalf("exchange %d: the sent and answered marks are missing", i)
+		}
+	}
+	if n := d.dials.Load(); n != 1 {
+		t.Fatalf("%d dials for sequential exchanges, want 1", n)
+	}
+}
