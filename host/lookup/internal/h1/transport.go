@@ -7,7 +7,8 @@
 // hands every request and response between them and the caller over channels. Under load
 // on a small machine those hand-offs cost as much CPU as the HTTP work itself (host/lookup's
 // DESIGN.md has the profile). Here a request costs one write system call and the reads its
-// response needs, on the goroutine that asked.
+// response needs, on the goroutine that asked; the wait for the response is not preceded by
+// a read that could only fail (wait_unix.go).
 //
 // # What it handles, and what it does not
 //
@@ -453,6 +454,7 @@ type conn struct {
 	addr   string
 	nc     net.Conn
 	rc     syscall.RawConn // nc's, for writeAwait; nil if nc has none
+	aw     awaiter
 	br     *bufio.Reader
 	wbuf   []byte
 	hbuf   []byte    // scratch for a response head
@@ -466,6 +468,17 @@ type conn struct {
 	att         *Attempt
 	closeWhen   bool // close after this exchange (Connection: close, HTTP/1.0, request Close)
 	hasDeadline bool // a deadline is set on nc
+}
+
+// awaiter is a connection's state for writeAwait's callback, kept with it so that an
+// exchange allocates no closure.
+type awaiter struct {
+	b       []byte
+	a       *Attempt
+	n       int
+	err     error
+	started bool
+	fn      func(uintptr) bool // the callback, bound once
 }
 
 // staleError marks a failure on a reused connection before any response byte arrived: the
@@ -593,7 +606,7 @@ func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 		}
 	}
 	if body == nil && c.rc != nil {
-		w, ok, err := writeAwait(c.rc, b, a) // marks a sent
+		w, ok, err := writeAwait(c.rc, &c.aw, b, a) // marks a sent
 		if ok || err != nil {
 			return w, err
 		}

@@ -21,38 +21,42 @@ import (
 // ok reports that the whole of b was written and the wait is over; a is marked sent at the
 // write. Otherwise n bytes were written and err is the write's error, if any: with err nil
 // the socket's buffer was full (or the wait could not start: n is 0), and the caller
-// writes the rest with Write.
-func writeAwait(rc syscall.RawConn, b []byte, a *Attempt) (n int, ok bool, err error) {
-	started := false
-	rerr := rc.Read(func(fd uintptr) bool {
-		if started {
-			return true // readable: the caller's read takes it from here
-		}
-		started = true
-		for n < len(b) {
-			m, e := syscall.Write(int(fd), b[n:])
-			if m > 0 {
-				n += m
-			}
-			switch {
-			case e == syscall.EINTR:
-				continue
-			case e == syscall.EAGAIN:
-				return true
-			case e != nil:
-				err = os.NewSyscallError("write", e)
-				return true
-			case m == 0:
-				err = syscall.EIO // a zero-length write of a non-empty buffer: never on a socket
-				return true
-			}
-		}
-		a.MarkSent(time.Now())
-		return false // wait for the response
-	})
-	if !started || n < len(b) || err != nil {
-		return n, false, err
+// writes the rest with Write. w is the connection's state for the callback (no allocation
+// per exchange).
+func writeAwait(rc syscall.RawConn, w *awaiter, b []byte, a *Attempt) (n int, ok bool, err error) {
+	if w.fn == nil {
+		w.fn = w.callback
 	}
-	_ = rerr // the wait's error (deadline, Cancel, close) is the read's too: reported there
-	return n, true, nil
+	*w = awaiter{b: b, a: a, fn: w.fn}
+	_ = rc.Read(w.fn) // the wait's error (deadline, Cancel, close) is the read's too: reported there
+	n, ok, err = w.n, w.started && w.n == len(b) && w.err == nil, w.err
+	*w = awaiter{fn: w.fn}
+	return n, ok, err
+}
+
+func (w *awaiter) callback(fd uintptr) bool {
+	if w.started {
+		return true // readable: the caller's read takes it from here
+	}
+	w.started = true
+	for w.n < len(w.b) {
+		m, e := syscall.Write(int(fd), w.b[w.n:])
+		if m > 0 {
+			w.n += m
+		}
+		switch {
+		case e == syscall.EINTR:
+			continue
+		case e == syscall.EAGAIN:
+			return true
+		case e != nil:
+			w.err = os.NewSyscallError("write", e)
+			return true
+		case m == 0:
+			w.err = syscall.EIO // a zero-length write of a non-empty buffer: never on a socket
+			return true
+		}
+	}
+	w.a.MarkSent(time.Now())
+	return false // wait for the response
 }
