@@ -231,7 +231,9 @@ func parseHead(head []byte, fields int, headersFor func(int) bool) (*http.Respon
 	if err != nil {
 		return nil, fr, err
 	}
-	resp := &http.Response{ContentLength: -1}
+	ra := &responseAlloc{resp: http.Response{ContentLength: -1}}
+	resp := &ra.resp
+	fr.body = &ra.body
 	if err := parseStatusLine(line, resp); err != nil {
 		return nil, fr, err
 	}
@@ -274,8 +276,15 @@ func parseHead(head []byte, fields int, headersFor func(int) bool) (*http.Respon
 	return resp, fr, nil
 }
 
+// responseAlloc is a response and its body reader in one allocation.
+type responseAlloc struct {
+	resp http.Response
+	body body
+}
+
 // framing is what delimiting a response's body needs of its header fields (RFC 9112 §6.3).
 type framing struct {
+	body      *body  // the response's body reader, allocated with it
 	close     bool   // a Connection field lists "close"
 	te, cl    string // the first Transfer-Encoding and Content-Length values
 	nTE, nCL  int    // how many values each has
@@ -420,19 +429,22 @@ func (c *conn) frame(resp *http.Response, fr *framing, method string) error {
 		resp.Body = http.NoBody
 		c.finish()
 	case hasTE:
-		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeChunked, limit: c.t.MaxBodyBytes, overhead: -maxChunkOverhead}
+		*fr.body = body{bodyConn: bodyConn{c: c}, mode: modeChunked, limit: c.t.MaxBodyBytes, overhead: -maxChunkOverhead}
+		resp.Body = fr.body
 	case cl == 0:
 		resp.ContentLength = 0
 		resp.Body = http.NoBody
 		c.finish()
 	case cl > 0:
 		resp.ContentLength = cl
-		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeLength, remain: cl, limit: c.t.MaxBodyBytes}
+		*fr.body = body{bodyConn: bodyConn{c: c}, mode: modeLength, remain: cl, limit: c.t.MaxBodyBytes}
+		resp.Body = fr.body
 	default:
 		// Delimited by the connection closing: valid, never reusable.
 		c.closeWhen = true
 		resp.Close = true
-		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeEOF, limit: c.t.MaxBodyBytes}
+		*fr.body = body{bodyConn: bodyConn{c: c}, mode: modeEOF, limit: c.t.MaxBodyBytes}
+		resp.Body = fr.body
 	}
 	return nil
 }
