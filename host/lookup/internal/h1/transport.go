@@ -112,7 +112,8 @@ const (
 
 	maxInterim   = 8 // interim (1xx) responses skipped before the final one
 	probeIdle    = 2 * time.Second
-	maxKeptWrite = 64 << 10 // a connection keeps a write buffer up to this size
+	maxAwaitIdle = 100 * time.Millisecond // see conn.awaitOK
+	maxKeptWrite = 64 << 10               // a connection keeps a write buffer up to this size
 	readBufSize  = 4 << 10
 )
 
@@ -406,6 +407,7 @@ func (t *Transport) getConn(a *Attempt, addr string, probe bool) (*conn, error) 
 			continue
 		}
 		c.reused = true
+		c.awaitOK = now.Sub(c.idleAt) <= maxAwaitIdle
 		return c, nil
 	}
 	return t.dial(a, addr)
@@ -432,7 +434,7 @@ func (t *Transport) dial(a *Attempt, addr string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{t: t, addr: addr, nc: nc, br: bufio.NewReaderSize(nc, readBufSize)}
+	c := &conn{t: t, addr: addr, nc: nc, br: bufio.NewReaderSize(nc, readBufSize), awaitOK: true}
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.rc, _ = sc.SyscallConn() // nil: writeAwait is not used
 	}
@@ -450,16 +452,21 @@ func (t *Transport) dial(a *Attempt, addr string) (*conn, error) {
 // conn is one connection. It is owned by one exchange at a time: by the pool, or by the
 // exchange that took it until its response body is finished.
 type conn struct {
-	t      *Transport
-	addr   string
-	nc     net.Conn
-	rc     syscall.RawConn // nc's, for writeAwait; nil if nc has none
-	aw     awaiter
-	br     *bufio.Reader
-	wbuf   []byte
-	hbuf   []byte    // scratch for a response head
-	idleAt time.Time // when it entered the pool
-	reused bool      // taken from the pool for the current exchange
+	t    *Transport
+	addr string
+	nc   net.Conn
+	rc   syscall.RawConn // nc's, for writeAwait; nil if nc has none
+	aw   awaiter
+	// awaitOK: the exchange may use writeAwait. Not after the connection sat idle for more
+	// than maxAwaitIdle: a server that half-closed it meanwhile (its FIN already here) would
+	// leave the wait to its deadline, where a read finds the end of file at once and the
+	// request is replayed on a new connection.
+	awaitOK bool
+	br      *bufio.Reader
+	wbuf    []byte
+	hbuf    []byte    // scratch for a response head
+	idleAt  time.Time // when it entered the pool
+	reused  bool      // taken from the pool for the current exchange
 
 	prev, next *conn       // ring of connections in use; guarded by pool.mu
 	killed     atomic.Bool // Transport.Close aborted it
@@ -605,7 +612,7 @@ func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 			trace.WroteHeaders()
 		}
 	}
-	if body == nil && c.rc != nil {
+	if body == nil && c.rc != nil && c.awaitOK {
 		w, ok, err := writeAwait(c.rc, &c.aw, b, a) // marks a sent
 		if ok || err != nil {
 			return w, err

@@ -694,3 +694,56 @@ func TestImmediateAnswers(t *testing.T) {
 		t.Fatalf("%d dials for sequential exchanges, want 1", n)
 	}
 }
+
+// TestHalfClosedIdle: the server ends its side of a kept-alive connection after a response
+// (FIN) but keeps it open. A request on it after a while idle must not wait for its deadline
+// (writeAwait's wait sees no new event for a FIN that came before it): it finds the end of
+// file at once and is replayed on a new connection.
+func TestHalfClosedIdle(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+				c.(*net.TCPConn).CloseWrite()
+				io.Copy(io.Discard, br) // reads on, answers nothing more
+				<-done
+			}()
+		}
+	}()
+	tr, d := newTransport(t)
+	url := "http://" + ln.Addr().String() + "/x"
+	for i := range 2 {
+		var a Attempt
+		a.Reset(time.Now().Add(30 * time.Second))
+		req, _ := http.NewRequest("GET", url, nil)
+		resp, err := tr.Exchange(req, &a)
+		if err != nil {
+			t.Fatalf("exchange %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != "ok" {
+			t.Fatalf("exchange %d: %q %v", i, b, err)
+		}
+		time.Sleep(maxAwaitIdle + 50*time.Millisecond) // idle past maxAwaitIdle; the FIN is here
+	}
+	if n := d.dials.Load(); n != 2 {
+		t.Fatalf("%d dials, want 2 (the half-closed connection replaced)", n)
+	}
+}

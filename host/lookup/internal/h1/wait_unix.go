@@ -17,6 +17,8 @@ import (
 // RawConn.Read arms the poller before its first call: a response that arrives right after
 // the write wakes the wait, where a wait armed after the write could miss it. On the wake-up
 // the caller reads as usual (the deadline, a Cancel and a closed connection surface there).
+// An event from before the wait (a FIN while the connection was idle) does not wake it: the
+// caller uses it only on a connection that was not idle long (conn.awaitOK).
 //
 // ok reports that the whole of b was written and the wait is over; a is marked sent at the
 // write. Otherwise n bytes were written and err is the write's error, if any: with err nil
