@@ -142,7 +142,7 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 			Sensitive:              names, // injected headers carry credentials: never HPACK-indexed
 			// The endpoint reads a response's header fields only to follow a redirect
 			// (Location) and to retry (Retry-After); Response carries none of them.
-			HeadersFor: func(status int) bool { return status/100 == 3 || e.retryStatus.has(status) },
+			HeadersFor: e.headersFor,
 		}
 	}
 	if tr == "h1" && base.Scheme == "http" {
@@ -153,10 +153,17 @@ func newEndpoint(tenant string, cfg *EndpointConfig, r *Registry) (*Endpoint, er
 			IdleConnTimeout:        e.transport.IdleConnTimeout,
 			MaxResponseHeaderBytes: int(e.transport.MaxResponseHeaderBytes),
 			MaxBodyBytes:           e.maxBody,
+			HeadersFor:             e.headersFor,
 		}}
 	}
 	e.std = stdTransport{rt: e.transport, ctx: e.ctx}
 	return e, nil
+}
+
+// headersFor says for which response statuses the endpoint reads the header fields: to
+// follow a redirect (Location) and to retry (Retry-After). Response carries none of them.
+func (e *Endpoint) headersFor(status int) bool {
+	return status/100 == 3 || e.retryStatus.has(status)
 }
 
 // Name returns the endpoint's name.

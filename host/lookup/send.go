@@ -49,15 +49,22 @@ func (c *call) sendOne() (next *call) {
 		tr.Start(req, &c.att, c.doneFn)
 		return nil // the completion ends the attempt and starts the next queued call
 	}
-	if c.syncFn == nil {
+	ex, direct := tr.(exchanger)
+	if !direct && c.syncFn == nil {
 		c.syncFn = func(resp *http.Response, err error) { c.syncResp, c.syncErr = resp, err }
 	}
 	// A blocking transport: the exchanges (the request, then the redirects it follows) run
 	// here, one after the other, and the next queued call is returned to send's loop.
 	for {
-		tr.Start(c.req, &c.att, c.syncFn)
-		resp, err := c.syncResp, c.syncErr
-		c.syncResp, c.syncErr = nil, nil
+		var resp *http.Response
+		var err error
+		if direct {
+			resp, err = ex.Exchange(c.req, &c.att)
+		} else {
+			tr.Start(c.req, &c.att, c.syncFn)
+			resp, err = c.syncResp, c.syncErr
+			c.syncResp, c.syncErr = nil, nil
+		}
 		if err == nil {
 			var next *http.Request
 			if next, err = e.redirect(c.req, resp, &c.via); next != nil {

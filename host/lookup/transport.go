@@ -30,6 +30,15 @@ type transport interface {
 	Close()
 }
 
+// exchanger is a blocking transport that also returns an exchange's outcome instead of
+// calling back (h1): the endpoint's blocking path uses it, which saves a callback per call.
+// Exchange is Start without done.
+type exchanger interface {
+	Exchange(req *http.Request, a *attempt.Attempt) (*http.Response, error)
+}
+
+var _ exchanger = h1Transport{}
+
 // h1Transport is internal/h1 behind the seam: Start is a blocking Exchange.
 type h1Transport struct{ *h1.Transport }
 

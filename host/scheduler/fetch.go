@@ -149,7 +149,9 @@ func (c *Controller) readCold(t *task, k state.Key) ([]byte, bool, error) {
 // flushReads issues every pending cold read as one batched Fetch.
 func (c *Controller) flushReads() {
 	reads := c.pendingReads
-	c.pendingReads = nil
+	// The batch keeps reads until its completion; the next one starts at this one's size
+	// instead of growing from nothing (growslice was 5% of the suspension path's CPU).
+	c.pendingReads = make([]pendingRead, 0, len(reads))
 	keys := make([]state.Key, len(reads))
 	for i, r := range reads {
 		keys[i] = r.key

@@ -29,13 +29,16 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 	t.done.Store(0)
 	t.io++
 	c.outstanding++
-	c.cfg.Lookup(ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
-		t.lookup = lookupResult{status: status, body: body, err: err}
-		if t.done.CompareAndSwap(0, 2) {
-			return // answered before the caller suspended: it reads t.lookup directly
+	if t.lookupDone == nil {
+		t.lookupDone = func(status int, body []byte, err error) {
+			t.lookup = lookupResult{status: status, body: body, err: err}
+			if t.done.CompareAndSwap(0, 2) {
+				return // answered before the caller suspended: it reads t.lookup directly
+			}
+			c.comp.post(completion{task: t, at: time.Now()})
 		}
-		c.comp.post(completion{task: t, at: time.Now()})
-	})
+	}
+	c.cfg.Lookup(ctx, endpoint, bytes.Clone(req), t.lookupDone)
 	if t.done.CompareAndSwap(0, 1) {
 		c.suspend(t)
 		if t.aborted != nil {

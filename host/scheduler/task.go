@@ -64,6 +64,9 @@ type task struct {
 	order     int64 // resume priority, lower first (ResumePriority)
 	waitFrom  time.Time
 	done      atomic.Int32 // lookup completion state, see Lookup
+	// lookupDone is the done callback of the task's lookups, made once per task struct
+	// (bound to it and its controller, whose pool it stays in) instead of once per lookup.
+	lookupDone func(status int, body []byte, err error)
 
 	orphan bool // finished (aborted) while io > 0: pooled when the last one delivers
 }

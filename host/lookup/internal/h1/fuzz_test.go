@@ -38,6 +38,8 @@ func (c *scriptConn) SetWriteDeadline(time.Time) error { return nil }
 //   - never looser than net/http: whatever h1 accepts, net/http's Transport reading
 //     (http.ReadResponse, interim responses skipped, the same head limit) accepts with the
 //     same status, fields and body, and closes no connection that h1 would keep;
+//   - without the header map (HeadersFor false, as host/lookup asks for most statuses), the
+//     same outcome: the same error or none, status, body, Close and pooling, a nil Header;
 //   - never stricter than net/http: whatever net/http accepts, h1 accepts too, unless it
 //     breaks one of h1's own limits (more than MaxHeaderCount field values, a body over
 //     MaxBodyBytes, more than maxInterim interim responses) or is what a client that asked
@@ -104,6 +106,18 @@ func FuzzResponse(f *testing.F) {
 		pooled := len(tr.pool.idle["127.0.0.1:80"])
 		tr.pool.mu.Unlock()
 
+		bare := roundTripScript(t, script, method, maxFields, maxBody)
+		if (bare.err == nil) != (err == nil) {
+			t.Fatalf("with Header: %v; without: %v", err, bare.err)
+		}
+		if err == nil && (bare.resp.StatusCode != resp.StatusCode || bare.resp.Status != resp.Status ||
+			!bytes.Equal(bare.body, body) || bare.resp.Close != resp.Close || bare.pooled != pooled ||
+			bare.resp.ContentLength != resp.ContentLength || bare.resp.Header != nil) {
+			t.Fatalf("without Header: %q %q close %v pooled %d length %d header %v; with: %q %q close %v pooled %d length %d",
+				bare.resp.Status, bare.body, bare.resp.Close, bare.pooled, bare.resp.ContentLength, bare.resp.Header,
+				resp.Status, body, resp.Close, pooled, resp.ContentLength)
+		}
+
 		// net/http's Transport reading the same script under the same head limit.
 		std := readStd(script, req, tr.MaxResponseHeaderBytes)
 
@@ -161,6 +175,36 @@ func FuzzResponse(f *testing.F) {
 			t.Fatalf("net/http closes the connection, h1 keeps it (Close %v, pooled %d)", resp.Close, pooled)
 		}
 	})
+}
+
+type scriptResult struct {
+	resp   *http.Response
+	body   []byte
+	pooled int
+	err    error
+}
+
+// roundTripScript runs one request over a connection that answers script, with a transport
+// that builds no Header (HeadersFor false for every status).
+func roundTripScript(t *testing.T, script []byte, method string, maxFields int, maxBody int64) (r scriptResult) {
+	sc := &scriptConn{r: bytes.NewReader(script)}
+	tr := &Transport{
+		Dial:                   func(context.Context, string, string) (net.Conn, error) { return sc, nil },
+		MaxResponseHeaderBytes: 2 << 10,
+		MaxHeaderCount:         maxFields,
+		MaxBodyBytes:           maxBody,
+		HeadersFor:             func(int) bool { return false },
+	}
+	req, _ := http.NewRequest(method, "http://127.0.0.1/x", nil)
+	r.resp, r.err = tr.RoundTrip(req)
+	if r.err == nil {
+		r.body, r.err = io.ReadAll(r.resp.Body)
+		r.resp.Body.Close()
+	}
+	tr.pool.mu.Lock()
+	r.pooled = len(tr.pool.idle["127.0.0.1:80"])
+	tr.pool.mu.Unlock()
+	return r
 }
 
 // stdResult is how net/http's Transport reads a script.

@@ -82,6 +82,12 @@ func BenchmarkExchange(b *testing.B) {
 		if name == "bare-lf" {
 			continue
 		}
+		// Without the header map, as host/lookup reads a 200.
+		b.Run("h1-noheader/"+name, func(b *testing.B) {
+			tr := &Transport{Dial: dial, HeadersFor: func(int) bool { return false }}
+			defer tr.Close()
+			benchExchanges(b, tr)
+		})
 		b.Run("std/"+name, func(b *testing.B) {
 			tr := &http.Transport{DialContext: dial}
 			defer tr.CloseIdleConnections()

@@ -11,6 +11,7 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // readResponse reads the final response to req from c (interim 1xx responses are skipped)
@@ -49,7 +50,7 @@ func (c *conn) readResponse(req *http.Request) (_ *http.Response, nothingRead bo
 			c.hbuf = head[:0]
 		}
 		budget -= len(head)
-		resp, err := parseHead(string(head), fields)
+		resp, fr, err := parseHead(head, fields, t.HeadersFor)
 		if err != nil {
 			resp, err := c.readLenient(req, head, budget+len(head), interim)
 			return resp, false, err
@@ -64,7 +65,7 @@ func (c *conn) readResponse(req *http.Request) (_ *http.Response, nothingRead bo
 			continue
 		}
 		resp.Request = req
-		if err := c.frame(resp, req.Method); err != nil {
+		if err := c.frame(resp, &fr, req.Method); err != nil {
 			resp, err := c.readLenient(req, head, budget+len(head), interim)
 			return resp, false, err
 		}
@@ -113,6 +114,9 @@ func (c *conn) readLenient(req *http.Request, consumed []byte, budget, interim i
 		}
 		lim.left = math.MaxInt64 // the body is bounded by MaxBodyBytes instead
 		resp.Close = true
+		if t.HeadersFor != nil && !t.HeadersFor(resp.StatusCode) {
+			resp.Header = nil // as the one-pass parser leaves it
+		}
 		if resp.Body == http.NoBody {
 			c.fail()
 			return resp, nil
@@ -213,31 +217,55 @@ func readHead(br *bufio.Reader, buf []byte, maxBytes, maxFields int) (head []byt
 	}
 }
 
-// parseHead parses a head read by readHead. Header keys and values are substrings of s: one
-// allocation for the text, one for the values, one for the map.
-func parseHead(s string, fields int) (*http.Response, error) {
+// parseHead parses a head read by readHead. When the caller reads the header fields of a
+// response with this status (headersFor nil, or true for it), Header is built: its keys and
+// values are substrings of one copy of head (one allocation for the text, one for the
+// values, one for the map). Otherwise (and for interim responses, which are skipped) Header
+// is nil and nothing of head is copied: every field is still parsed and checked, and the
+// ones that frame the body are collected in the framing, which holds substrings of head
+// itself (valid until the connection's next read into it).
+func parseHead(head []byte, fields int, headersFor func(int) bool) (*http.Response, framing, error) {
+	var fr framing
+	s := unsafe.String(unsafe.SliceData(head), len(head))
 	line, rest, err := nextLine(s)
 	if err != nil {
-		return nil, err
+		return nil, fr, err
 	}
-	resp := &http.Response{ContentLength: -1}
+	ra := &responseAlloc{resp: http.Response{ContentLength: -1}}
+	resp := &ra.resp
+	fr.body = &ra.body
 	if err := parseStatusLine(line, resp); err != nil {
-		return nil, err
+		return nil, fr, err
 	}
-	resp.Header = make(http.Header, fields)
-	vals := make([]string, fields)
+	var vals []string
+	if keep := resp.StatusCode >= 200 && (headersFor == nil || headersFor(resp.StatusCode)); keep {
+		s = string(head)
+		line, rest, _ = nextLine(s)
+		resp.Status = line[9:]
+		resp.Header = make(http.Header, fields)
+		vals = make([]string, fields)
+	} else if st := line[9:]; st == "200 OK" {
+		resp.Status = "200 OK"
+	} else {
+		resp.Status = strings.Clone(st)
+	}
 	for i := 0; ; i++ {
 		line, rest, err = nextLine(rest)
 		if err != nil {
-			return nil, err
+			return nil, fr, err
 		}
 		if line == "" {
 			break
 		}
-		k, v, err := parseField(line)
+		name, v, err := parseField(line)
 		if err != nil {
-			return nil, err
+			return nil, fr, err
 		}
+		fr.add(name, v)
+		if resp.Header == nil {
+			continue
+		}
+		k := canonicalKey(name)
 		if old, ok := resp.Header[k]; ok {
 			resp.Header[k] = append(old, v)
 		} else {
@@ -245,7 +273,43 @@ func parseHead(s string, fields int) (*http.Response, error) {
 			resp.Header[k] = vals[i : i+1 : i+1]
 		}
 	}
-	return resp, nil
+	return resp, fr, nil
+}
+
+// responseAlloc is a response and its body reader in one allocation.
+type responseAlloc struct {
+	resp http.Response
+	body body
+}
+
+// framing is what delimiting a response's body needs of its header fields (RFC 9112 §6.3).
+type framing struct {
+	body      *body  // the response's body reader, allocated with it
+	close     bool   // a Connection field lists "close"
+	te, cl    string // the first Transfer-Encoding and Content-Length values
+	nTE, nCL  int    // how many values each has
+	clDiffers bool   // two Content-Length values differ
+}
+
+// add notes the field name: v if it frames the body. Names compare case-insensitively, as
+// their canonical forms do (a token is ASCII).
+func (fr *framing) add(name, v string) {
+	switch {
+	case len(name) == len("Connection") && strings.EqualFold(name, "Connection"):
+		fr.close = fr.close || hasToken(v, "close")
+	case len(name) == len("Transfer-Encoding") && strings.EqualFold(name, "Transfer-Encoding"):
+		if fr.nTE == 0 {
+			fr.te = v
+		}
+		fr.nTE++
+	case len(name) == len("Content-Length") && strings.EqualFold(name, "Content-Length"):
+		if fr.nCL == 0 {
+			fr.cl = v
+		} else if v != fr.cl {
+			fr.clDiffers = true
+		}
+		fr.nCL++
+	}
 }
 
 // nextLine splits s after its first CRLF. A CR anywhere else is an error (LF only ends
@@ -286,7 +350,7 @@ func parseStatusLine(l string, resp *http.Response) error {
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
-// parseField: field-name ":" OWS field-value OWS, with the name a token right before the
+// parseField: field-name ":" OWS field-value OWS (the name as it came), with the name a token right before the
 // colon (no whitespace: RFC 9112 §5.1) and no obs-fold (a line starting with whitespace has
 // no token before its colon).
 func parseField(l string) (k, v string, err error) {
@@ -298,7 +362,7 @@ func parseField(l string) (k, v string, err error) {
 	if !validValue(v) {
 		return "", "", protoErr("control byte in header field value")
 	}
-	return canonicalKey(l[:colon]), v, nil
+	return l[:colon], v, nil
 }
 
 // canonicalKey is textproto.CanonicalMIMEHeaderKey without an allocation when the name is
@@ -315,38 +379,40 @@ func canonicalKey(k string) string {
 	return k
 }
 
-// frame decides how the body of resp is delimited (RFC 9112 §6.3) and attaches it.
-func (c *conn) frame(resp *http.Response, method string) error {
-	h := resp.Header
-	if hasToken(h["Connection"], "close") {
+// frame decides how the body of resp is delimited (RFC 9112 §6.3), by the fields fr
+// collected, and attaches it.
+func (c *conn) frame(resp *http.Response, fr *framing, method string) error {
+	h := resp.Header // nil if the caller does not read it
+	if fr.close {
 		c.closeWhen = true
-		if resp.ProtoMinor == 1 {
+		if resp.ProtoMinor == 1 && h != nil {
 			delete(h, "Connection") // as net/http does: Close says it
 		}
 	}
 	c.closeWhen = c.closeWhen || resp.ProtoMinor == 0
 	resp.Close = c.closeWhen
-	te, hasTE := h["Transfer-Encoding"]
-	cls, hasCL := h["Content-Length"]
+	hasTE, hasCL := fr.nTE > 0, fr.nCL > 0
 	if hasTE && hasCL {
 		return protoErr("both Transfer-Encoding and Content-Length") // a smuggling vector; refuse
 	}
-	if hasTE && (resp.ProtoMinor == 0 || len(te) != 1 || !strings.EqualFold(te[0], "chunked")) {
+	if hasTE && (resp.ProtoMinor == 0 || fr.nTE != 1 || !strings.EqualFold(fr.te, "chunked")) {
 		return protoErr("unsupported Transfer-Encoding")
 	}
 	if hasTE {
-		delete(h, "Transfer-Encoding") // moved to TransferEncoding, as net/http does
+		if h != nil {
+			delete(h, "Transfer-Encoding") // moved to TransferEncoding, as net/http does
+		}
 		resp.TransferEncoding = []string{"chunked"}
 	}
 	cl := int64(-1)
 	if hasCL {
-		for _, v := range cls[1:] {
-			if v != cls[0] {
-				return protoErr("conflicting Content-Length values")
-			}
+		if fr.clDiffers {
+			return protoErr("conflicting Content-Length values")
 		}
-		h["Content-Length"] = cls[:1]
-		n, ok := parseLength(cls[0])
+		if h != nil {
+			h["Content-Length"] = h["Content-Length"][:1]
+		}
+		n, ok := parseLength(fr.cl)
 		if !ok {
 			return protoErr("bad Content-Length")
 		}
@@ -363,19 +429,22 @@ func (c *conn) frame(resp *http.Response, method string) error {
 		resp.Body = http.NoBody
 		c.finish()
 	case hasTE:
-		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeChunked, limit: c.t.MaxBodyBytes, overhead: -maxChunkOverhead}
+		*fr.body = body{bodyConn: bodyConn{c: c}, mode: modeChunked, limit: c.t.MaxBodyBytes, overhead: -maxChunkOverhead}
+		resp.Body = fr.body
 	case cl == 0:
 		resp.ContentLength = 0
 		resp.Body = http.NoBody
 		c.finish()
 	case cl > 0:
 		resp.ContentLength = cl
-		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeLength, remain: cl, limit: c.t.MaxBodyBytes}
+		*fr.body = body{bodyConn: bodyConn{c: c}, mode: modeLength, remain: cl, limit: c.t.MaxBodyBytes}
+		resp.Body = fr.body
 	default:
 		// Delimited by the connection closing: valid, never reusable.
 		c.closeWhen = true
 		resp.Close = true
-		resp.Body = &body{bodyConn: bodyConn{c: c}, mode: modeEOF, limit: c.t.MaxBodyBytes}
+		*fr.body = body{bodyConn: bodyConn{c: c}, mode: modeEOF, limit: c.t.MaxBodyBytes}
+		resp.Body = fr.body
 	}
 	return nil
 }
@@ -395,15 +464,13 @@ func parseLength(s string) (int64, bool) {
 	return n, true
 }
 
-// hasToken reports whether a comma-separated header lists tok (case-insensitively).
-func hasToken(vs []string, tok string) bool {
-	for _, v := range vs {
-		for v != "" {
-			var item string
-			item, v, _ = strings.Cut(v, ",")
-			if strings.EqualFold(trimOWS(item), tok) {
-				return true
-			}
+// hasToken reports whether a comma-separated field value lists tok (case-insensitively).
+func hasToken(v, tok string) bool {
+	for v != "" {
+		var item string
+		item, v, _ = strings.Cut(v, ",")
+		if strings.EqualFold(trimOWS(item), tok) {
+			return true
 		}
 	}
 	return false

@@ -7,7 +7,8 @@
 // hands every request and response between them and the caller over channels. Under load
 // on a small machine those hand-offs cost as much CPU as the HTTP work itself (host/lookup's
 // DESIGN.md has the profile). Here a request costs one write system call and the reads its
-// response needs, on the goroutine that asked.
+// response needs, on the goroutine that asked; the wait for the response is not preceded by
+// a read that could only fail (wait_unix.go).
 //
 // # What it handles, and what it does not
 //
@@ -89,6 +90,11 @@ type Transport struct {
 	// MaxBodyBytes, if positive, bounds a response body: reading past it fails with
 	// ErrBodyTooLarge (at once when Content-Length says so).
 	MaxBodyBytes int64
+	// HeadersFor, if set, says for which final response statuses the caller reads the
+	// header fields: for the others Header is nil, which saves the header map and the copy
+	// of the head (every field is still parsed, checked and counted, and framing fields
+	// still frame the body). Nil: every response has its Header.
+	HeadersFor func(status int) bool
 
 	once  sync.Once
 	pool  pool
@@ -106,7 +112,8 @@ const (
 
 	maxInterim   = 8 // interim (1xx) responses skipped before the final one
 	probeIdle    = 2 * time.Second
-	maxKeptWrite = 64 << 10 // a connection keeps a write buffer up to this size
+	maxAwaitIdle = 100 * time.Millisecond // see conn.awaitOK
+	maxKeptWrite = 64 << 10               // a connection keeps a write buffer up to this size
 	readBufSize  = 4 << 10
 )
 
@@ -400,6 +407,7 @@ func (t *Transport) getConn(a *Attempt, addr string, probe bool) (*conn, error) 
 			continue
 		}
 		c.reused = true
+		c.awaitOK = now.Sub(c.idleAt) <= maxAwaitIdle
 		return c, nil
 	}
 	return t.dial(a, addr)
@@ -426,7 +434,10 @@ func (t *Transport) dial(a *Attempt, addr string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{t: t, addr: addr, nc: nc, br: bufio.NewReaderSize(nc, readBufSize)}
+	c := &conn{t: t, addr: addr, nc: nc, br: bufio.NewReaderSize(nc, readBufSize), awaitOK: true}
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.rc, _ = sc.SyscallConn() // nil: writeAwait is not used
+	}
 	t.pool.mu.Lock()
 	if t.pool.closed {
 		t.pool.mu.Unlock()
@@ -441,14 +452,21 @@ func (t *Transport) dial(a *Attempt, addr string) (*conn, error) {
 // conn is one connection. It is owned by one exchange at a time: by the pool, or by the
 // exchange that took it until its response body is finished.
 type conn struct {
-	t      *Transport
-	addr   string
-	nc     net.Conn
-	br     *bufio.Reader
-	wbuf   []byte
-	hbuf   []byte    // scratch for a response head
-	idleAt time.Time // when it entered the pool
-	reused bool      // taken from the pool for the current exchange
+	t    *Transport
+	addr string
+	nc   net.Conn
+	rc   syscall.RawConn // nc's, for writeAwait; nil if nc has none
+	aw   awaiter
+	// awaitOK: the exchange may use writeAwait. Not after the connection sat idle for more
+	// than maxAwaitIdle: a server that half-closed it meanwhile (its FIN already here) would
+	// leave the wait to its deadline, where a read finds the end of file at once and the
+	// request is replayed on a new connection.
+	awaitOK bool
+	br      *bufio.Reader
+	wbuf    []byte
+	hbuf    []byte    // scratch for a response head
+	idleAt  time.Time // when it entered the pool
+	reused  bool      // taken from the pool for the current exchange
 
 	prev, next *conn       // ring of connections in use; guarded by pool.mu
 	killed     atomic.Bool // Transport.Close aborted it
@@ -457,6 +475,17 @@ type conn struct {
 	att         *Attempt
 	closeWhen   bool // close after this exchange (Connection: close, HTTP/1.0, request Close)
 	hasDeadline bool // a deadline is set on nc
+}
+
+// awaiter is a connection's state for writeAwait's callback, kept with it so that an
+// exchange allocates no closure.
+type awaiter struct {
+	b       []byte
+	a       *Attempt
+	n       int
+	err     error
+	started bool
+	fn      func(uintptr) bool // the callback, bound once
 }
 
 // staleError marks a failure on a reused connection before any response byte arrived: the
@@ -492,7 +521,7 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		return nil, wrap(a, "write request", context.Canceled, false)
 	}
 
-	w, err := c.writeRequest(req, a)
+	w, err := c.writeRequest(req, a) // marks the attempt sent
 	if err != nil {
 		err = c.ioError("write request", err)
 		c.fail()
@@ -501,7 +530,6 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		}
 		return nil, err
 	}
-	a.MarkSent(time.Now())
 
 	resp, nothingRead, err := c.readResponse(req)
 	if err != nil {
@@ -568,8 +596,8 @@ func (c *conn) release(reusable bool) {
 	c.nc.Close()
 }
 
-// writeRequest writes req in one system call when its body is small. It returns the number
-// of bytes the connection accepted.
+// writeRequest writes req in one system call when its body is small, and marks a sent. It
+// returns the number of bytes the connection accepted.
 func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 	b, body, err := appendRequest(c.wbuf[:0], req, maxKeptWrite)
 	if err != nil {
@@ -584,7 +612,23 @@ func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 			trace.WroteHeaders()
 		}
 	}
+	if body == nil && c.rc != nil && c.awaitOK {
+		w, ok, err := writeAwait(c.rc, &c.aw, b, a) // marks a sent
+		if ok || err != nil {
+			return w, err
+		}
+		// The rest did not fit in the socket's buffer (or the wait could not start: the
+		// deadline passed): Write waits for room, or fails.
+		n, err := c.nc.Write(b[w:])
+		if err == nil {
+			a.MarkSent(time.Now())
+		}
+		return w + n, err
+	}
 	w, err := c.nc.Write(b)
+	if err == nil && body == nil {
+		a.MarkSent(time.Now())
+	}
 	if err != nil || body == nil {
 		if body != nil {
 			body.Close()
@@ -599,6 +643,9 @@ func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 		err = checkBodyEnd(body)
 	} else {
 		body.Close()
+	}
+	if err == nil {
+		a.MarkSent(time.Now())
 	}
 	return w + int(n), err
 }

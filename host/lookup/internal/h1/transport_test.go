@@ -640,3 +640,110 @@ func TestAttempt(t *testing.T) {
 		t.Fatalf("exchange after Close: %v", err)
 	}
 }
+
+// TestImmediateAnswers: an upstream that answers the moment it has read a request. The
+// transport waits for the response's bytes without a read first (writeAwait), and a
+// response that arrives between the write and the wait must still wake it: a missed
+// wake-up would end the exchange at its deadline instead.
+func TestImmediateAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					if _, err := c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	tr, d := newTransport(t)
+	url := "http://" + ln.Addr().String() + "/x"
+	for i := range 500 {
+		var a Attempt
+		a.Reset(time.Now().Add(10 * time.Second))
+		req, _ := http.NewRequest("GET", url, nil)
+		resp, err := tr.Exchange(req, &a)
+		if err != nil {
+			t.Fatalf("exchange %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != "ok" {
+			t.Fatalf("exchange %d: %q %v", i, b, err)
+		}
+		if _, ok := a.Upstream(); !ok {
+			t.Fatalf("exchange %d: the sent and answered marks are missing", i)
+		}
+	}
+	if n := d.dials.Load(); n != 1 {
+		t.Fatalf("%d dials for sequential exchanges, want 1", n)
+	}
+}
+
+// TestHalfClosedIdle: the server ends its side of a kept-alive connection after a response
+// (FIN) but keeps it open. A request on it after a while idle must not wait for its deadline
+// (writeAwait's wait sees no new event for a FIN that came before it): it finds the end of
+// file at once and is replayed on a new connection.
+func TestHalfClosedIdle(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+				c.(*net.TCPConn).CloseWrite()
+				io.Copy(io.Discard, br) // reads on, answers nothing more
+				<-done
+			}()
+		}
+	}()
+	tr, d := newTransport(t)
+	url := "http://" + ln.Addr().String() + "/x"
+	for i := range 2 {
+		var a Attempt
+		a.Reset(time.Now().Add(30 * time.Second))
+		req, _ := http.NewRequest("GET", url, nil)
+		resp, err := tr.Exchange(req, &a)
+		if err != nil {
+			t.Fatalf("exchange %d: %v", i, err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(b) != "ok" {
+			t.Fatalf("exchange %d: %q %v", i, b, err)
+		}
+		time.Sleep(maxAwaitIdle + 50*time.Millisecond) // idle past maxAwaitIdle; the FIN is here
+	}
+	if n := d.dials.Load(); n != 2 {
+		t.Fatalf("%d dials, want 2 (the half-closed connection replaced)", n)
+	}
+}
