@@ -8,7 +8,22 @@ import (
 	"unsafe"
 )
 
-type gateEntry struct{ queue []*task }
+// gateEntry is a busy key's place in the gate. Its map key is a string over key, the entry's
+// own copy of the key's bytes, so entering a key does not allocate a string: key is written
+// only while the entry is out of the map (markKeyBusy) and the map drops the string when the
+// entry is deleted. inline is the queue's first backing array: most keys park one or two
+// records, if any.
+type gateEntry struct {
+	queue  []*task
+	key    []byte
+	inline [2]*task
+}
+
+// gateKeyKeep and gateQueueKeep are the largest key copy and queue a pooled gate entry keeps.
+const (
+	gateKeyKeep   = 256
+	gateQueueKeep = 64
+)
 
 // submit runs t now if its key is free, or parks it behind the key's in-flight task. A fired
 // timer goes to the front of the queue: it belongs to an earlier epoch than any parked record.
@@ -69,8 +84,11 @@ func (c *Controller) markKeyBusy(t *task) {
 		c.gatePool = c.gatePool[:n-1]
 	} else {
 		g = &gateEntry{}
+		g.queue = g.inline[:0]
 	}
-	c.gate[string(t.key)] = g
+	g.key = append(g.key[:0], t.key...)
+	c.gate[unsafe.String(unsafe.SliceData(g.key), len(g.key))] = g
+	t.gent = g
 }
 
 // keyDone releases t's key: the next parked task of the key becomes runnable, keeping the key.
@@ -84,12 +102,23 @@ func (c *Controller) keyDone(t *task) {
 
 func (c *Controller) releaseKey(t *task) {
 	t.inGate = false
-	g := c.gate[string(t.key)]
+	g := t.gent
+	t.gent = nil
 	if len(g.queue) > 0 {
+		// A short queue is popped by a copy, not by reslicing: keeping its front keeps its
+		// capacity, so the next park behind the key (and the entry's next use, from the gate
+		// pool) does not allocate. A long one (a hot key of a skewed stream) is resliced, so a
+		// pop stays O(1).
 		next := g.queue[0]
-		g.queue[0] = nil
-		g.queue = g.queue[1:]
-		next.inGate = true
+		if n := len(g.queue) - 1; n <= 8 {
+			copy(g.queue, g.queue[1:])
+			g.queue[n] = nil
+			g.queue = g.queue[:n]
+		} else {
+			g.queue[0] = nil
+			g.queue = g.queue[1:]
+		}
+		next.inGate, next.gent = true, g
 		next.holds, t.holds = t.holds, 0 // the values stay held for the key's next call
 		c.parked--
 		c.waitBytes -= waitSize(next)
@@ -100,5 +129,11 @@ func (c *Controller) releaseKey(t *task) {
 	}
 	delete(c.gate, string(t.key))
 	g.queue = g.queue[:0]
+	if cap(g.queue) > gateQueueKeep {
+		g.queue = g.inline[:0] // a hot key's long queue is not kept for the next key
+	}
+	if cap(g.key) > gateKeyKeep {
+		g.key = nil
+	}
 	c.gatePool = append(c.gatePool, g)
 }

@@ -39,6 +39,7 @@ type task struct {
 	suspended bool
 	suspIdx   int         // its index in Controller.suspended while suspended
 	inGate    bool        // the task's key has an entry in the gate
+	gent      *gateEntry  // that entry, while inGate: releaseKey needs no lookup to find it
 	held      *heldOutput // OrderInput: where the task's outputs wait for earlier records
 
 	async         bool // it used a field of the slow paths below: reset clears them
