@@ -304,3 +304,58 @@ func TestLargeBatchFilledInParts(t *testing.T) {
 	}
 	checkPerKey(t, sink.outs, want)
 }
+
+// TestCapWaitersBoundedWithoutPrefetch: a module that prefetches nothing cannot run a hot
+// record at the cap, so at most capWaitLookahead caps' worth of records wait for room under it,
+// even with waiting memory to spare; then the runner takes no input until they drain.
+func TestCapWaitersBoundedWithoutPrefetch(t *testing.T) {
+	m := loadModule(t, "testdata/accum.wasm")
+	const inFlight = 2
+	synctest.Test(t, func(t *testing.T) {
+		tier := newFakeTier(1, 10*time.Millisecond, 10*time.Millisecond, 0)
+		sink := &collectSink{}
+		c, err := New(m, tier, sink, WithMaxInFlight(inFlight), WithSpareInstances(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in, done := startRun(c)
+		want := map[string]uint64{}
+		pos := int64(0)
+		send := func(key string, block bool) bool {
+			el := rec(key, want[key], pos+1, pos+1)
+			if block {
+				in <- []Element{el}
+			} else if !offer(in, el) {
+				return false
+			}
+			pos++
+			want[key]++
+			return true
+		}
+		waiters := capWaitLookahead * inFlight
+		for i := range inFlight + waiters {
+			if !send(fmt.Sprintf("k%d", i), false) {
+				t.Fatalf("record %d refused with %d waiting for the cap, below the bound of %d", i, max(i-inFlight, 0), waiters)
+			}
+		}
+		if send("next", false) {
+			t.Fatalf("record admitted with %d records waiting for the cap, at the bound", c.Metrics().CapWaiting)
+		}
+		synctest.Wait()
+		if s := c.Metrics(); s.InFlight != inFlight || s.CapWaiting != int64(waiters) {
+			t.Errorf("in flight %d, waiting for the cap %d; want %d, %d", s.InFlight, s.CapWaiting, inFlight, waiters)
+		}
+		for i := range 3 * waiters {
+			send(fmt.Sprintf("k%d", i%7), true)
+		}
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		tier.pending.Wait()
+		checkPerKey(t, sink.outs, want)
+		if s := c.Metrics(); s.CapWaiting != 0 || s.WaitingBytes != 0 {
+			t.Errorf("at the end: waiting for the cap %d (%d B)", s.CapWaiting, s.WaitingBytes)
+		}
+	})
+}
