@@ -329,7 +329,8 @@ func (t *operatorTask) runOperator() error {
 		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.maxInFlight()),
 		scheduler.WithDescribe(t.describe), scheduler.WithOnBarrier(t.onBarrier),
 		scheduler.WithLogger(a.log.With("subtask", t.name())), scheduler.WithLookupContext(t.lookupContext),
-		scheduler.WithOnRecordFailure(t.onRecordFailure), scheduler.WithRecordRetries(t.op.spec.Retries))
+		scheduler.WithOnRecordFailure(t.onRecordFailure), scheduler.WithRecordRetries(t.op.spec.Retries),
+		scheduler.WithInputRelease(t.in.batches.releaser()))
 	if err != nil {
 		close(t.persistQ)
 		return fmt.Errorf("operator %s: %w", t.name(), err)
@@ -559,6 +560,7 @@ func (t *sinkTask) loop(ctx context.Context) error {
 		if err := flush(); err != nil {
 			return fail(err)
 		}
+		t.in.batches.release(b) // written: SinkWriter.Write keeps nothing
 	}
 	if err := waitIn(); err != nil || ctx.Err() != nil {
 		t.w.Close(context.WithoutCancel(ctx))

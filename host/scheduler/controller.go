@@ -179,6 +179,11 @@ type Controller struct {
 
 	inbuf     []Element
 	inputDone bool
+	// WithInputRelease (release.go): the current batch's count, spare counts, and batches
+	// waiting for an output flush before their release.
+	inRef   *inputRef
+	refPool []*inputRef
+	retired [][]Element
 
 	maxInFlight    int
 	maxInFlightSet atomic.Int64 // a new cap from SetMaxInFlight, applied by the runner (any goroutine writes)
@@ -268,6 +273,9 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 		watermark: math.MinInt64,
 		lastWM:    math.MinInt64,
 		out:       newOutBuffer(cfg.Sink),
+	}
+	if cfg.InputRelease != nil {
+		c.out.flushed = c.releaseRetired
 	}
 	c.comp.wake = make(chan struct{}, 1)
 	c.mode.coro = cfg.ExecMode == ExecCoroutine
@@ -436,6 +444,7 @@ func (c *Controller) loop(self *carrier) {
 func (c *Controller) nextInput() (*Element, bool) {
 	for len(c.inbuf) == 0 {
 		if c.inputDone {
+			c.inputRead()
 			return nil, false
 		}
 		select {
@@ -444,7 +453,7 @@ func (c *Controller) nextInput() (*Element, bool) {
 				c.inputDone = true
 				return nil, false
 			}
-			c.inbuf = b
+			c.takeInput(b)
 		default:
 			return nil, false
 		}
@@ -457,6 +466,9 @@ func (c *Controller) nextInput() (*Element, bool) {
 // wait blocks until a completion arrives, input can be taken, or ctx is done.
 func (c *Controller) wait() {
 	c.publish()
+	if len(c.inbuf) == 0 {
+		c.inputRead() // before the flush, which may then release it (release.go)
+	}
 	if err := c.out.flush(); err != nil {
 		return
 	}
@@ -484,7 +496,7 @@ func (c *Controller) wait() {
 		if !ok {
 			c.inputDone = true
 		} else {
-			c.inbuf = b
+			c.takeInput(b)
 		}
 	case <-c.ctx.Done():
 	}
@@ -505,6 +517,7 @@ func (c *Controller) handle(el *Element) {
 			}
 			t.key = k
 		}
+		c.admitInput(t) // before anything can yield the runner role (release.go)
 		e := c.epochs[len(c.epochs)-1]
 		t.ep, t.wm = e, e.startWM
 		e.pending++
@@ -566,6 +579,7 @@ func (c *Controller) shutdown() {
 		c.instBytes -= s.cost
 	}
 	c.pool = nil
+	c.inputRead()
 	if err := c.out.flush(); err != nil {
 		c.fail(err)
 	}

@@ -133,6 +133,9 @@ func (c *Controller) finish(t *task, err error) {
 	}
 	t.ep.pending--
 	c.admitted--
+	if t.in != nil {
+		c.inputDoneBy(t)
+	}
 	c.freeTask(t)
 }
 

@@ -69,6 +69,8 @@ type outBuffer struct {
 	cur  *Batch
 	free chan *Batch
 	err  error
+	// flushed, if set, runs after every batch the sink took (release.go).
+	flushed func()
 }
 
 func newOutBuffer(s Sink) *outBuffer {
@@ -139,6 +141,9 @@ func (o *outBuffer) flush() error {
 	if err := o.sink.Write(b); err != nil {
 		o.err = fmt.Errorf("sink: %w", err)
 		return o.err
+	}
+	if o.flushed != nil {
+		o.flushed()
 	}
 	return nil
 }

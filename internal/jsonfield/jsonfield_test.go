@@ -35,3 +35,27 @@ func FuzzTop(f *testing.F) {
 		}
 	})
 }
+
+// FuzzTopKey checks TopKey against Top then Key, which FuzzTop checks against encoding/json.
+func FuzzTopKey(f *testing.F) {
+	for _, s := range []string{`{"k":"a"}`, `{"k":"a","k":"b\u00e9"}`, `{"k":"\u0041"}`, `{"k":"é"}`, `{"k":12,"x":"y"}`, `{"k":true}`, `{"k":null}`, `{"k":{}}`, `{}`, `{"k":""}`} {
+		f.Add([]byte(s), "k")
+	}
+	f.Fuzz(func(t *testing.T, obj []byte, name string) {
+		if !json.Valid(obj) {
+			return
+		}
+		got, ok, err := TopKey(obj, name)
+		raw, wok, werr := Top(obj, name)
+		if (err != nil) != (werr != nil) && werr != nil || ok != wok {
+			t.Fatalf("%q %q: TopKey %q %v %v, Top %q %v %v", obj, name, got, ok, err, raw, wok, werr)
+		}
+		if !wok || werr != nil {
+			return
+		}
+		want, kerr := Key(raw)
+		if (err != nil) != (kerr != nil) || !bytes.Equal(got, want) {
+			t.Fatalf("%q %q: TopKey %q %v, Key(Top) %q %v", obj, name, got, err, want, kerr)
+		}
+	})
+}
