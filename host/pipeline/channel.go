@@ -170,15 +170,21 @@ type router struct {
 	main       []*edgeOut
 	side       map[string][]*edgeOut // side output name -> edges
 	subtask    int
-	records    atomic.Int64
+	records    atomic.Int64 // records routed, published at each flush (a gauge, read anywhere)
+	routed     int64        // records routed since the last publication (the owner's)
+	edges      []*edgeOut   // all's, once made
 }
 
+// all is every edge of every output, made once (the edges are fixed once the router is
+// built; only the router's goroutine calls it).
 func (r *router) all() []*edgeOut {
-	out := append([]*edgeOut(nil), r.main...)
-	for _, es := range r.side {
-		out = append(out, es...)
+	if r.edges == nil {
+		r.edges = append([]*edgeOut{}, r.main...)
+		for _, es := range r.side {
+			r.edges = append(r.edges, es...)
+		}
 	}
-	return out
+	return r.edges
 }
 
 // route appends a record to the edges of one output.
@@ -235,7 +241,7 @@ func (r *router) route(edges []*edgeOut, key, value []byte, ts, pos int64) error
 			}
 		}
 	}
-	r.records.Add(1)
+	r.routed++
 	return nil
 }
 
@@ -275,6 +281,10 @@ func (r *router) mark(el scheduler.Element) error {
 
 // flush sends every partial batch.
 func (r *router) flush() error {
+	if r.routed > 0 {
+		r.records.Add(r.routed)
+		r.routed = 0
+	}
 	for _, e := range r.all() {
 		if e.sink != nil {
 			if err := e.sink.flush(r.ctx); err != nil {
