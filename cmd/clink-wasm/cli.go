@@ -5,7 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 
+	"github.com/clink-wasm/clink-wasm/host/connector/file"
+	"github.com/clink-wasm/clink-wasm/host/connector/gen"
+	webhook "github.com/clink-wasm/clink-wasm/host/connector/http"
+	"github.com/clink-wasm/clink-wasm/host/connector/kafka"
+	"github.com/clink-wasm/clink-wasm/host/connector/stdout"
+	"github.com/clink-wasm/clink-wasm/host/pipeline"
 	"github.com/spf13/cobra"
 )
 
@@ -85,4 +94,51 @@ func newRoot(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) *co
 		})
 	}
 	return root
+}
+
+// compileCacheDir is the on-disk compilation cache shared by every command that runs modules
+// ("" when disabled with --no-cache or when the user has no cache directory).
+func compileCacheDir(noCache bool) string {
+	if noCache {
+		return ""
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "clink-wasm", "wazero")
+}
+
+// readSpec reads and validates the pipeline spec at path; its errors name the file.
+func readSpec(path string) (*pipeline.Spec, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the pipeline spec: %w", err)
+	}
+	spec, err := pipeline.ParseSpec(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return spec, nil
+}
+
+// allConnectors is the connector set of `run --pipeline` and `worker`: files, Kafka, the
+// generator, webhooks and stdout (writing to out).
+func allConnectors(out io.Writer) *pipeline.Connectors {
+	conns := &pipeline.Connectors{}
+	file.Register(conns)
+	kafka.Register(conns)
+	gen.Register(conns)
+	webhook.Register(conns)
+	stdout.Register(conns, out)
+	return conns
+}
+
+// runtimeLog logs the runtime's events on stderr: warnings, or everything with -v.
+func runtimeLog(stderr io.Writer, verbose bool) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 }

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -103,18 +102,11 @@ sinks:
 		}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if killAfter > 0 {
-			tm := time.AfterFunc(killAfter, func() { cmd.Process.Signal(syscall.SIGKILL) })
-			defer tm.Stop()
-		}
-		err := cmd.Wait()
+		killed, err := runKillable(t, cmd, killAfter)
 		if err == nil {
 			break
 		}
-		if ee, ok := err.(*exec.ExitError); ok && ee.Sys().(syscall.WaitStatus).Signaled() {
+		if killed {
 			kills++
 			how = append(how, kill)
 			restore = "latest"

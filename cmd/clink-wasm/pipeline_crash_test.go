@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -197,18 +198,11 @@ func crashRound(t *testing.T, cs crashSpec, wasm, cache string, seed uint64) int
 		}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if killAfter > 0 {
-			tm := time.AfterFunc(killAfter, func() { cmd.Process.Signal(syscall.SIGKILL) })
-			defer tm.Stop()
-		}
-		err := cmd.Wait()
+		killed, err := runKillable(t, cmd, killAfter)
 		if err == nil {
 			break
 		}
-		if ee, ok := err.(*exec.ExitError); ok && ee.Sys().(syscall.WaitStatus).Signaled() {
+		if killed {
 			kills++
 			// The same command with --restore latest; before the first checkpoint, the
 			// opt-in "latest if there is one".
@@ -389,4 +383,21 @@ sinks: [{name: out, type: file, path: %s, inputs: [count]}]
 			t.Fatalf("the second run did not restore:\n%s", s)
 		}
 	}
+}
+
+// runKillable runs cmd to its end, sending it SIGKILL after killAfter if that is positive
+// (the crash tests' random moment; a kill point of CLINK_TEST_KILL_AT kills it from inside).
+// killed reports that a signal ended it.
+func runKillable(t *testing.T, cmd *exec.Cmd, killAfter time.Duration) (killed bool, err error) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if killAfter > 0 {
+		tm := time.AfterFunc(killAfter, func() { cmd.Process.Signal(syscall.SIGKILL) })
+		defer tm.Stop()
+	}
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	return errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signaled(), err
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,11 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/clink-wasm/clink-wasm/host/connector/file"
-	"github.com/clink-wasm/clink-wasm/host/connector/gen"
-	webhook "github.com/clink-wasm/clink-wasm/host/connector/http"
-	"github.com/clink-wasm/clink-wasm/host/connector/kafka"
-	"github.com/clink-wasm/clink-wasm/host/connector/stdout"
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
 )
 
@@ -61,38 +55,18 @@ func cmdRunPipeline(ctx context.Context, args []string, out, stderr io.Writer) e
 			return usagef("run: --restore wants none, latest, latest-if-any or a checkpoint id, not %q", *restore)
 		}
 	}
-	data, err := os.ReadFile(*specPath)
+	spec, err := readSpec(*specPath)
 	if err != nil {
-		return fmt.Errorf("reading the pipeline spec: %w", err)
-	}
-	spec, err := pipeline.ParseSpec(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *specPath, err)
+		return err
 	}
 	if *stateURL == "" {
 		if *stateURL, err = pipeline.StateURLForDir(pipeline.DefaultStateDir); err != nil {
 			return err
 		}
 	}
-	conns := &pipeline.Connectors{}
-	file.Register(conns)
-	kafka.Register(conns)
-	gen.Register(conns)
-	webhook.Register(conns)
-	stdout.Register(conns, out)
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelInfo
-	}
 	env := pipeline.Env{
-		Connectors: conns, BaseDir: filepath.Dir(*specPath), StateURL: *stateURL, Restore: *restore,
-		Log:      slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
-		GuestLog: stderr,
-	}
-	if !*noCache {
-		if dir, err := os.UserCacheDir(); err == nil {
-			env.CacheDir = filepath.Join(dir, "clink-wasm", "wazero")
-		}
+		Connectors: allConnectors(out), BaseDir: filepath.Dir(*specPath), StateURL: *stateURL, Restore: *restore,
+		Log: runtimeLog(stderr, *verbose), GuestLog: stderr, CacheDir: compileCacheDir(*noCache),
 	}
 	installKillHook(&env)
 	installKafkaKillHook()

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode"
@@ -78,11 +77,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *logs {
 		opts.Log = stderr
 	}
-	if !*noCache {
-		if d, err := os.UserCacheDir(); err == nil {
-			opts.CacheDir = filepath.Join(d, "clink-wasm", "wazero")
-		}
-	}
+	opts.CacheDir = compileCacheDir(*noCache)
 	rep, err := replay.Run(ctx, dir, opts)
 	if err != nil {
 		return err

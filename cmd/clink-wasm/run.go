@@ -195,11 +195,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			}
 		}()
 	}
-	if !*noCache {
-		if dir, err := os.UserCacheDir(); err == nil {
-			opts.CacheDir = filepath.Join(dir, "clink-wasm", "wazero")
-		}
-	}
+	opts.CacheDir = compileCacheDir(*noCache)
 	opts.Format = pipeline.Format(strings.ToLower(*format))
 	if opts.Format != "" && opts.Format != pipeline.FormatJSONL && opts.Format != pipeline.FormatCSV {
 		return usagef("run: --format must be jsonl or csv, not %q", *format)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,11 +12,6 @@ import (
 	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/cluster"
-	"github.com/clink-wasm/clink-wasm/host/connector/file"
-	"github.com/clink-wasm/clink-wasm/host/connector/gen"
-	webhook "github.com/clink-wasm/clink-wasm/host/connector/http"
-	"github.com/clink-wasm/clink-wasm/host/connector/kafka"
-	"github.com/clink-wasm/clink-wasm/host/connector/stdout"
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
 )
 
@@ -55,38 +49,17 @@ func cmdWorker(ctx context.Context, args []string, out, stderr io.Writer) error 
 	if *heartbeat >= *session {
 		return usagef("worker: --heartbeat (%v) must be shorter than --session-timeout (%v)", *heartbeat, *session)
 	}
-	data, err := os.ReadFile(*specPath)
+	spec, err := readSpec(*specPath)
 	if err != nil {
-		return fmt.Errorf("reading the pipeline spec: %w", err)
+		return err
 	}
-	spec, err := pipeline.ParseSpec(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *specPath, err)
-	}
-	level := slog.LevelWarn
-	if *verbose {
-		level = slog.LevelInfo
-	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	env := pipeline.Env{BaseDir: filepath.Dir(*specPath), Log: log, GuestLog: stderr}
-	if !*noCache {
-		if dir, err := os.UserCacheDir(); err == nil {
-			env.CacheDir = filepath.Join(dir, "clink-wasm", "wazero")
-		}
-	}
+	log := runtimeLog(stderr, *verbose)
+	env := pipeline.Env{BaseDir: filepath.Dir(*specPath), Log: log, GuestLog: stderr, CacheDir: compileCacheDir(*noCache)}
 	installKillHook(&env)
 	o := cluster.Options{
 		Spec: spec, Env: env, StateURL: *stateURL, Group: *group, Protocol: *protocol,
 		SessionTimeout: *session, HeartbeatInterval: *heartbeat, RebalanceTimeout: *rebalance, Log: log,
-		NewConnectors: func() *pipeline.Connectors {
-			conns := &pipeline.Connectors{}
-			file.Register(conns)
-			gen.Register(conns)
-			webhook.Register(conns)
-			stdout.Register(conns, out)
-			kafka.Register(conns)
-			return conns
-		},
+		NewConnectors: func() *pipeline.Connectors { return allConnectors(out) },
 	}
 	var w *cluster.Worker
 	installWorkerKillHook(func() bool { return w.Revoking() }, &o)

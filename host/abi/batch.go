@@ -158,7 +158,7 @@ func (in *Instance) ProcessBatch(recs []BatchRecord) (done int, err error) {
 	}
 	b.badCursor = false
 	b.on = false
-	in.chargeCPU()
+	in.leaveShare()
 	in.kind = callNone
 	in.hasPending = false
 	in.stdout.flush()

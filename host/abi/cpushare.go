@@ -1,6 +1,7 @@
 package abi
 
 import (
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -28,9 +29,19 @@ import (
 //     call's time limit. Engines with a share force a fuel check at least every
 //     cpuSharePeriod.
 //
+//   - A share also bounds how many of its guests run at the same instant: at most ⌈Cores⌉
+//     (at least one). Without it, a share of one core over two subtasks lets both run at once
+//     for a period and then pause both: on average one core, but a neighbour that needs a
+//     processor meanwhile finds none, and every hop of its pipeline waits for the next fuel
+//     check's yield. With it, a share of one core keeps one processor free on a two-core host
+//     at every instant. A call holds its running slot from its start to its return, and gives
+//     it up while it is suspended in an async import (NoteSuspended, NoteResumed) and while
+//     the host blocks inside it (Blocking: an emit that waits for a full downstream channel),
+//     so a guest waiting on its tenant's other operators never holds the slot they need.
+//
 // Time is wall-clock time while the guest runs (between the host's own reads of the clock),
 // which is CPU time unless the OS deschedules the thread; a call shorter than a fuel refill is
-// charged when it returns.
+// charged when it returns. Time waiting for a running slot is paused time, like a share's pause.
 
 const (
 	cpuSharePeriod = 500 * time.Microsecond
@@ -50,6 +61,14 @@ type CPUShare struct {
 	wake   chan struct{} // closed (and replaced) by SetCores: paused guests re-charge at the new rate
 	paused atomic.Int64  // nanoseconds its guests have paused, in all
 	used   atomic.Int64  // nanoseconds of guest time charged, in all
+
+	// Running slots. INVARIANT (under mu): running ≤ slots(cores) except transiently after
+	// SetCores lowers the share (calls running then keep their slots until they give them up),
+	// and running counts exactly the instances whose holdsSlot is set.
+	running int
+	waiting int           // enter calls waiting for a slot
+	freed   chan struct{} // closed (and replaced) when a slot frees while someone waits
+	peak    atomic.Int64  // the most guests that ran at once
 }
 
 // Used returns the guest time charged to the share in all.
@@ -78,6 +97,69 @@ func (c *CPUShare) setCores(cores float64, now time.Duration) {
 	c.cores = cores
 	close(c.wake)
 	c.wake = make(chan struct{})
+	if c.waiting > 0 { // more slots, or none needed any more
+		close(c.freed)
+		c.freed = make(chan struct{})
+	}
+}
+
+// slots is how many of a share's guests may run at once: ⌈cores⌉, at least 1; 0 for no limit.
+func slots(cores float64) int {
+	if cores <= 0 {
+		return 0
+	}
+	return max(1, int(math.Ceil(cores-1e-9)))
+}
+
+// PeakRunning returns the most of the share's guests that ran at the same instant.
+func (c *CPUShare) PeakRunning() int { return int(c.peak.Load()) }
+
+// enter takes a running slot, waiting (off the processor) while all are taken. It returns
+// whether the caller holds one (false: the share has no limit, or done was closed first).
+func (c *CPUShare) enter(done <-chan struct{}) bool {
+	c.mu.Lock()
+	for {
+		n := slots(c.cores)
+		if n == 0 {
+			c.mu.Unlock()
+			return false
+		}
+		if c.running < n {
+			c.running++
+			if p := int64(c.running); p > c.peak.Load() {
+				c.peak.Store(p)
+			}
+			c.mu.Unlock()
+			return true
+		}
+		if c.freed == nil {
+			c.freed = make(chan struct{})
+		}
+		freed := c.freed
+		c.waiting++
+		c.mu.Unlock()
+		select {
+		case <-freed:
+		case <-done:
+			c.mu.Lock()
+			c.waiting--
+			c.mu.Unlock()
+			return false
+		}
+		c.mu.Lock()
+		c.waiting--
+	}
+}
+
+// leave gives a running slot back.
+func (c *CPUShare) leave() {
+	c.mu.Lock()
+	c.running--
+	if c.waiting > 0 {
+		close(c.freed)
+		c.freed = make(chan struct{})
+	}
+	c.mu.Unlock()
 }
 
 // Cores returns the share's cores (<= 0: unlimited).
@@ -133,6 +215,66 @@ func (in *Instance) chargeCPU() time.Duration {
 	in.lastCharge = monotonic()
 	sh.paused.Add(int64(in.lastCharge - now))
 	return in.lastCharge - now
+}
+
+// enterShare takes a running slot of the engine's share for the call that starts, if the share
+// limits them (see "CPU shares"). The wait is paused time: the call's time limit and the
+// share's charge start after it.
+func (in *Instance) enterShare() {
+	sh := in.m.e.share
+	if sh == nil || in.holdsSlot {
+		return
+	}
+	before := monotonic()
+	in.holdsSlot = sh.enter(in.ctx.Done())
+	if now := monotonic(); now-before > time.Microsecond {
+		sh.paused.Add(int64(now - before))
+		in.budgetStart += now - before
+	}
+	in.lastCharge = monotonic()
+}
+
+// leaveShare charges the call's running time so far and gives its running slot back. Without a
+// share (the common case) it is a check the compiler inlines into every call's end.
+func (in *Instance) leaveShare() {
+	if in.m.e.share != nil {
+		in.leaveHeldShare()
+	}
+}
+
+func (in *Instance) leaveHeldShare() {
+	in.chargeCPU()
+	if in.holdsSlot {
+		in.holdsSlot = false
+		in.m.e.share.leave()
+	}
+}
+
+// NoteSuspended tells the instance that its current call is about to wait in an async import:
+// its running time so far is charged, and it gives its CPU share's running slot up until
+// NoteResumed.
+func (in *Instance) NoteSuspended() {
+	in.leaveShare()
+}
+
+// Blocking runs f, a host operation inside the current call that may wait on other
+// goroutines (an emit handing a full batch to a backpressured sink), with the call's CPU-share
+// running slot given up meanwhile, so that what f waits for (the tenant's other operators)
+// can run. The time f takes is neither the guest's running time nor its call time.
+func (in *Instance) Blocking(f func() error) error {
+	if in.m.e.share == nil {
+		return f()
+	}
+	held := in.holdsSlot
+	in.leaveShare()
+	before := monotonic()
+	err := f()
+	in.budgetStart += monotonic() - before
+	if held {
+		in.enterShare()
+	}
+	in.lastCharge = monotonic()
+	return err
 }
 
 // yieldAtCheck runs at every fuel check: the processor is offered to other goroutines, and the

@@ -82,3 +82,158 @@ func TestCPUSharePauseIsNotCallTime(t *testing.T) {
 		t.Fatalf("the call ran %v of its own time (paused %v) before failing its 100 ms limit: paused time counted as running", u, sh.Paused())
 	}
 }
+
+// slotHandler is a recHandler whose Emit reports that its call is inside the guest and waits
+// for release, holding the call's running slot, or giving it up when blocking is set.
+type slotHandler struct {
+	*recHandler
+	in       *Instance
+	blocking bool
+	entered  chan struct{}
+	release  chan struct{}
+}
+
+func (h *slotHandler) Emit(key, value []byte) error {
+	close(h.entered)
+	if h.blocking {
+		return h.in.Blocking(func() error { <-h.release; return nil })
+	}
+	<-h.release
+	return nil
+}
+
+// TestCPUShareRunningSlots: a share of c cores lets at most ⌈c⌉ of its guests run at the same
+// instant. With one core, a second call waits while the first is inside its guest code (here
+// in a host call that holds on), and runs once it returns; a call that blocks through
+// Instance.Blocking gives its slot up meanwhile; with two cores both run at once.
+func TestCPUShareRunningSlots(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cores    float64
+		blocking bool
+		together bool // the second call runs while the first holds on
+		peak     int
+	}{
+		{"one core", 1, false, false, 1},
+		{"a quarter core", 0.25, false, false, 1},
+		{"one core, blocking", 1, true, true, 1},
+		{"two cores", 2, false, true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sh := NewCPUShare(tc.cores)
+			e, err := NewEngine(t.Context(), WithCPUShare(sh))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close(t.Context())
+			m := load(t, e, "counter")
+			h := &slotHandler{recHandler: newRec(), blocking: tc.blocking, entered: make(chan struct{}), release: make(chan struct{})}
+			first, err := m.Instantiate(t.Context(), h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer first.Close(t.Context())
+			h.in = first
+			second, err := m.Instantiate(t.Context(), newRec())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer second.Close(t.Context())
+
+			firstDone := make(chan error, 1)
+			go func() { firstDone <- first.Process([]byte("a"), nil, 0) }()
+			<-h.entered
+			secondDone := make(chan error, 1)
+			go func() { secondDone <- second.Process([]byte("b"), nil, 0) }()
+			if tc.together {
+				select {
+				case err := <-secondDone:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(time.Minute): // a bound on the wait, not a measurement
+					close(h.release)
+					t.Fatal("the second call could not run while the first held on")
+				}
+			} else {
+				// Wait until the second call waits for a slot (bounded), then check it has not run.
+				for i := 0; ; i++ {
+					sh.mu.Lock()
+					w := sh.waiting
+					sh.mu.Unlock()
+					if w == 1 {
+						break
+					}
+					if i == 10_000 {
+						t.Fatal("the second call never waited for a running slot")
+					}
+					time.Sleep(time.Millisecond)
+				}
+				select {
+				case err := <-secondDone:
+					t.Fatalf("the second call ran (%v) while the first held the share's only slot", err)
+				default:
+				}
+			}
+			close(h.release)
+			if err := <-firstDone; err != nil {
+				t.Fatal(err)
+			}
+			if !tc.together {
+				if err := <-secondDone; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if p := sh.PeakRunning(); p != tc.peak {
+				t.Fatalf("peak running guests %d, want %d", p, tc.peak)
+			}
+			sh.mu.Lock()
+			defer sh.mu.Unlock()
+			if sh.running != 0 || sh.waiting != 0 {
+				t.Fatalf("after both calls: %d running, %d waiting", sh.running, sh.waiting)
+			}
+		})
+	}
+}
+
+// TestCPUShareSlotsFollowSetCores: a call waiting for a slot runs as soon as a live change
+// gives the share more cores, and a waiting call gives up when its instance's context ends.
+func TestCPUShareSlotsFollowSetCores(t *testing.T) {
+	sh := NewCPUShare(1)
+	if !sh.enter(nil) {
+		t.Fatal("a share of one core gave no slot")
+	}
+	got := make(chan bool, 1)
+	go func() { got <- sh.enter(nil) }()
+	for i := 0; ; i++ {
+		sh.mu.Lock()
+		w := sh.waiting
+		sh.mu.Unlock()
+		if w == 1 {
+			break
+		}
+		if i == 10_000 {
+			t.Fatal("the second enter never waited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	sh.SetCores(2)
+	if !<-got {
+		t.Fatal("the waiting enter did not get the slot SetCores(2) added")
+	}
+	done := make(chan struct{})
+	go func() { got <- sh.enter(done) }()
+	close(done)
+	if <-got {
+		t.Fatal("an enter at the limit whose done channel closed still took a slot")
+	}
+	sh.SetCores(0)
+	if sh.enter(nil) {
+		t.Fatal("an unlimited share counted a running slot")
+	}
+	sh.leave()
+	sh.leave()
+	if sh.running != 0 {
+		t.Fatalf("running %d after leaving both", sh.running)
+	}
+}

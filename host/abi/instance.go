@@ -106,6 +106,7 @@ type Instance struct {
 	seq, budgetSeq uint64
 	budgetStart    time.Duration
 	lastCharge     time.Duration // when guest time was last charged to the engine's CPU share
+	holdsSlot      bool          // the current call holds a running slot of the share (cpushare.go)
 	refills        uint64        // fuel checks that reached the host, for measuring (BenchmarkFuelRefill)
 	stopPoke       func() bool   // stops the context.AfterFunc that forces a check on cancellation
 
@@ -220,6 +221,7 @@ func (in *Instance) Broken() bool { return in.broken }
 func (in *Instance) NoteResumed() {
 	in.seq++
 	if in.m.e.share != nil {
+		in.enterShare()
 		in.lastCharge = monotonic() // suspended time is not guest time
 	}
 }
@@ -338,6 +340,7 @@ func (in *Instance) Key(value []byte) ([]byte, error) {
 	in.stack[0] = uint64(len(value))
 	err := fnKey.CallWithStack(in.ctx, in.stack)
 	ret := in.stack[0]
+	in.leaveShare()
 	in.kind = callNone
 	in.hasPending = false
 	if err != nil {
@@ -367,6 +370,7 @@ func (in *Instance) manifest() ([]byte, error) {
 	in.begin(callManifest)
 	err := fn.CallWithStack(in.ctx, in.stack)
 	ret := in.stack[0]
+	in.leaveShare()
 	in.kind = callNone
 	if err != nil {
 		in.broken = true
@@ -438,6 +442,7 @@ func (in *Instance) ensureInput(n int) error {
 	in.stack[0] = uint64(want)
 	err := in.export(&in.fnInput, ExportInput).CallWithStack(in.ctx, in.stack)
 	ptr := uint32(in.stack[0])
+	in.leaveShare()
 	in.kind = callNone
 	if err != nil {
 		in.broken = true
@@ -464,14 +469,14 @@ func (in *Instance) begin(k callKind) {
 	in.stderr.first = in.stderr.first[:0]
 	in.seq++
 	if in.m.e.share != nil {
-		in.lastCharge = monotonic()
+		in.enterShare()
 	}
 }
 
 // end finishes an export call that returns an i32 status.
 func (in *Instance) end(err error) error {
 	k := in.kind
-	in.chargeCPU()
+	in.leaveShare()
 	in.kind = callNone
 	in.hasPending = false
 	in.stdout.flush()

@@ -61,7 +61,7 @@ func (in *Instance) Migrate(state uint32, from int, key, entry, value []byte) ([
 	stack[0], stack[1], stack[2], stack[3], stack[4] = uint64(state), uint64(uint32(from)), uint64(len(key)), uint64(len(entry)), uint64(len(value))
 	err := fn.CallWithStack(in.ctx, stack)
 	ret := stack[0]
-	in.chargeCPU()
+	in.leaveShare()
 	in.kind = callNone
 	in.hasPending = false
 	in.stdout.flush()
@@ -110,6 +110,7 @@ func (m *Module) readStateVersions(ctx context.Context, rep *Report) {
 	in.begin(callManifest)
 	err = in.mod.ExportedFunction(ExportStateVersions).CallWithStack(in.ctx, in.stack)
 	ret := in.stack[0]
+	in.leaveShare()
 	in.kind = callNone
 	if err != nil {
 		in.broken = true

@@ -58,6 +58,7 @@ func (c *Controller) suspend(t *task) {
 	if t.slot.batch != nil {
 		c.batchSuspended(t.slot)
 	}
+	t.slot.inst.NoteSuspended() // its CPU share's running slot is free until NoteResumed
 	if t.inCoro {
 		if !t.slot.co.yield(coSuspended) {
 			t.aborted = ErrAborted // the coroutine is being stopped

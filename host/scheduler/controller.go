@@ -415,15 +415,7 @@ func (c *Controller) loop(self *carrier) {
 		} else if c.admitted < c.maxInFlight {
 			if el, ok := c.nextInput(); ok {
 				c.handle(el)
-				// While nothing else can need the runner (no completion posted, nothing
-				// ready, promoted or releasable, no barrier, room under the cap), keep
-				// taking records from the batch without a full loop iteration each.
-				for len(c.inbuf) > 0 && c.admitted < c.maxInFlight && c.err == nil && c.barrier == nil &&
-					len(c.ready) == 0 && len(c.runnable) == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0 {
-					el := &c.inbuf[0]
-					c.inbuf = c.inbuf[1:]
-					c.handle(el)
-				}
+				c.handleRun()
 				continue
 			}
 		}
@@ -461,6 +453,22 @@ func (c *Controller) nextInput() (*Element, bool) {
 	el := &c.inbuf[0]
 	c.inbuf = c.inbuf[1:]
 	return el, true
+}
+
+// handleRun keeps taking elements from the input batch without a full loop iteration each,
+// while nothing else can need the runner: no completion posted, nothing ready, promoted or
+// releasable, no barrier, room under the cap. Runs of records that can take the all-hits path
+// go through hotRun.
+func (c *Controller) handleRun() {
+	for len(c.inbuf) > 0 && c.admitted < c.maxInFlight && c.err == nil && c.barrier == nil &&
+		len(c.ready) == 0 && len(c.runnable) == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0 {
+		if c.hotReady() && c.hotRun() {
+			continue
+		}
+		el := &c.inbuf[0]
+		c.inbuf = c.inbuf[1:]
+		c.handle(el)
+	}
 }
 
 // wait blocks until a completion arrives, input can be taken, or ctx is done.

@@ -26,6 +26,13 @@ type task struct {
 	seq   uint64
 	ep    *epoch
 	wm    int64 // the watermark this task sees
+	// effects: the call changed something (state, timers, an output); a failed call without
+	// any may be handed to OnRecordFailure instead of failing the run.
+	effects  bool
+	attempts int // calls that faulted and were retried (WithRecordRetries)
+	io       int // async operations out that can still deliver to the task (see freeTask)
+	// The fields above and the next group are what the all-hits path touches (hotRun): kept
+	// together, they share the struct's first cache lines.
 
 	slot      *slot    // instance running the task, while in flight
 	carrier   *carrier // carrier parked in the task's guest call, while suspended
@@ -52,16 +59,11 @@ type task struct {
 	// lookupErr is the last failed lookup of the call (for the report if the call fails).
 	lookupErr error
 	lookups   int // lookups the call made so far (LookupCall.Index)
-	// effects: the call changed something (state, timers, an output); a failed call without
-	// any may be handed to OnRecordFailure instead of failing the run.
-	effects  bool
-	attempts int // calls that faulted and were retried (WithRecordRetries)
-	aborted  error
-	order    int64 // resume priority, lower first (ResumePriority)
-	waitFrom time.Time
-	done     atomic.Int32 // lookup completion state, see Lookup
+	aborted   error
+	order     int64 // resume priority, lower first (ResumePriority)
+	waitFrom  time.Time
+	done      atomic.Int32 // lookup completion state, see Lookup
 
-	io     int  // async operations out that can still deliver to the task (see freeTask)
 	orphan bool // finished (aborted) while io > 0: pooled when the last one delivers
 
 	in *inputRef // the input batch a record came from, with WithInputRelease (release.go)
@@ -165,18 +167,31 @@ func (s *slot) Emit(key, value []byte) error {
 	if s.setup {
 		return abi.NotAllowed // host/abi refuses emits during setup already
 	}
-	var src Source
-	ts := s.c.watermark // clink_close: the last watermark (docs/abi.md, emit)
-	if t := s.t; t != nil {
-		t.effects = true
-		src = Source{Pos: t.pos, Key: t.key, Timer: t.kind != kindRecord, TS: t.ts}
-		ts = t.ts
-		if t.held != nil {
-			t.held.add(key, value, ts, src)
-			return nil
+	// A flush inside the call may block on a backpressured sink: add runs it as s.inst.Blocking,
+	// so that the call gives its CPU share's running slot up meanwhile and the operators it
+	// waits for (the tenant's own, downstream) can run.
+	t := s.t
+	if t == nil { // clink_close: the last watermark (docs/abi.md, emit)
+		out, err := s.c.out.add(key, value, s.inst)
+		if err != nil {
+			return err
 		}
+		out.TS, out.Src = s.c.watermark, Source{}
+		return nil
 	}
-	return s.c.out.emit(key, value, ts, src)
+	t.effects = true
+	if t.held != nil {
+		t.held.add(key, value, t.ts, Source{Pos: t.pos, Key: t.key, Timer: t.kind != kindRecord, TS: t.ts})
+		return nil
+	}
+	// outBuffer.emit, with the source written straight into the output (see emit).
+	out, err := s.c.out.add(key, value, s.inst)
+	if err != nil {
+		return err
+	}
+	out.TS = t.ts
+	out.Src.Pos, out.Src.Key, out.Src.TS, out.Src.Timer = t.pos, t.key, t.ts, t.kind != kindRecord
+	return nil
 }
 
 // RegisterTimer implements abi.Handler.
