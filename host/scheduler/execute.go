@@ -93,6 +93,7 @@ func (c *Controller) hotRun() bool {
 		t.ep, t.wm = e, e.startWM
 		e.pending++
 		c.admitted++
+		c.admitInput(t) // before anything can yield the runner role (release.go)
 		if len(c.prefetch) == 1 {
 			v, found, hot := c.cfg.Backend.Get(state.Key{State: state.StateID(c.prefetch[0]), Record: t.key})
 			if !hot {
@@ -134,6 +135,9 @@ func (c *Controller) hotRun() bool {
 		}
 		e.pending--
 		c.admitted--
+		if t.in != nil {
+			c.inputDoneBy(t)
+		}
 		c.freeTask(t)
 	}
 	return took

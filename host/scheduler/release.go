@@ -14,7 +14,9 @@ package scheduler
 //   - every element of it was taken (the controller took the next batch, or the input ended,
 //     at the top of the runner loop: never inside handle, which still reads the element);
 //   - every record task admitted from it has finished (inputRef.live is zero); a task is
-//     counted before anything in handle can yield the runner role, and uncounted in finish;
+//     counted before anything in handle or hotRun can yield the runner role (a suspended
+//     direct call hands it to another carrier, whose loop may take the next batch), and
+//     uncounted in finish or at the end of hotRun's own completion;
 //   - the outputs those tasks made have been handed to the sink (the output buffer was
 //     flushed after the last of them finished, or held no output at all); and
 //   - the run has not failed: after a failure nothing more is released, since an error or a
