@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"time"
 
@@ -239,50 +238,11 @@ func (s *Source) record(b []byte, idx uint64, n int64) []byte {
 		}
 	default:
 		b = append(b, `{"key":"k`...)
-		b = appendUint(b, r%uint64(s.keys))
+		b = strconv.AppendUint(b, r%uint64(s.keys), 10)
 		b = append(b, `","seq":`...)
-		b = appendInt(b, n)
+		b = strconv.AppendInt(b, n, 10)
 	}
 	b = append(b, `,"ts":`...)
-	b = appendInt(b, ts)
+	b = strconv.AppendInt(b, ts, 10)
 	return append(b, '}')
-}
-
-// digitPairs is "00" to "99".
-const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
-	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
-	"8081828384858687888990919293949596979899"
-
-// appendUint is strconv.AppendUint(b, v, 10) written straight into b: the generator formats
-// three numbers a record, and strconv formats into a buffer of its own and copies it.
-func appendUint(b []byte, v uint64) []byte {
-	n := 1
-	for x := v; x >= 10; x /= 10 {
-		n++
-	}
-	b = slices.Grow(b, n)
-	i := len(b) + n
-	b = b[:i]
-	for v >= 100 {
-		q := v / 100
-		d := (v - q*100) * 2
-		i -= 2
-		b[i], b[i+1] = digitPairs[d], digitPairs[d+1]
-		v = q
-	}
-	if v >= 10 {
-		i -= 2
-		b[i], b[i+1] = digitPairs[v*2], digitPairs[v*2+1]
-	} else {
-		b[i-1] = byte('0' + v)
-	}
-	return b
-}
-
-// appendInt is strconv.AppendInt(b, v, 10), as appendUint.
-func appendInt(b []byte, v int64) []byte {
-	if v < 0 {
-		return appendUint(append(b, '-'), uint64(-v)) // -MinInt64 wraps to its own magnitude
-	}
-	return appendUint(b, uint64(v))
 }

@@ -1,13 +1,10 @@
 package gen
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
-	"math"
 	"slices"
-	"strconv"
 	"testing"
 
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
@@ -90,36 +87,4 @@ func contains(s, sub string) bool {
 		}
 	}
 	return false
-}
-
-// TestAppendInt: the generator's number formatting is strconv's.
-func TestAppendInt(t *testing.T) {
-	vals := []int64{0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 1700000000000, math.MaxInt64, math.MinInt64, -1, -10, -99, -100}
-	for i := int64(1); i > 0 && i < math.MaxInt64/3; i *= 3 {
-		vals = append(vals, i, i-1, i+1, -i)
-	}
-	for _, v := range vals {
-		if got, want := string(appendInt([]byte("x"), v)), strconv.AppendInt([]byte("x"), v, 10); got != string(want) {
-			t.Errorf("appendInt(%d) = %q, want %q", v, got, want)
-		}
-		if v >= 0 {
-			if got, want := string(appendUint(nil, uint64(v))), strconv.FormatUint(uint64(v), 10); got != want {
-				t.Errorf("appendUint(%d) = %q, want %q", v, got, want)
-			}
-		}
-	}
-	if got := string(appendUint(nil, math.MaxUint64)); got != strconv.FormatUint(math.MaxUint64, 10) {
-		t.Errorf("appendUint(MaxUint64) = %q", got)
-	}
-}
-
-// FuzzAppendInt: against strconv for any value.
-func FuzzAppendInt(f *testing.F) {
-	f.Add(int64(0), []byte("{"))
-	f.Add(int64(-1700000000000), []byte(nil))
-	f.Fuzz(func(t *testing.T, v int64, prefix []byte) {
-		if got, want := appendInt(bytes.Clone(prefix), v), strconv.AppendInt(bytes.Clone(prefix), v, 10); !bytes.Equal(got, want) {
-			t.Fatalf("appendInt(%q, %d) = %q, want %q", prefix, v, got, want)
-		}
-	})
 }
