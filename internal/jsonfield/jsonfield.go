@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -73,9 +74,35 @@ func top(obj []byte, name string) (found json.RawMessage, plainValue, ok bool, e
 				i = skipValue(obj, i)
 			}
 			found, plainValue, ok = obj[vs:i], pv, true
+			if !mayHaveField(obj[i:], name) {
+				return found, plainValue, ok, nil // no later duplicate can override it
+			}
 			continue
 		}
 		i = skipValue(obj, i)
+	}
+}
+
+// mayHaveField reports whether rest, the part of a valid JSON object after a field, may hold
+// another field called name. It may not when rest has no escape (so every name in it is
+// written as its bytes) and no quoted occurrence of name: then the field found is the last of
+// its name and the scan can stop there (a few vectorised byte searches instead of a scan of
+// every later field).
+func mayHaveField(rest []byte, name string) bool {
+	// Without escapes the one thing decoding changes is invalid UTF-8, into U+FFFD: a name
+	// holding U+FFFD may be written otherwise.
+	if bytes.IndexByte(rest, '\\') >= 0 || strings.Contains(name, "\uFFFD") {
+		return true
+	}
+	for q := 0; ; {
+		j := bytes.IndexByte(rest[q:], '"')
+		if j < 0 {
+			return false
+		}
+		q += j + 1
+		if end := q + len(name); end < len(rest) && rest[end] == '"' && string(rest[q:end]) == name {
+			return true
+		}
 	}
 }
 

@@ -10,6 +10,10 @@ import (
 // JSON object both find the same fields with the same raw values (the last duplicate wins),
 // and Top refuses valid JSON that is not an object.
 func FuzzTop(f *testing.F) {
+	// Invalid UTF-8 in a later name decodes to U+FFFD, which may be the name looked for.
+	f.Add([]byte("{\"\uFFFD\":1,\"\xff\":2}"), "\uFFFD")
+	f.Add([]byte(`{"k":1,"x":"\"k\"","k":3}`), "k")
+	f.Add([]byte(`{"k":1,"x":"k","y":"\"k"}`), "k")
 	for _, s := range []string{`{"k":"a"}`, `{"k":1,"k":2}`, `{"a":{"k":3},"k":[1]}`, ` {"k" : "\u00e9"} `, `[1]`, `{"k":}`, `{}`, `{"k":"a"}x`} {
 		f.Add([]byte(s), "k")
 	}
