@@ -28,7 +28,6 @@ package scheduler
 import (
 	"errors"
 	"hash/maphash"
-	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/abi"
 )
@@ -92,10 +91,7 @@ func (c *Controller) batchAdd(t *task) bool {
 			// runnable, and the runner takes it before more input, so that outputs keep the
 			// order of the input on this path, as they do without batches.
 			c.markKeyBusy(o)
-			g := c.gate[string(t.key)]
-			g.queue = append(g.queue, t)
-			c.parked++
-			t.waitFrom, t.async = time.Now(), true
+			c.park(c.gate[string(t.key)], t, false)
 			c.flushBatch()
 			return true
 		}

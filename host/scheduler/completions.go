@@ -64,32 +64,20 @@ func (c *Controller) complete(cp completion) {
 	if b := cp.batch; b != nil {
 		if b.err != nil {
 			c.fail(fmt.Errorf("state backend: %w", b.err))
+			c.deliver(b, 0, len(b.reads), cp.at)
+			return
+		}
+		if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
+			c.fetchEWMA = lat
 		} else {
-			c.fill(b)
-			if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
-				c.fetchEWMA = lat
-			} else {
-				c.fetchEWMA += (lat - c.fetchEWMA) / 8
-			}
+			c.fetchEWMA += (lat - c.fetchEWMA) / 8
 		}
-		for i, r := range b.reads {
-			t := r.t
-			if c.delivered(t) || b.err != nil {
-				continue // its task was aborted, or is aborted with everything else
-			}
-			if r.prefetch {
-				if c.holder != nil {
-					t.holds |= 1 << slices.Index(c.prefetch, uint32(r.key.State)) // FillHold held it
-				}
-				if t.prefetchWait--; t.prefetchWait == 0 {
-					c.runnable = append(c.runnable, t)
-				}
-				continue
-			}
-			t.fetched = b.results[i]
-			t.waitFrom = cp.at
-			c.ready = append(c.ready, t)
+		if c.holder == nil || len(b.reads) <= fillPartKeys {
+			c.fill(b, 0, len(b.reads))
+			c.deliver(b, 0, len(b.reads), cp.at)
+			return
 		}
+		c.fills = append(c.fills, partFill{b: b, at: cp.at}) // the runner fills it (fillPart)
 		return
 	}
 	if c.delivered(cp.task) {
@@ -97,6 +85,68 @@ func (c *Controller) complete(cp completion) {
 	}
 	cp.task.waitFrom = cp.at
 	c.ready = append(c.ready, cp.task)
+}
+
+// fillPartKeys is the most results of a completed batch that are filled (and, for prefetched
+// values, held) at once. A larger batch is filled in parts, the next once the runner has run
+// the tasks the last one made runnable (see fillPart).
+const fillPartKeys = 64
+
+// partFill is a completed batch whose results are filled in parts: reads[from:] are left.
+type partFill struct {
+	b    *readBatch
+	from int
+	at   time.Time
+}
+
+// fillPart fills the next part of the oldest batch filled in parts, and delivers its reads.
+//
+// A completed batch of prefetched values is held until each value's call has run (see fill).
+// Filled whole, a batch of 1,400 values (one that waited at the cap, issue 10) held 57% of a
+// tier a tenth of the state, and the tier evicted every clean entry to make room, the head of
+// a skewed stream with them, each fetched again while its records parked. In parts, what a
+// batch holds at once is a part's worth: the runner fills the next part only once it has run
+// what the last one made runnable, and those calls have released their values, clean and
+// evictable in LRU order again. A failed run delivers the rest at once.
+func (c *Controller) fillPart() {
+	f := &c.fills[0]
+	to := len(f.b.reads)
+	if c.err == nil {
+		to = min(to, f.from+fillPartKeys)
+	}
+	c.fill(f.b, f.from, to)
+	from := f.from
+	f.from = to
+	b, at := f.b, f.at
+	if to == len(b.reads) {
+		c.fills[0] = partFill{}
+		c.fills = c.fills[1:]
+	}
+	c.deliver(b, from, to, at)
+}
+
+// deliver hands the results b.results[from:to], filled, to their tasks: a prefetching task
+// becomes runnable once all its values are in, a suspended one ready to resume.
+func (c *Controller) deliver(b *readBatch, from, to int, at time.Time) {
+	for i := from; i < to; i++ {
+		r := b.reads[i]
+		t := r.t
+		if c.delivered(t) || b.err != nil {
+			continue // its task was aborted, or is aborted with everything else
+		}
+		if r.prefetch {
+			if c.holder != nil {
+				t.holds |= 1 << slices.Index(c.prefetch, uint32(r.key.State)) // FillHold held it
+			}
+			if t.prefetchWait--; t.prefetchWait == 0 {
+				c.runnable = append(c.runnable, t)
+			}
+			continue
+		}
+		t.fetched = b.results[i]
+		t.waitFrom = at
+		c.ready = append(c.ready, t)
+	}
 }
 
 // delivered accounts one async operation of t as delivered, and reports whether t was aborted

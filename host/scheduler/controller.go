@@ -9,9 +9,12 @@
 //
 //   - Per-key gate: at most one in-flight task per key; later records of a busy key park FIFO
 //     and are promoted when the key frees, so same-key reads always see same-key writes.
-//   - In-flight cap: admitted tasks (running, suspended, parked, waiting for prefetched values
-//     or for an instance) never exceed the cap (WithMaxInFlight); at the cap the runner stops
-//     pulling input, so backpressure reaches the source.
+//   - In-flight cap: admitted tasks that hold or wait for an instance, a fetch or a lookup
+//     (running, suspended, waiting for prefetched values or for an instance) never exceed the
+//     cap (WithMaxInFlight). Records parked behind their key, or waiting for room under the cap,
+//     hold only their input and are bounded by its bytes (WithWaitingMemory); while they are
+//     below that bound the runner takes input at the cap (see mayAdmit), beyond it the cap
+//     counts them too and the runner stops pulling input, so backpressure reaches the source.
 //   - Instance budget: instances (held only by running or suspended calls) are bounded by the
 //     budget (WithInstanceMemoryBudget) at each one's footprint; a task that needs one beyond
 //     it waits without one. A record's prefetched values are held hot (state.Holder) until its call has
@@ -46,7 +49,8 @@
 //
 //   - controller.go: the Controller, New, Run, the runner loop, input and shutdown;
 //   - options.go: Option and its With… constructors, the one place defaults live;
-//   - gate.go: the per-key gate; execute.go: running a task's guest call and finishing it;
+//   - gate.go: the per-key gate; execute.go: running a task's guest call and finishing it, and
+//     hotRun, the same for runs of records on the all-hits path in one loop;
 //   - instances.go: the instance pool and its memory budget; epochs.go: epochs, timers' release
 //     and barriers; ordered.go: outputs held in input order (OrderInput);
 //   - fetch.go: the prefetch check, cold reads and their coalescing; lookups.go: lookups;
@@ -189,7 +193,10 @@ type Controller struct {
 	maxInFlightSet atomic.Int64 // a new cap from SetMaxInFlight, applied by the runner (any goroutine writes)
 	admitted       int          // tasks admitted and not complete: running, suspended, parked, runnable
 	running        int          // tasks holding an instance
-	parked         int
+	parked         int          // tasks in the gate's queues (admitted, not counted by the cap)
+	capWait        []*task      // tasks waiting for room under the cap (waitForCap), FIFO
+	waitBytes      int64        // what parked and capWait tasks hold (waitSize summed)
+	waitLimit      int64        // the most waitBytes may reach while more are admitted (mayAdmit)
 	seq            uint64
 
 	gate     map[string]*gateEntry
@@ -223,6 +230,7 @@ type Controller struct {
 	ptWake    *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
+	fills        []partFill    // completed batches filled in parts (fillPart), oldest first
 	pendingSince time.Time     // when the oldest pending read joined the batch
 	fetchEWMA    time.Duration // observed fetch latency, for the batch wait
 	prefetch     []uint32      // state ids the module prefetches (docs/abi.md, "Fast paths")
@@ -336,9 +344,10 @@ func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
 func (c *Controller) MaxInFlight() int { return c.maxInFlight }
 
 // SetMaxInFlight changes the in-flight cap of a running controller (a live quota change); safe
-// from any goroutine. The runner applies it at its next iteration: a lower cap admits nothing
-// until the tasks in flight fall below it (none is aborted), a higher one admits more once the
-// runner next wakes (a completion or new input). n < 1 is ignored; a Synchronous controller
+// from any goroutine. The runner applies it at its next iteration: under a lower cap no task
+// starts a fetch or call that would count against it until the tasks in flight fall below it
+// (none is aborted; records may still be admitted to wait, within WithWaitingMemory), a higher
+// one admits more once the runner next wakes (a completion or new input). n < 1 is ignored; a Synchronous controller
 // keeps its cap of 1.
 func (c *Controller) SetMaxInFlight(n int) {
 	if n >= 1 {
@@ -369,6 +378,10 @@ func (c *Controller) loop(self *carrier) {
 			}
 		}
 		if c.err != nil {
+			if len(c.fills) > 0 {
+				c.fillPart() // delivers the rest of the batch: its tasks are aborted or dropped
+				continue
+			}
 			if t := c.anySuspended(); t != nil {
 				t.aborted = ErrAborted
 				c.resumeTask(self, t)
@@ -401,6 +414,14 @@ func (c *Controller) loop(self *carrier) {
 			c.execute(t)
 			continue
 		}
+		if len(c.fills) > 0 {
+			c.fillPart()
+			continue
+		}
+		if t := c.nextCapWaiter(); t != nil {
+			c.execute(t)
+			continue
+		}
 		if c.releaseStep() {
 			continue
 		}
@@ -412,7 +433,7 @@ func (c *Controller) loop(self *carrier) {
 				c.completeBarrier()
 				continue
 			}
-		} else if c.admitted < c.maxInFlight {
+		} else if c.mayAdmit() {
 			if el, ok := c.nextInput(); ok {
 				c.handle(el)
 				c.handleRun()
@@ -460,7 +481,7 @@ func (c *Controller) nextInput() (*Element, bool) {
 // releasable, no barrier, room under the cap. Runs of records that can take the all-hits path
 // go through hotRun.
 func (c *Controller) handleRun() {
-	for len(c.inbuf) > 0 && c.admitted < c.maxInFlight && c.err == nil && c.barrier == nil &&
+	for len(c.inbuf) > 0 && c.mayAdmit() && c.err == nil && c.barrier == nil &&
 		len(c.ready) == 0 && len(c.runnable) == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0 {
 		if c.hotReady() && c.hotRun() {
 			continue
@@ -481,7 +502,7 @@ func (c *Controller) wait() {
 		return
 	}
 	var in <-chan []Element
-	if !c.inputDone && c.barrier == nil && c.admitted < c.maxInFlight && len(c.inbuf) == 0 {
+	if !c.inputDone && c.barrier == nil && c.mayAdmit() && len(c.inbuf) == 0 {
 		in = c.input
 	}
 	var clock <-chan time.Time
@@ -497,6 +518,7 @@ func (c *Controller) wait() {
 			defer c.ptWake.Stop()
 		}
 	}
+	from := time.Now()
 	select {
 	case <-clock:
 	case <-c.comp.wake:
@@ -507,6 +529,11 @@ func (c *Controller) wait() {
 			c.takeInput(b)
 		}
 	case <-c.ctx.Done():
+	}
+	idle := int64(time.Since(from))
+	c.metrics.IdleNanos.Add(idle)
+	if !c.inputDone && c.barrier == nil && !c.mayAdmit() {
+		c.metrics.IdleFullNanos.Add(idle) // it could take no input: the cap and the waiting bound
 	}
 }
 

@@ -456,12 +456,13 @@ func TestFetchErrorFailsPipeline(t *testing.T) {
 	})
 }
 
-// TestBackpressure: at the cap the runner stops pulling input.
+// TestBackpressure: at the cap the runner stops pulling input (with no room for records to
+// wait beyond it: TestWaitingMemoryBounded covers the bound on those).
 func TestBackpressure(t *testing.T) {
 	m := loadModule(t, "testdata/accum.wasm")
 	synctest.Test(t, func(t *testing.T) {
 		tier := newFakeTier(1, 10*time.Millisecond, 10*time.Millisecond, 0)
-		c, err := New(m, tier, &collectSink{}, WithMaxInFlight(4))
+		c, err := New(m, tier, &collectSink{}, WithMaxInFlight(4), WithWaitingMemory(-1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -506,7 +507,7 @@ func TestSetMaxInFlight(t *testing.T) {
 	m := loadModule(t, "testdata/accum.wasm")
 	synctest.Test(t, func(t *testing.T) {
 		tier := newFakeTier(1, 10*time.Millisecond, 10*time.Millisecond, 0)
-		c, err := New(m, tier, &collectSink{}, WithMaxInFlight(4))
+		c, err := New(m, tier, &collectSink{}, WithMaxInFlight(4), WithWaitingMemory(-1))
 		if err != nil {
 			t.Fatal(err)
 		}

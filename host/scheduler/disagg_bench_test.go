@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -195,7 +196,8 @@ type coldSample struct {
 	atMaxLookups                                float64 // share of samples with every lookup slot busy
 	lookups, lookupKeysTotal                    int64
 	maxKeysOut                                  int64
-	admitted, atCap                             float64
+	admitted, atCap, capWaiting                 float64
+	maxWaitingBytes                             int64
 }
 
 func (s coldSample) String() string {
@@ -205,7 +207,7 @@ func (s coldSample) String() string {
 	}
 	return fmt.Sprintf("cold path (%d samples): keys out mean %.0f (max %d), lookups running mean %.2f (all 4 busy %.0f%% of the time), keys in running lookups mean %.0f, parked mean %.0f; %d lookups, %.1f keys/lookup",
 		s.samples, s.keysOut, s.maxKeysOut, s.lookupsRunning, 100*s.atMaxLookups, s.lookupKeys, s.parked, s.lookups, perLookup) +
-		fmt.Sprintf("; admitted mean %.0f, at the in-flight cap %.0f%% of the time", s.admitted, 100*s.atCap)
+		fmt.Sprintf("; admitted mean %.0f, at the in-flight cap %.0f%% of the time, waiting for room under it mean %.0f, waiting records' bytes max %d", s.admitted, 100*s.atCap, s.capWaiting, s.maxWaitingBytes)
 }
 
 // sampleColdPath samples the backend's cold-path gauges every millisecond until the returned
@@ -230,6 +232,7 @@ func sampleColdPath(be *state.Tiered, c *Controller) func() coldSample {
 					s.atMaxLookups /= n
 					s.admitted /= n
 					s.atCap /= n
+					s.capWaiting /= n
 				}
 				done <- s
 				return
@@ -247,9 +250,11 @@ func sampleColdPath(be *state.Tiered, c *Controller) func() coldSample {
 			sm := c.Metrics()
 			s.parked += float64(sm.Parked)
 			s.admitted += float64(sm.Admitted)
-			if sm.Admitted >= int64(c.MaxInFlight()) {
+			if sm.Admitted-sm.Parked-sm.CapWaiting >= int64(c.MaxInFlight()) {
 				s.atCap++
 			}
+			s.capWaiting += float64(sm.CapWaiting)
+			s.maxWaitingBytes = max(s.maxWaitingBytes, sm.WaitingBytes)
 		}
 	}()
 	return func() coldSample { close(stop); return <-done }
@@ -300,21 +305,28 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 		}
 		backend = fb
 	}
-	c, err := New(m, backend, &discardSink{}, WithOnBarrier(func(id uint64) error {
+	copts := []Option{WithOnBarrier(func(id uint64) error {
 		s, err := be.Capture(id)
 		if err != nil {
 			return err
 		}
 		persist <- s
 		return nil
-	}))
+	})}
+	if n, err := strconv.Atoi(os.Getenv("CLINK_BENCH_DISAGG_CAP")); err == nil && n > 0 {
+		copts = append(copts, WithMaxInFlight(n))
+	}
+	c, err := New(m, backend, &discardSink{}, copts...)
 	if err != nil {
 		b.Fatal(err)
 	}
 	before := st.Metrics()
 	cpu0, srv0 := processCPU(), serverCPU()
+	start := time.Now()
 	in := make(chan []Element, 16)
+	var sent atomic.Int64 // when the last batch was sent, in ns after start
 	go func() {
+		defer func() { sent.Store(int64(time.Since(start))) }()
 		next, id := time.Now().Add(ckpt), uint64(1)
 		for i := 0; i < len(els); i += 256 {
 			in <- els[i:min(i+256, len(els))]
@@ -327,7 +339,6 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 		in <- []Element{{Kind: ElementWatermark, TS: math.MaxInt64}}
 		close(in)
 	}()
-	start := time.Now()
 	smp := func() coldSample { return coldSample{} }
 	if sample {
 		smp = sampleColdPath(be, c) // costs the runs ~0.1 µs of CPU per record
@@ -336,6 +347,7 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 		b.Fatal(err)
 	}
 	cold := smp()
+	ran := time.Since(start)
 	s, err := be.Capture(1 << 40)
 	if err != nil {
 		b.Fatal(err)
@@ -364,9 +376,9 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 	}
 	r.cold = cold
 	r.hist = fb.String()
-	r.detail = fmt.Sprintf("GETs %d (%d blocks; %d metas; %d retry rounds), PUTs %d (mean %v); fetched keys %d, found %d; %d segments, %d compactions, %d spill merges; runner backpressure %v, barrier drains %v, wall %v; index %d B, in-memory segments %d B",
+	r.detail = fmt.Sprintf("GETs %d (%d blocks; %d metas; %d retry rounds), PUTs %d (mean %v); fetched keys %d, found %d; %d segments, %d compactions, %d spill merges; runner backpressure %v, barrier drains %v, wall %v (input sent by %v, run done at %v, then the final checkpoint; runner idle %v, %v of it with input it could not admit); index %d B, in-memory segments %d B",
 		gets, bm.FetchBlocks, bm.MetaLoads, bm.FetchRetryRounds, after.RemotePuts-before.RemotePuts, after.RemotePutLatency.Round(time.Millisecond),
-		bm.FetchKeys, bm.FetchFound, bm.Segments, bm.Compactions, bm.SpillMerges, bm.Backpressure.Round(time.Millisecond), sm.BarrierDrain.Round(time.Millisecond), d.Round(time.Millisecond), bm.IndexBytes, bm.MemSegmentBytes)
+		bm.FetchKeys, bm.FetchFound, bm.Segments, bm.Compactions, bm.SpillMerges, bm.Backpressure.Round(time.Millisecond), sm.BarrierDrain.Round(time.Millisecond), d.Round(time.Millisecond), time.Duration(sent.Load()).Round(time.Millisecond), ran.Round(time.Millisecond), sm.Idle.Round(time.Millisecond), sm.IdleFull.Round(time.Millisecond), bm.IndexBytes, bm.MemSegmentBytes)
 	if bm.FetchKeys > 0 && gets > 0 {
 		r.keysPerGet = float64(bm.FetchKeys) / float64(gets)
 	}

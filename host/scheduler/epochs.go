@@ -42,7 +42,7 @@ func (c *Controller) releaseStep() bool {
 		}
 	}
 	if len(e.due) > 0 {
-		if c.admitted >= c.maxInFlight {
+		if !c.mayAdmit() {
 			return false
 		}
 		te := e.due[0]

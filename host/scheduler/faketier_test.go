@@ -30,6 +30,7 @@ type fakeTier struct {
 	fetchErr error
 
 	fetches   atomic.Int64
+	misses    int // Gets that found a key cold (runner-only)
 	fetchKeys atomic.Int64
 	undone    atomic.Int64 // fetches whose done has not returned
 	pending   sync.WaitGroup
@@ -59,6 +60,7 @@ func (f *fakeTier) Open([]string) error { return nil }
 func (f *fakeTier) Get(k state.Key) ([]byte, bool, bool) {
 	e, ok := f.hot[f.enc(k)]
 	if !ok {
+		f.misses++
 		return nil, false, false
 	}
 	return e.val, e.found, true

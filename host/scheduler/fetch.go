@@ -56,17 +56,29 @@ func (c *Controller) batchWait() time.Duration {
 
 // awaitPrefetch checks that t's prefetched values are hot. If some are cold it queues their
 // loads, enters t's key in the gate (later records of the key park behind it) and reports true:
-// t waits without an instance, and goes to the runnable queue when the loads complete.
+// t waits without an instance, and goes to the runnable queue when the loads complete. If the
+// cap is full (t was admitted beyond it, see mayAdmit), t waits for room instead, its loads
+// not yet queued.
 func (c *Controller) awaitPrefetch(t *task) bool {
 	t.prefetched = true
 	if len(c.prefetch) == 1 {
 		// The common case, without the loop's bookkeeping.
 		k := state.Key{State: state.StateID(c.prefetch[0]), Record: t.key}
-		v, found, hot := c.cfg.Backend.Get(k)
-		if hot {
-			c.pfHot = append(c.pfHot[:0], pfValue{state: c.prefetch[0], value: v, found: found})
-			c.pfTask, c.pfNext = t, 0
-			return false
+		if !t.knownCold {
+			v, found, hot := c.cfg.Backend.Get(k)
+			if hot {
+				c.pfHot = append(c.pfHot[:0], pfValue{state: c.prefetch[0], value: v, found: found})
+				c.pfTask, c.pfNext = t, 0
+				return false
+			}
+		}
+		// (A task known cold was found so just before, or before it waited for room under the
+		// cap, its key busy since: nothing filled it, and asking again would count a second
+		// miss.)
+		t.knownCold = false
+		if c.overCap() {
+			c.waitForCap(t, true)
+			return true
 		}
 		t.prefetchWait, t.async = 1, true
 		c.metrics.PrefetchWaits.Add(1)
@@ -79,6 +91,10 @@ func (c *Controller) awaitPrefetch(t *task) bool {
 		k := state.Key{State: state.StateID(id), Record: t.key}
 		v, found, hot := c.cfg.Backend.Get(k)
 		if !hot {
+			if t.prefetchWait == 0 && c.overCap() {
+				c.waitForCap(t, false) // before any of its loads is queued
+				return true
+			}
 			t.io++
 			c.pendingReads = append(c.pendingReads, pendingRead{t: t, key: k, prefetch: true})
 			if len(c.pendingReads) == 1 {
@@ -161,16 +177,18 @@ func (c *Controller) flushReads() {
 // (under heavy eviction the guard refuses every fetch that waited long, and each refused
 // prefetch becomes a suspension inside the call, which holds an instance). It also holds the
 // prefetched values until their calls have run.
-func (c *Controller) fill(b *readBatch) {
+//
+// It fills b.results[from:to] (see fillPart).
+func (c *Controller) fill(b *readBatch, from, to int) {
 	if c.holder == nil {
-		c.cfg.Backend.Fill(b.results)
+		c.cfg.Backend.Fill(b.results[from:to])
 		return
 	}
 	hold := c.holdBuf[:0]
-	for _, r := range b.reads {
+	for _, r := range b.reads[from:to] {
 		i := slices.Index(c.prefetch, uint32(r.key.State))
 		hold = append(hold, r.prefetch && i >= 0 && i < 64 && r.t.holds&(1<<i) == 0 && !r.t.orphan)
 	}
-	c.holder.FillHold(b.results, hold)
+	c.holder.FillHold(b.results[from:to], hold)
 	c.holdBuf = hold[:0]
 }

@@ -5,6 +5,7 @@ package scheduler
 import (
 	"slices"
 	"time"
+	"unsafe"
 )
 
 type gateEntry struct{ queue []*task }
@@ -28,17 +29,32 @@ func (c *Controller) submit(t *task, front bool) {
 		return
 	}
 	if g, ok := c.gate[string(t.key)]; ok {
-		if front {
-			g.queue = slices.Insert(g.queue, 0, t)
-		} else {
-			g.queue = append(g.queue, t)
-		}
-		c.parked++
-		t.waitFrom, t.async = time.Now(), true
+		c.park(g, t, front)
 		return
 	}
 	c.execute(t)
 }
+
+// park queues t behind its key's in-flight task. A parked task holds no instance and no IO:
+// what it holds is its input (the record's bytes and the task), so it counts against the
+// waiting records' memory bound (see mayAdmit), not against the in-flight cap.
+func (c *Controller) park(g *gateEntry, t *task, front bool) {
+	if front {
+		g.queue = slices.Insert(g.queue, 0, t)
+	} else {
+		g.queue = append(g.queue, t)
+	}
+	c.parked++
+	c.waitBytes += waitSize(t)
+	t.waitFrom, t.async = time.Now(), true
+}
+
+// waitOverhead is what a waiting record (parked, or waiting for room under the cap) holds
+// beyond its key and value bytes: its task, its element of the input batch (which the task's
+// key and value alias) and its slot in the queue it waits in.
+const waitOverhead = int64(unsafe.Sizeof(task{}) + unsafe.Sizeof(Element{}) + unsafe.Sizeof((*task)(nil)))
+
+func waitSize(t *task) int64 { return int64(len(t.key)+len(t.value)) + waitOverhead }
 
 // markKeyBusy enters t's key into the gate. A task that completes without suspending never
 // needs an entry: nothing else runs while it does.
@@ -76,6 +92,7 @@ func (c *Controller) releaseKey(t *task) {
 		next.inGate = true
 		next.holds, t.holds = t.holds, 0 // the values stay held for the key's next call
 		c.parked--
+		c.waitBytes -= waitSize(next)
 		c.metrics.GateWaits.Add(1)
 		c.metrics.GateWaitNanos.Add(int64(time.Since(next.waitFrom)))
 		c.runnable = append(c.runnable, next)

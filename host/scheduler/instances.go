@@ -4,6 +4,7 @@ package scheduler
 // waiting for an instance.
 
 import (
+	"hash/maphash"
 	"log/slog"
 	"slices"
 
@@ -11,6 +12,12 @@ import (
 )
 
 func (c *Controller) sizePool() error {
+	switch w := c.cfg.WaitingMemory; {
+	case w == 0:
+		c.waitLimit = c.cfg.InstanceMemoryBudget / waitShare
+	case w > 0:
+		c.waitLimit = min(w, c.cfg.InstanceMemoryBudget)
+	}
 	if c.cfg.Synchronous {
 		c.maxInFlight = 1
 		return nil
@@ -32,18 +39,97 @@ func (c *Controller) sizePool() error {
 	if c.cfg.MaxInFlight > 0 {
 		c.maxInFlight = c.cfg.MaxInFlight
 	} else {
-		// Records waiting for prefetched values, parked behind their key or waiting for an
-		// instance hold none: the cap bounds the bookkeeping, the budget bounds instances.
+		// Records waiting for prefetched values or for an instance hold none: the cap
+		// bounds the bookkeeping, the budget bounds instances (and waiting records: mayAdmit).
 		c.maxInFlight = DefaultMaxInFlight
 	}
 	return nil
 }
 
+// mayAdmit reports whether the runner may admit another task.
+//
+// The in-flight cap bounds the tasks that hold or wait for an instance, a fetch or a lookup.
+// Two kinds of admitted record hold none of these, only their input (the record's bytes and
+// the task): one parked behind its key's in-flight task (gate.go), and one that would need a
+// fetch while the cap is full, which waits for room under it (waitForCap). Counted by the cap,
+// as parked records were, they filled half of it at a tenth of the state hot (issue 10: a head
+// key of a skewed stream, evicted and fetched again, parks hundreds of records for a GET's
+// wait), and at the cap the runner took no input at all, so records whose values were hot
+// waited too. Now, while what the waiting records hold is below waitLimit (WithWaitingMemory:
+// by default an eighth of the instance memory budget, which they share with the instances, see
+// slotFree), the runner keeps taking input at the cap: a record of a busy key parks, one whose
+// prefetched values are hot runs, one that would fetch waits for room. Past that bound the cap
+// counts every admitted task again, so the waiting records are bounded either way. The gate's
+// order rules do not change (a waiting record keeps its key busy, and later records of the key
+// park behind it), nor does the barrier drain (it waits for every admitted task).
+func (c *Controller) mayAdmit() bool {
+	return c.admitted < c.maxInFlight || c.waitBytes < c.waitLimit
+}
+
+// overCap reports whether the admitted tasks that count against the cap (all but the waiting
+// ones) exceed it: the task being executed, counted among them, must wait for room.
+func (c *Controller) overCap() bool {
+	return c.admitted-c.parked-len(c.capWait) > c.maxInFlight
+}
+
+// waitForCap queues t, a task that would need a fetch (or, for a module that prefetches
+// nothing, could suspend) while the cap is full, until a task that counts against the cap
+// completes. Its key is busy meanwhile, so later records of the key park behind it. A task
+// whose key a record of the pending batch call has (t arrived after it, and would have joined
+// it) parks behind that record instead, as batchAdd would park it. cold says that t's one
+// prefetched value was found cold (see awaitPrefetch).
+func (c *Controller) waitForCap(t *task, cold bool) {
+	if c.pfTask == t {
+		c.pfTask = nil
+	}
+	t.prefetched, t.async = false, true // its prefetched values are checked again when it runs
+	if o := c.pendingBatchTask(t.key); o != nil && !t.inGate {
+		c.markKeyBusy(o)
+		c.park(c.gate[string(t.key)], t, false)
+		c.flushBatch()
+		return
+	}
+	t.knownCold = cold
+	c.markKeyBusy(t)
+	c.waitBytes += waitSize(t)
+	c.metrics.CapWaits.Add(1)
+	c.capWait = append(c.capWait, t)
+}
+
+// pendingBatchTask returns the task of the pending batch call (batch.go) with key k, if any.
+func (c *Controller) pendingBatchTask(k []byte) *task {
+	b := &c.batch
+	if len(b.tasks) == 0 || b.running || !b.keys.has(maphash.Bytes(batchSeed, k)) {
+		return nil
+	}
+	for _, o := range b.tasks {
+		if string(o.key) == string(k) {
+			return o
+		}
+	}
+	return nil
+}
+
+// nextCapWaiter takes the first task waiting for room under the cap, if there is room.
+func (c *Controller) nextCapWaiter() *task {
+	if len(c.capWait) == 0 || c.admitted-c.parked-len(c.capWait) >= c.maxInFlight {
+		return nil
+	}
+	t := c.capWait[0]
+	c.capWait[0] = nil
+	c.capWait = c.capWait[1:]
+	c.waitBytes -= waitSize(t)
+	return t
+}
+
+// waitShare is the part of the instance memory budget that waiting records may hold by default.
+const waitShare = 8
+
 // slotFree reports whether a task could take an instance now: an idle one is pooled, or the
-// instance budget allows another.
+// instance budget allows another beside the spares on their way and the waiting records.
 func (c *Controller) slotFree() bool {
 	return len(c.pool) > 0 || c.instances == 0 || c.nextCost == 0 ||
-		c.instBytes+c.spareBytes+c.nextCost <= c.cfg.InstanceMemoryBudget
+		c.instBytes+c.spareBytes+c.waitBytes+c.nextCost <= c.cfg.InstanceMemoryBudget
 }
 
 // minInstanceOverhead is the least an instance is assumed to cost beyond its linear memory.

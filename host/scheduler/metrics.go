@@ -14,7 +14,10 @@ type metrics struct {
 	Timers        atomic.Int64 // timers fired and completed
 	InFlight      atomic.Int64 // tasks holding an instance (running or suspended), gauge
 	Parked        atomic.Int64 // tasks waiting behind a busy key, gauge
-	Admitted      atomic.Int64 // tasks admitted and not complete (what the in-flight cap bounds), gauge
+	CapWaiting    atomic.Int64 // tasks waiting for room under the in-flight cap, gauge
+	WaitingBytes  atomic.Int64 // what parked and cap-waiting tasks hold (their input), gauge
+	CapWaits      atomic.Int64 // tasks that waited for room under the cap
+	Admitted      atomic.Int64 // tasks admitted and not complete (the cap bounds those not parked), gauge
 	Suspended     atomic.Int64 // tasks suspended in an async import, gauge
 	Instances     atomic.Int64 // live instances, gauge
 	PeakInstances atomic.Int64 // most instances alive at once
@@ -48,12 +51,18 @@ type metrics struct {
 	// Capture, which may wait for older snapshots to persist when they pin too much).
 	BarrierDrainNanos   atomic.Int64
 	BarrierCaptureNanos atomic.Int64
+
+	// The runner's time blocked waiting for something to do, and the part of it with input
+	// at hand that it could not admit (the in-flight cap and the waiting records' bound).
+	IdleNanos     atomic.Int64
+	IdleFullNanos atomic.Int64
 }
 
 // Snapshot is a point-in-time copy of a controller's metrics (Controller.Metrics).
 type Snapshot struct {
 	Records, Timers                          int64
 	InFlight, Parked, Suspended, Instances   int64
+	CapWaiting, WaitingBytes, CapWaits       int64
 	Admitted                                 int64
 	PeakInstances, InstanceWaits             int64
 	Spares                                   int64 // instances made off the runner
@@ -70,13 +79,14 @@ type Snapshot struct {
 	MeanReadBatch                            float64
 	Watermarks, Barriers                     int64
 	BarrierDrain, BarrierCapture             time.Duration // totals on the runner
+	Idle, IdleFull                           time.Duration // totals on the runner (see metrics)
 }
 
 // snapshot copies the metrics.
 func (m *metrics) snapshot() Snapshot {
 	s := Snapshot{
 		Records: m.Records.Load(), Timers: m.Timers.Load(),
-		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), Admitted: m.Admitted.Load(), Suspended: m.Suspended.Load(),
+		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), CapWaiting: m.CapWaiting.Load(), WaitingBytes: m.WaitingBytes.Load(), CapWaits: m.CapWaits.Load(), Admitted: m.Admitted.Load(), Suspended: m.Suspended.Load(),
 		Instances: m.Instances.Load(), PeakInstances: m.PeakInstances.Load(), InstanceWaits: m.InstanceWaits.Load(), Spares: m.Spares.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
 		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(), RecordFailures: m.RecordFailures.Load(), RecordRetries: m.RecordRetries.Load(),
 		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
@@ -84,6 +94,8 @@ func (m *metrics) snapshot() Snapshot {
 		Watermarks: m.Watermarks.Load(), Barriers: m.Barriers.Load(),
 		BarrierDrain:   time.Duration(m.BarrierDrainNanos.Load()),
 		BarrierCapture: time.Duration(m.BarrierCaptureNanos.Load()),
+		Idle:           time.Duration(m.IdleNanos.Load()),
+		IdleFull:       time.Duration(m.IdleFullNanos.Load()),
 	}
 	if s.GateWaits > 0 {
 		s.GateWait = time.Duration(m.GateWaitNanos.Load() / s.GateWaits)
@@ -116,6 +128,8 @@ func (c *Controller) publish() {
 	*h = hotCounts{}
 	c.metrics.InFlight.Store(int64(c.running))
 	c.metrics.Parked.Store(int64(c.parked))
+	c.metrics.CapWaiting.Store(int64(len(c.capWait)))
+	c.metrics.WaitingBytes.Store(c.waitBytes)
 	c.metrics.Admitted.Store(int64(c.admitted))
 	c.metrics.Suspended.Store(int64(len(c.suspended)))
 	c.metrics.Instances.Store(int64(c.instances))

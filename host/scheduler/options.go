@@ -30,6 +30,7 @@ type config struct {
 
 	MaxInFlight          int   // 0: DefaultMaxInFlight
 	InstanceMemoryBudget int64 // 0: DefaultInstanceMemoryBudget()
+	WaitingMemory        int64 // 0: InstanceMemoryBudget/8; < 0: none (see WithWaitingMemory)
 	NoCoalesce           bool
 	ReadBatch            int
 	MaxReadBatch         int
@@ -104,9 +105,11 @@ func WithGuestLog(f LogFunc) Option { return optionFunc(func(c *config) { c.Log 
 // back. Nothing is logged per record. Lines carry an "operator" attribute.
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.Logger = l }) }
 
-// WithMaxInFlight caps admitted tasks (running, suspended, parked, waiting for prefetched
-// values or for an instance). 0 means DefaultMaxInFlight. At the cap the runner stops taking
-// input, so backpressure reaches the source.
+// WithMaxInFlight caps the admitted tasks that hold or wait for an instance, a fetch or a
+// lookup (running, suspended, waiting for prefetched values or for an instance). 0 means
+// DefaultMaxInFlight. Records parked behind a busy key, or waiting for room under the cap,
+// count against WithWaitingMemory instead; once that is full they count against the cap too,
+// and at the cap the runner stops taking input, so backpressure reaches the source.
 func WithMaxInFlight(n int) Option { return optionFunc(func(c *config) { c.MaxInFlight = n }) }
 
 // WithInstanceMemoryBudget bounds the host memory of the instance pool: each instance counts
@@ -116,6 +119,16 @@ func WithMaxInFlight(n int) Option { return optionFunc(func(c *config) { c.MaxIn
 func WithInstanceMemoryBudget(n int64) Option {
 	return optionFunc(func(c *config) { c.InstanceMemoryBudget = n })
 }
+
+// WithWaitingMemory bounds what the records that wait without counting against the in-flight
+// cap may hold: records parked behind their key's in-flight task, and records that would need a
+// fetch while the cap is full, waiting for room under it. Each holds its input (key, value,
+// task: about 600 bytes beside the record's own). While they hold less than n, the runner
+// keeps taking input at the cap (records whose values are hot run; see Controller's package
+// doc); at n the cap counts every admitted task, as it does for n < 0 (no record waits beyond
+// the cap). The bytes are part of the instance memory budget (an instance is made only if it
+// fits beside them), and n is clamped to it. 0 means an eighth of the instance memory budget.
+func WithWaitingMemory(n int64) Option { return optionFunc(func(c *config) { c.WaitingMemory = n }) }
 
 // WithCoalescing turns read coalescing on (the default) or off (each cold read is sent alone).
 //

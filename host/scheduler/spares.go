@@ -55,7 +55,7 @@ func (c *Controller) wantSpares() {
 	}
 	c.spareBatch = min(max(c.spareBatch*2, minSpares), maxSpares)
 	n := min(c.spareBatch, c.maxInFlight-c.instances)
-	for n > 0 && c.instBytes+c.spareBytes+int64(n)*c.nextCost > c.cfg.InstanceMemoryBudget {
+	for n > 0 && c.instBytes+c.spareBytes+c.waitBytes+int64(n)*c.nextCost > c.cfg.InstanceMemoryBudget {
 		n--
 	}
 	if n <= 0 {

@@ -49,6 +49,7 @@ type task struct {
 	prefetchWait int    // prefetched values still loading
 	holds        uint64 // bit i: the backend holds its value of prefetch state i (see holdPrefetched)
 	slotWaited   bool   // it waited for an instance (the instance budget) and may now take one
+	knownCold    bool   // its (one) prefetched value was found cold, and nothing can have filled it since
 
 	// Result of the async operation the task is suspended on. Written by the holder (state
 	// reads are installed on the runner) or, for lookups, by an IO goroutine before the
@@ -82,7 +83,7 @@ func (t *task) reset() {
 	t.carrier, t.suspended, t.held = nil, false, nil
 	t.fetched, t.readKey, t.lookup, t.lookupErr, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, nil, 0, time.Time{}
 	t.done.Store(0)
-	t.prefetchWait, t.suspendedOnce, t.slotWaited = 0, false, false
+	t.prefetchWait, t.suspendedOnce, t.slotWaited, t.knownCold = 0, false, false, false
 	t.lookups = 0
 }
 

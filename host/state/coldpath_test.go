@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -193,4 +194,84 @@ func testSpillsMerge(t *testing.T) {
 	check(b, "after the checkpoint")
 	r := operator(t, s, OperatorOptions{RestoreFrom: RestoreLatest})
 	check(r, "restored")
+}
+
+// slowObject delays every GET of one object (set once the test knows its name) by slow, and
+// every other GET by fast: on the bubble's clock, so the order of the answers is exact.
+type slowObject struct {
+	objectStore
+	mu         sync.Mutex
+	name       string
+	slow, fast time.Duration
+}
+
+func (s *slowObject) get(ctx context.Context, name string, off, n int64) ([]byte, error) {
+	s.mu.Lock()
+	d := s.fast
+	if name == s.name {
+		d = s.slow
+	}
+	s.mu.Unlock()
+	time.Sleep(d)
+	return s.objectStore.get(ctx, name, off, n)
+}
+
+// TestFetchAnswersAtItsOwnBlocks: Fetches that share a lookup complete as their own blocks
+// arrive, not when the slowest GET of the lookup does. Four Fetches of keys in a slow segment
+// keep every lookup busy; a Fetch of a key in a fast segment and one of a key in the slow
+// segment queue meanwhile and share the next lookup, and the first completes one slow GET
+// before the second.
+func TestFetchAnswersAtItsOwnBlocks(t *testing.T) { synctest.Test(t, testFetchAnswersAtItsOwnBlocks) }
+
+func testFetchAnswersAtItsOwnBlocks(t *testing.T) {
+	const fast, slow = 10 * time.Millisecond, 100 * time.Millisecond
+	s := openTest(t, "mem://", WithIOConcurrency(256), WithMaxSegments(1<<20))
+	pool := &slowObject{objectStore: s.os, fast: fast, slow: slow}
+	s.os = pool
+	b := operator(t, s, OperatorOptions{})
+	b.Put(key(0, "a", ""), []byte("va"))
+	checkpoint(t, b, 1)
+	for _, k := range []string{"b", "c1", "c2", "c3", "c4"} {
+		b.Put(key(0, k, ""), []byte("v"+k))
+	}
+	checkpoint(t, b, 2)
+	b.Get(key(0, "a", "")) // observes the commits
+	segs := b.version.Load().segs
+	if len(segs) != 2 || segs[0].mem != nil || segs[1].mem != nil {
+		t.Fatalf("want 2 committed segments, not in memory: %d", len(segs))
+	}
+	pool.mu.Lock()
+	pool.name = segs[0].object // checkpoint 2's: b and c1..c4
+	pool.mu.Unlock()
+
+	type answer struct {
+		key string
+		f   []Fetched
+		err error
+		at  time.Duration
+	}
+	start := time.Now()
+	answers := make(chan answer, 6)
+	fetch := func(k string) {
+		b.Fetch([]Key{key(0, k, "")}, func(f []Fetched, err error) {
+			answers <- answer{k, f, err, time.Since(start)}
+		})
+	}
+	for _, k := range []string{"c1", "c2", "c3", "c4", "a", "b"} {
+		fetch(k)
+	}
+	at := map[string]time.Duration{}
+	for range 6 {
+		a := <-answers
+		if a.err != nil || len(a.f) != 1 || !a.f[0].Found || string(a.f[0].Value) != "v"+a.key {
+			t.Fatalf("fetch of %s: %+v, %v", a.key, a.f, a.err)
+		}
+		at[a.key] = a.at
+	}
+	if m := b.Metrics(); m.Lookups != 5 {
+		t.Fatalf("%d lookups, want 5 (a and b queued behind the four busy ones, then shared one)", m.Lookups)
+	}
+	if at["a"] != slow+fast || at["b"] != 2*slow {
+		t.Fatalf("a answered at %v, b at %v; want %v and %v: a waited for b's GET", at["a"], at["b"], slow+fast, 2*slow)
+	}
 }

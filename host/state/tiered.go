@@ -899,48 +899,75 @@ func (b *Tiered) lookups(jobs []*fetchJob) {
 func (b *Tiered) lookupJobs(jobs []*fetchJob) {
 	v := b.version.Load()
 	reqs, out := jobs[0].reqs, jobs[0].out
+	var jobOf []int32 // per merged request idx: its job (nil: one job)
+	var offs []int    // per job: where its results start in out
 	if len(jobs) > 1 {
 		n := 0
 		for _, j := range jobs {
 			n += len(j.reqs)
 		}
 		reqs, out = make([]fetchReq, 0, n), make([]Fetched, 0, n)
-		for _, j := range jobs {
+		jobOf, offs = make([]int32, 0, n), make([]int, len(jobs))
+		for ji, j := range jobs {
+			offs[ji] = len(out)
 			for _, r := range j.reqs {
 				r.idx += len(out)
 				reqs = append(reqs, r)
 			}
 			out = append(out, j.out...)
+			for range j.out {
+				jobOf = append(jobOf, int32(ji))
+			}
 		}
 	}
 	b.cnt.lookups.Add(1)
 	b.cnt.lookupKeys.Add(int64(len(reqs)))
 	b.cnt.lookupsRun.Add(1)
 	b.cnt.lookupKeysRun.Add(int64(len(reqs)))
-	err := b.lookup(b.ctx, v, reqs, out)
+	// Each job completes as soon as its own keys are resolved (see lookup).
+	left := make([]int, len(jobs))
+	for ji, j := range jobs {
+		left[ji] = len(j.reqs)
+	}
+	answer := func(ji int) {
+		j := jobs[ji]
+		left[ji] = -1
+		if jobOf != nil {
+			copy(j.out, out[offs[ji]:offs[ji]+len(j.out)])
+		}
+		found := 0
+		for i := range j.out {
+			if j.out[i].Found {
+				found++
+			}
+		}
+		b.cnt.fetchFound.Add(int64(found))
+		b.cnt.fetchOut.Add(-int64(len(j.reqs)))
+		j.done(j.out, nil)
+	}
+	err := b.lookup(b.ctx, v, reqs, out, func(idx int) {
+		ji := 0
+		if jobOf != nil {
+			ji = int(jobOf[idx])
+		}
+		if left[ji]--; left[ji] == 0 {
+			answer(ji)
+		}
+	})
 	b.cnt.lookupsRun.Add(-1)
 	b.cnt.lookupKeysRun.Add(-int64(len(reqs)))
-	b.cnt.fetchOut.Add(-int64(len(reqs)))
-	if err != nil {
-		for _, j := range jobs {
+	for ji, j := range jobs {
+		switch {
+		case left[ji] < 0: // answered
+		case left[ji] == 0: // a Fetch of no keys
+			answer(ji)
+		default:
+			if err == nil {
+				err = fmt.Errorf("state: lookup of %d keys ended with %d of a Fetch unresolved", len(reqs), left[ji])
+			}
+			b.cnt.fetchOut.Add(-int64(len(j.reqs)))
 			j.done(nil, err)
 		}
-		return
-	}
-	found := 0
-	for i := range out {
-		if out[i].Found {
-			found++
-		}
-	}
-	b.cnt.fetchFound.Add(int64(found))
-	off := 0
-	for _, j := range jobs {
-		if len(jobs) > 1 {
-			copy(j.out, out[off:off+len(j.out)])
-		}
-		off += len(j.out)
-		j.done(j.out, nil)
 	}
 }
 
