@@ -68,6 +68,7 @@ FUZZ_TARGETS := \
 	./host/pipeline:FuzzIsJSONNumber \
 	./host/pipeline:FuzzParseSpec \
 	./internal/jsonfield:FuzzTop \
+	./internal/jsonfield:FuzzTopKey \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \

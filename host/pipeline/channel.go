@@ -44,6 +44,10 @@ type channel struct {
 	// gets a token after each batch sent and at the close, so that the merger can wait for
 	// any of its inputs without a goroutine per input.
 	ready chan struct{}
+	// pool, set before the attempt's goroutines start when the downstream subtask releases
+	// its input batches, is where the sender takes them from (batchpool.go); nil: every batch
+	// is new and left to the garbage collector.
+	pool *batchPool
 }
 
 // signal tells the downstream merger that the channel has something new (a batch, or its end).
@@ -101,7 +105,7 @@ type edgeOut struct {
 	forward bool // chain: to the downstream subtask with the same index
 	keyOf   keyFunc
 	chans   []*channel // by downstream subtask; one for forward
-	batches [][]scheduler.Element
+	batches []*batch   // the batch being filled per downstream subtask, nil when none
 	numKG   int
 	par     int // downstream parallelism
 	// kgOwner maps a key group to its downstream subtask.
@@ -117,7 +121,7 @@ type edgeOut struct {
 }
 
 func newEdgeOut(forward bool, keyOf keyFunc, chans []*channel, par, numKG int) *edgeOut {
-	e := &edgeOut{forward: forward, keyOf: keyOf, chans: chans, batches: make([][]scheduler.Element, len(chans)), numKG: numKG, par: par}
+	e := &edgeOut{forward: forward, keyOf: keyOf, chans: chans, batches: make([]*batch, len(chans)), numKG: numKG, par: par}
 	e.kgOwner = make([]int, numKG)
 	for i := range par {
 		r := state.KeyGroupRangeFor(i, par, numKG)
@@ -128,20 +132,31 @@ func newEdgeOut(forward bool, keyOf keyFunc, chans []*channel, par, numKG int) *
 	return e
 }
 
-// copyBytes copies b into the edge's arena. Elements alias arenas that are never reused,
-// because the downstream controller may hold a record for as long as it is in flight.
-func (e *edgeOut) copyBytes(parts ...[]byte) []byte {
-	n := 0
-	for _, p := range parts {
-		n += len(p)
+// open returns the batch being filled for downstream subtask idx, starting one if none is.
+func (e *edgeOut) open(idx int) *batch {
+	if b := e.batches[idx]; b != nil {
+		return b
 	}
+	var b *batch
+	if p := e.chans[idx].pool; p != nil {
+		b = p.get()
+	} else {
+		b = &batch{els: make([]scheduler.Element, 0, batchRecords)}
+	}
+	e.batches[idx] = b
+	return b
+}
+
+// copyBytes copies k and v into an unpooled channel's arena, which the edge shares between
+// its batches: elements alias arenas that are never reused, because the downstream
+// controller may hold a record for as long as it is in flight.
+func (e *edgeOut) copyBytes(k, v []byte) []byte {
+	n := len(k) + len(v)
 	if n > cap(e.arena)-len(e.arena) {
 		e.arena = make([]byte, 0, max(64<<10, n))
 	}
 	start := len(e.arena)
-	for _, p := range parts {
-		e.arena = append(e.arena, p...)
-	}
+	e.arena = append(append(e.arena, k...), v...)
 	return e.arena[start:len(e.arena):len(e.arena)]
 }
 
@@ -155,15 +170,21 @@ type router struct {
 	main       []*edgeOut
 	side       map[string][]*edgeOut // side output name -> edges
 	subtask    int
-	records    atomic.Int64
+	records    atomic.Int64 // records routed, published at each flush (a gauge, read anywhere)
+	routed     int64        // records routed since the last publication (the owner's)
+	edges      []*edgeOut   // all's, once made
 }
 
+// all is every edge of every output, made once (the edges are fixed once the router is
+// built; only the router's goroutine calls it).
 func (r *router) all() []*edgeOut {
-	out := append([]*edgeOut(nil), r.main...)
-	for _, es := range r.side {
-		out = append(out, es...)
+	if r.edges == nil {
+		r.edges = append([]*edgeOut{}, r.main...)
+		for _, es := range r.side {
+			r.edges = append(r.edges, es...)
+		}
 	}
-	return out
+	return r.edges
 }
 
 // route appends a record to the edges of one output.
@@ -195,33 +216,42 @@ func (r *router) route(edges []*edgeOut, key, value []byte, ts, pos int64) error
 					return err
 				}
 			}
-			idx = e.kgOwner[state.KeyGroupOf(k, e.numKG)]
+			if len(e.chans) > 1 { // one downstream subtask owns every key group
+				idx = e.kgOwner[state.KeyGroupOf(k, e.numKG)]
+			}
 		}
-		kv := e.copyBytes(k, value)
-		el := scheduler.Element{Kind: scheduler.ElementRecord, Key: kv[:len(k):len(k)], Value: kv[len(k):], TS: ts, Pos: pos}
-		b := e.batches[idx]
-		if b == nil {
-			b = make([]scheduler.Element, 0, batchRecords)
+		b := e.open(idx)
+		var kv []byte
+		if b.pooled {
+			if !b.room(len(k) + len(value)) {
+				if err := r.sendBatch(e, idx); err != nil {
+					return err
+				}
+				b = e.open(idx)
+				b.room(len(k) + len(value))
+			}
+			kv = b.add(k, value)
+		} else {
+			kv = e.copyBytes(k, value)
 		}
-		b = append(b, el)
-		e.batches[idx] = b
-		if len(b) == batchRecords {
+		b.els = append(b.els, scheduler.Element{Kind: scheduler.ElementRecord, Key: kv[:len(k):len(k)], Value: kv[len(k):], TS: ts, Pos: pos})
+		if len(b.els) == batchRecords {
 			if err := r.sendBatch(e, idx); err != nil {
 				return err
 			}
 		}
 	}
-	r.records.Add(1)
+	r.routed++
 	return nil
 }
 
 func (r *router) sendBatch(e *edgeOut, idx int) error {
 	b := e.batches[idx]
-	if len(b) == 0 {
+	if b == nil || len(b.els) == 0 {
 		return nil
 	}
 	e.batches[idx] = nil
-	return e.chans[idx].send(r.ctx, b, r.log, r.stuckAfter)
+	return e.chans[idx].send(r.ctx, b.els, r.log, r.stuckAfter)
 }
 
 // mark sends a watermark or barrier to every downstream subtask of every output, after the
@@ -234,7 +264,13 @@ func (r *router) mark(el scheduler.Element) error {
 			}
 		}
 		for idx := range e.chans {
-			e.batches[idx] = append(e.batches[idx], el)
+			if b := e.batches[idx]; b != nil && len(b.els) == cap(b.els) {
+				if err := r.sendBatch(e, idx); err != nil { // (route sends a full batch at once)
+					return err
+				}
+			}
+			b := e.open(idx)
+			b.els = append(b.els, el)
 			if err := r.sendBatch(e, idx); err != nil {
 				return err
 			}
@@ -245,6 +281,10 @@ func (r *router) mark(el scheduler.Element) error {
 
 // flush sends every partial batch.
 func (r *router) flush() error {
+	if r.routed > 0 {
+		r.records.Add(r.routed)
+		r.routed = 0
+	}
 	for _, e := range r.all() {
 		if e.sink != nil {
 			if err := e.sink.flush(r.ctx); err != nil {
@@ -322,11 +362,10 @@ func (r *router) Write(b *scheduler.Batch) error {
 // fieldKey keys by a top-level field, with the source's checks.
 func fieldKey(field string, maxKey int) keyFunc {
 	return func(value, _ []byte) ([]byte, error) {
-		raw, ok := topLevelField(value, field)
+		k, ok, err := topLevelKey(value, field)
 		if !ok {
 			return nil, fmt.Errorf("no %q field to key by", field)
 		}
-		k, err := keyText(raw)
 		if err != nil {
 			return nil, fmt.Errorf("field %q: %v", field, err)
 		}
@@ -396,6 +435,8 @@ type merger struct {
 	// one travel the channels.
 	eventTime bool
 	dropped   atomic.Int64
+	// batches is the pool the subtask releases its input batches to; nil: not pooled.
+	batches *batchPool
 }
 
 // passThrough reports whether the merger would only hand its input on: one channel (barriers
@@ -427,6 +468,16 @@ func (m *merger) start(ctx context.Context) (in <-chan []scheduler.Element, canc
 		err := <-errc
 		mcancel()
 		return err
+	}
+}
+
+// pool makes the merger's input channels pooled (batchpool.go): the subtask promises to
+// release every batch it takes from its input, and the senders take their batches from p.
+// Called before the attempt's goroutines start.
+func (m *merger) pool(p *batchPool) {
+	m.batches = p
+	for _, c := range m.ins {
+		c.pool = p
 	}
 }
 
@@ -519,20 +570,30 @@ func (m *merger) run(ctx context.Context) error {
 					break
 				}
 			}
+			// What follows a barrier waits for its alignment. Take it (and the barrier) before
+			// forwarding the part before it: once forwarded, a pooled batch may be released
+			// and reused at any time (batchpool.go), so its rest waits in a copy of its own.
+			var bar scheduler.Element
+			var rest []scheduler.Element
+			if cut < len(b) {
+				bar, rest = b[cut], b[cut+1:]
+				if p := c.pool; p != nil && len(rest) > 0 {
+					rest = p.copyOf(rest)
+				}
+			}
 			if err := m.forward(idx, b[:cut], emit); err != nil {
 				return err
 			}
 			if cut == len(b) {
 				continue
 			}
-			bar := b[cut]
 			if barrier != nil && barrier.CheckID != bar.CheckID {
 				return fmt.Errorf("barrier %d arrived while aligning barrier %d", bar.CheckID, barrier.CheckID)
 			}
 			barrier = &bar
 			m.blocked[idx] = true
 			aligned++
-			if rest := b[cut+1:]; len(rest) > 0 {
+			if len(rest) > 0 {
 				m.pend[idx] = rest
 			}
 			if err := checkBarrier(); err != nil {
@@ -552,8 +613,12 @@ func (m *merger) run(ctx context.Context) error {
 
 // forward passes on the records and watermarks of input idx (no barrier among them): the
 // minimum watermark across inputs when it rises, late records to late.
+//
+// A pooled batch (batchpool.go) that leaves nothing to forward is released here, since no
+// consumer will see it.
 func (m *merger) forward(idx int, els []scheduler.Element, emit func([]scheduler.Element) error) error {
 	if len(els) == 0 {
+		m.ins[idx].pool.release(els)
 		return nil
 	}
 	b := els[:0]
@@ -588,6 +653,10 @@ func (m *merger) forward(idx int, els []scheduler.Element, emit func([]scheduler
 			return err
 		}
 	}
+	if len(b) == 0 {
+		m.ins[idx].pool.release(els)
+		return nil
+	}
 	return emit(b)
 }
 
@@ -597,7 +666,7 @@ func (r *router) sideRouter(side string) *router {
 	c := &router{name: r.name, ctx: r.ctx, log: r.log, stuckAfter: r.stuckAfter, subtask: r.subtask, side: map[string][]*edgeOut{}}
 	for _, e := range r.side[side] {
 		cp := *e
-		cp.batches = make([][]scheduler.Element, len(e.chans))
+		cp.batches = make([]*batch, len(e.chans))
 		cp.arena = nil
 		c.side[side] = append(c.side[side], &cp)
 	}

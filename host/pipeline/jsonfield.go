@@ -11,6 +11,16 @@ func topLevelField(obj []byte, name string) ([]byte, bool) {
 	return raw, ok && err == nil
 }
 
+// topLevelKey is keyText of topLevelField's value, in one pass: false when obj is not an
+// object or has no such field.
+func topLevelKey(obj []byte, name string) ([]byte, bool, error) {
+	k, ok, err := jsonfield.TopKey(obj, name)
+	if !ok {
+		return nil, false, nil
+	}
+	return k, true, err
+}
+
 // keyText turns a JSON field value into key bytes: strings unquoted, numbers and booleans as
 // written.
 func keyText(raw []byte) ([]byte, error) { return jsonfield.Key(raw) }

@@ -119,6 +119,8 @@ func (t *operatorTask) nativeLoop(ctx context.Context, op NativeOperator, in <-c
 				return err
 			}
 		}
+		// Done with b: the operator's outputs and state writes were copies.
+		t.in.batches.release(b)
 		if err := t.out.flush(); err != nil {
 			return err
 		}

@@ -44,6 +44,7 @@ type attempt struct {
 	opTasks  []*operatorTask
 	skTasks  []*sinkTask
 	chained  []*chainedSink // sink subtasks run by their operator subtask (chain.go)
+	batches  *batchPool     // the pooled channels' batches (batchpool.go)
 	// sinkOrder is every sink subtask, in the spec's order, for metrics: one of the two set.
 	sinkOrder []sinkSubtask
 }
@@ -252,6 +253,14 @@ func (a *attempt) run(parent context.Context) error {
 	}()
 	store := a.job.store
 	numKG := a.spec.KeyGroups
+	nChan := 0
+	for _, ins := range w.in {
+		for _, cs := range ins {
+			nChan += len(cs)
+		}
+	}
+	// Idle batches kept: enough for every channel's to come back at once.
+	a.batches = newBatchPool(reuseDistance + 16 + nChan*(channelBatches+2))
 
 	nSrc, nOp, nSink := 0, 0, 0
 	for _, s := range a.spec.Sources {
@@ -344,6 +353,9 @@ func (a *attempt) run(parent context.Context) error {
 				return fmt.Errorf("restoring the timers of operator %s[%d]: %w", op.spec.Name, i, err)
 			}
 			t := &operatorTask{a: a, op: op, subtask: i, backend: b, in: newMerger(w.in[op.spec.Name][i]), out: w.routerFor(ctx, a, op.spec.Name, i)}
+			if a.env.flag.recording() == nil { // a recording keeps what it taps: no reuse
+				t.in.pool(a.batches)
+			}
 			t.in.checkLate = a.env.flag == nil // the flag form hands late records to its operator, as it always did
 			t.in.eventTime = a.eventTime()
 			if op.spec.Late == "side-output" {
@@ -378,6 +390,7 @@ func (a *attempt) run(parent context.Context) error {
 				continue
 			}
 			t := &sinkTask{a: a, name: sk.Name, subtask: i, w: wr, in: newMerger(w.in[sk.Name][i])}
+			t.in.pool(a.batches)
 			a.skTasks = append(a.skTasks, t)
 			a.sinkOrder = append(a.sinkOrder, sinkSubtask{task: t})
 		}

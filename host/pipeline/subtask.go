@@ -42,7 +42,8 @@ type sourceTask struct {
 	trig    chan trigger
 	out     *router
 
-	records  atomic.Int64
+	records  atomic.Int64 // published after each read
+	read     int64        // records of the current read (the subtask's)
 	skipped  atomic.Int64
 	lastWM   int64
 	splitMax []int64 // per split: largest event time seen
@@ -103,6 +104,8 @@ func (t *sourceTask) run() error {
 				return nil // cancelled
 			}
 		}
+		t.records.Add(t.read) // published once a read, not once a record
+		t.read = 0
 		if n == 0 {
 			if err := t.maybeWatermark(0); err != nil { // idle splits
 				return nil
@@ -148,7 +151,7 @@ func (t *sourceTask) record(r *SourceRecord) error {
 	if r.Malformed == nil {
 		ts, err := t.timestamp(r)
 		if err == nil {
-			t.records.Add(1)
+			t.read++
 			return t.out.route(t.out.main, r.Key, r.Value, ts, r.Pos)
 		}
 		r.Malformed = err
@@ -329,7 +332,8 @@ func (t *operatorTask) runOperator() error {
 		scheduler.WithGuestLog(a.env.guestLog(t.describe)), scheduler.WithMaxInFlight(t.op.maxInFlight()),
 		scheduler.WithDescribe(t.describe), scheduler.WithOnBarrier(t.onBarrier),
 		scheduler.WithLogger(a.log.With("subtask", t.name())), scheduler.WithLookupContext(t.lookupContext),
-		scheduler.WithOnRecordFailure(t.onRecordFailure), scheduler.WithRecordRetries(t.op.spec.Retries))
+		scheduler.WithOnRecordFailure(t.onRecordFailure), scheduler.WithRecordRetries(t.op.spec.Retries),
+		scheduler.WithInputRelease(t.in.batches.releaser()))
 	if err != nil {
 		close(t.persistQ)
 		return fmt.Errorf("operator %s: %w", t.name(), err)
@@ -559,6 +563,7 @@ func (t *sinkTask) loop(ctx context.Context) error {
 		if err := flush(); err != nil {
 			return fail(err)
 		}
+		t.in.batches.release(b) // written: SinkWriter.Write keeps nothing
 	}
 	if err := waitIn(); err != nil || ctx.Err() != nil {
 		t.w.Close(context.WithoutCancel(ctx))

@@ -183,6 +183,11 @@ type Controller struct {
 
 	inbuf     []Element
 	inputDone bool
+	// WithInputRelease (release.go): the current batch's count, spare counts, and batches
+	// waiting for an output flush before their release.
+	inRef   *inputRef
+	refPool []*inputRef
+	retired [][]Element
 
 	maxInFlight    int
 	maxInFlightSet atomic.Int64 // a new cap from SetMaxInFlight, applied by the runner (any goroutine writes)
@@ -276,6 +281,9 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 		watermark: math.MinInt64,
 		lastWM:    math.MinInt64,
 		out:       newOutBuffer(cfg.Sink),
+	}
+	if cfg.InputRelease != nil {
+		c.out.flushed = c.releaseRetired
 	}
 	c.comp.wake = make(chan struct{}, 1)
 	c.mode.coro = cfg.ExecMode == ExecCoroutine
@@ -449,6 +457,7 @@ func (c *Controller) loop(self *carrier) {
 func (c *Controller) nextInput() (*Element, bool) {
 	for len(c.inbuf) == 0 {
 		if c.inputDone {
+			c.inputRead()
 			return nil, false
 		}
 		select {
@@ -457,7 +466,7 @@ func (c *Controller) nextInput() (*Element, bool) {
 				c.inputDone = true
 				return nil, false
 			}
-			c.inbuf = b
+			c.takeInput(b)
 		default:
 			return nil, false
 		}
@@ -486,6 +495,9 @@ func (c *Controller) handleRun() {
 // wait blocks until a completion arrives, input can be taken, or ctx is done.
 func (c *Controller) wait() {
 	c.publish()
+	if len(c.inbuf) == 0 {
+		c.inputRead() // before the flush, which may then release it (release.go)
+	}
 	if err := c.out.flush(); err != nil {
 		return
 	}
@@ -514,7 +526,7 @@ func (c *Controller) wait() {
 		if !ok {
 			c.inputDone = true
 		} else {
-			c.inbuf = b
+			c.takeInput(b)
 		}
 	case <-c.ctx.Done():
 	}
@@ -540,6 +552,7 @@ func (c *Controller) handle(el *Element) {
 			}
 			t.key = k
 		}
+		c.admitInput(t) // before anything can yield the runner role (release.go)
 		e := c.epochs[len(c.epochs)-1]
 		t.ep, t.wm = e, e.startWM
 		e.pending++
@@ -601,6 +614,7 @@ func (c *Controller) shutdown() {
 		c.instBytes -= s.cost
 	}
 	c.pool = nil
+	c.inputRead()
 	if err := c.out.flush(); err != nil {
 		c.fail(err)
 	}

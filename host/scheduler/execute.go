@@ -109,6 +109,7 @@ func (c *Controller) hotRun() bool {
 		t.ep, t.wm = e, e.startWM
 		e.pending++
 		c.admitted++
+		c.admitInput(t) // before anything can yield the runner role (release.go)
 		if len(c.prefetch) == 1 {
 			v, found, hot := c.cfg.Backend.Get(state.Key{State: state.StateID(c.prefetch[0]), Record: t.key})
 			if !hot {
@@ -151,6 +152,9 @@ func (c *Controller) hotRun() bool {
 		s.t, t.slot = nil, nil
 		e.pending--
 		c.admitted--
+		if t.in != nil {
+			c.inputDoneBy(t)
+		}
 		if c.pfTask == t {
 			c.pfTask = nil
 		}
@@ -239,6 +243,9 @@ func (c *Controller) finish(t *task, err error) {
 	}
 	t.ep.pending--
 	c.admitted--
+	if t.in != nil {
+		c.inputDoneBy(t)
+	}
 	c.freeTask(t)
 }
 

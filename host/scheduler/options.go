@@ -51,6 +51,8 @@ type config struct {
 	RecordRetries    int
 	Describe         func(pos int64) string
 	CallBatch        int // records per batch call (batch.go)
+
+	InputRelease func([]Element) // release.go
 }
 
 func defaultConfig() config {

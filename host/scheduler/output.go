@@ -74,6 +74,8 @@ type outBuffer struct {
 	free chan *Batch
 	err  error
 	in   *abi.Instance // set while add flushes for a guest call's emit: the flush runs as in.Blocking
+	// flushed, if set, runs after every batch the sink took (release.go).
+	flushed func()
 }
 
 func newOutBuffer(s Sink) *outBuffer {
@@ -168,6 +170,9 @@ func (o *outBuffer) flush() error {
 	if err != nil {
 		o.err = fmt.Errorf("sink: %w", err)
 		return o.err
+	}
+	if o.flushed != nil {
+		o.flushed()
 	}
 	return nil
 }

@@ -70,6 +70,8 @@ type task struct {
 	lookupDone func(status int, body []byte, err error)
 
 	orphan bool // finished (aborted) while io > 0: pooled when the last one delivers
+
+	in *inputRef // the input batch a record came from, with WithInputRelease (release.go)
 }
 
 // reset clears t for reuse. (A plain `*t = task{}` would copy the atomic.) A task that stayed

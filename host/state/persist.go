@@ -244,7 +244,7 @@ func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 		tag = fmt.Sprintf("%020d-spill%d", baseCkpt, s.seq)
 	}
 	order := sortDurable(len(d.recs), d.key)
-	outs := b.encodeSegments(tag, len(order), func(i int) format.SegEntry { return d.at(int(order[i])) }, false)
+	outs := b.encodeSegments(tag, len(order), func(i int) format.SegEntry { return d.at(int(order[i])) }, false, len(d.arena))
 	d = nil // the segments copied what they need: let the GC have the arena while the PUTs run
 	b.publish(s, outs)
 	for _, o := range outs {
@@ -563,10 +563,23 @@ type segOut struct {
 }
 
 // encodeSegments cuts sorted entries into segments of about segmentBytes. Their references
-// use the lineage's key groups.
-func (b *Tiered) encodeSegments(tag string, n int, at func(int) format.SegEntry, dropTombs bool) []segOut {
+// use the lineage's key groups. size, the entries' bytes (0 if unknown), sizes the segment
+// buffers up front instead of growing them by doubling (a copy of all that came before at each
+// step, on the persist's CPU).
+func (b *Tiered) encodeSegments(tag string, n int, at func(int) format.SegEntry, dropTombs bool, size int) []segOut {
 	var outs []segOut
 	w := format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+	left := size
+	reserve := func() {
+		if left > 0 {
+			// Prefix compression makes a segment smaller than its entries; the block
+			// trailers and the index add a little.
+			part := min(left, b.cfg.segmentBytes)
+			w.Reserve(part+part/16, int(int64(n)*int64(part)/int64(size))+1)
+			left -= part
+		}
+	}
+	reserve()
 	flush := func() {
 		if w.Len() == 0 {
 			return
@@ -575,6 +588,7 @@ func (b *Tiered) encodeSegments(tag string, n int, at func(int) format.SegEntry,
 		info.Name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
 		outs = append(outs, segOut{data: data, ref: format.SegRef{SegInfo: info, Use: b.rng}})
 		w = format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
+		reserve()
 	}
 	for i := range n {
 		e := at(i)

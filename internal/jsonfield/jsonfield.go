@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -17,22 +18,38 @@ import (
 // of duplicate names wins. It scans bytes instead of decoding: the source runs it on every
 // record.
 func Top(obj []byte, name string) (json.RawMessage, bool, error) {
+	raw, _, ok, err := top(obj, name)
+	return raw, ok, err
+}
+
+// TopKey is Key of Top's value, in one pass: the key text of the top-level field name of obj
+// (which must be valid JSON). false when there is no such field.
+func TopKey(obj []byte, name string) ([]byte, bool, error) {
+	raw, plain, ok, err := top(obj, name)
+	if !ok || err != nil {
+		return nil, ok, err
+	}
+	if plain { // a string of ASCII without escapes: its bytes between the quotes
+		return raw[1 : len(raw)-1], true, nil
+	}
+	k, err := Key(raw)
+	return k, true, err
+}
+
+// top is Top, also reporting whether the value found is a plain string (ASCII, no escape).
+func top(obj []byte, name string) (found json.RawMessage, plainValue, ok bool, err error) {
 	i := skipSpace(obj, 0)
 	if i >= len(obj) || obj[i] != '{' {
-		return nil, false, errors.New("not a JSON object")
+		return nil, false, false, errors.New("not a JSON object")
 	}
 	i++
-	var (
-		found json.RawMessage
-		ok    bool
-	)
 	for {
 		i = skipSpace(obj, i)
 		if i >= len(obj) {
-			return nil, false, errors.New("truncated JSON object")
+			return nil, false, false, errors.New("truncated JSON object")
 		}
 		if obj[i] == '}' {
-			return found, ok, nil
+			return found, plainValue, ok, nil
 		}
 		if obj[i] == ',' {
 			i = skipSpace(obj, i+1)
@@ -43,15 +60,48 @@ func Top(obj []byte, name string) (json.RawMessage, bool, error) {
 		key := obj[ks:i]
 		i = skipSpace(obj, i)
 		if i >= len(obj) || obj[i] != ':' {
-			return nil, false, errors.New("malformed JSON object")
+			return nil, false, false, errors.New("malformed JSON object")
 		}
 		i = skipSpace(obj, i+1)
 		vs := i
-		i = skipValue(obj, i)
 		// A plain key (ASCII, no escape) decodes to its bytes: compare them, without the
 		// decoding check keyIs makes.
 		if plain && len(key) >= 2 && string(key[1:len(key)-1]) == name || !plain && keyIs(key, name) {
-			found, ok = obj[vs:i], true
+			pv := false
+			if i < len(obj) && obj[i] == '"' {
+				i, pv = scanString(obj, i)
+			} else {
+				i = skipValue(obj, i)
+			}
+			found, plainValue, ok = obj[vs:i], pv, true
+			if !mayHaveField(obj[i:], name) {
+				return found, plainValue, ok, nil // no later duplicate can override it
+			}
+			continue
+		}
+		i = skipValue(obj, i)
+	}
+}
+
+// mayHaveField reports whether rest, the part of a valid JSON object after a field, may hold
+// another field called name. It may not when rest has no escape (so every name in it is
+// written as its bytes) and no quoted occurrence of name: then the field found is the last of
+// its name and the scan can stop there (a few vectorised byte searches instead of a scan of
+// every later field).
+func mayHaveField(rest []byte, name string) bool {
+	// Without escapes the one thing decoding changes is invalid UTF-8, into U+FFFD: a name
+	// holding U+FFFD may be written otherwise.
+	if bytes.IndexByte(rest, '\\') >= 0 || strings.Contains(name, "\uFFFD") {
+		return true
+	}
+	for q := 0; ; {
+		j := bytes.IndexByte(rest[q:], '"')
+		if j < 0 {
+			return false
+		}
+		q += j + 1
+		if end := q + len(name); end < len(rest) && rest[end] == '"' && string(rest[q:end]) == name {
+			return true
 		}
 	}
 }

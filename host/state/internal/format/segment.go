@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math"
+	"slices"
 )
 
 // Segment objects: see docs/state-format.md for the byte layout. A segment holds sorted,
@@ -89,6 +90,15 @@ type SegWriter struct {
 
 func NewSegWriter(blockSize, bitsPerKey int) *SegWriter {
 	return &SegWriter{blockSize: blockSize, bitsPerKey: bitsPerKey}
+}
+
+// Reserve sizes the writer for about size bytes of segment and keys entries, so that neither its
+// buffer nor its key hashes grow by doubling.
+func (w *SegWriter) Reserve(size, keys int) {
+	w.buf.Grow(size)
+	if keys > cap(w.hashes)-len(w.hashes) {
+		w.hashes = slices.Grow(w.hashes, keys)
+	}
 }
 
 // Add appends an entry. Keys are prefix-compressed against the previous key of the block.
