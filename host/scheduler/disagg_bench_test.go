@@ -10,6 +10,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -264,7 +265,16 @@ func sampleColdPath(be *state.Tiered, c *Controller) func() coldSample {
 // (0: the default, which holds everything here), checkpointing every ckpt of wall-clock time
 // (0: only at the end).
 func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt time.Duration, els []Element) disaggResult {
-	ctx := context.Background()
+	// A profile (-cpuprofile) can take one case alone: -tagfocus hot=all, or hot=bN for a hot
+	// tier of N bytes (goroutines started here carry the labels).
+	tag := "all"
+	if hotBytes > 0 {
+		tag = "b" + strconv.FormatInt(hotBytes, 10)
+	}
+	prev := context.Background()
+	ctx := pprof.WithLabels(prev, pprof.Labels("hot", tag, "ckpt", ckpt.String()))
+	pprof.SetGoroutineLabels(ctx)
+	defer pprof.SetGoroutineLabels(prev)
 	opts := []state.Option{}
 	if hotBytes > 0 {
 		opts = append(opts, state.WithHotBytes(hotBytes))

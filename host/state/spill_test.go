@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 )
 
 // TestSpillBoundsDirty writes far more distinct keys than the hot tier holds, with no
@@ -192,4 +194,76 @@ func TestCapturesFasterThanPersists(t *testing.T) {
 	b.Close()
 	r := operator(t, s, OperatorOptions{Name: "cf", RestoreFrom: 40})
 	checkAll(t, r, 0, "", 4100, model, "restored")
+}
+
+// TestSpillWaitsOnlyWhenFull: while the pool takes no PUT, spills still become readable (their
+// segments are held in memory), so the runner writes on until what it cannot evict (pending
+// deltas and the dirty entries) fills the budget, and only then waits. It waited before at each
+// spill's capture for room for the whole next delta, so with two-thirds of the budget pinned,
+// and in a run at a tenth hot for nearly every spill (the one before not yet encoded). Once the
+// PUTs go through, every write lands and a checkpoint restores them all.
+func TestSpillWaitsOnlyWhenFull(t *testing.T) { synctest.Test(t, testSpillWaitsOnlyWhenFull) }
+
+func testSpillWaitsOnlyWhenFull(t *testing.T) {
+	const budget = 48 << 10
+	s := openTest(t, "mem://"+randomHex(8), WithHotBytes(budget), WithMaxSegments(1<<20))
+	gate := &gatedPuts{objectStore: s.os, open: make(chan struct{})}
+	s.os = gate
+	b := operator(t, s, OperatorOptions{Name: "full"})
+	gate.on.Store(true)
+	val := strings.Repeat("v", 60)
+	maxEntry := int64(len(val)+64) + entryOverhead
+	const n = 20000
+	var written atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			b.Put(key(0, fmt.Sprint("k", i), ""), []byte(fmt.Sprint(val, i)))
+			written.Add(1)
+		}
+	}()
+	synctest.Wait() // the writer waits for a PUT, or is done
+	select {
+	case <-done:
+		t.Fatalf("all %d writes landed with no PUT taken: the budget does not bound them", n)
+	default:
+	}
+	// The writer is durably blocked, inside a write: the bubble orders its state before here.
+	unevictable := b.run.pinnedOut + b.run.dirtyBytes
+	if unevictable <= budget || unevictable > budget+maxEntry {
+		t.Fatalf("the writer waits with %d bytes pinned or dirty (%d pending deltas, %d written), budget %d: want it to wait only once they fill the budget", unevictable, len(b.run.pending), written.Load(), budget)
+	}
+	if used := b.run.bytes + b.run.memBytes; used > budget+2*maxEntry {
+		t.Fatalf("the tier holds %d bytes, budget %d", used, budget)
+	}
+	close(gate.open)
+	<-done
+	checkpoint(t, b, 1)
+	b.Close()
+	model := map[string]string{}
+	for i := range n {
+		model[fmt.Sprint("k", i)] = fmt.Sprint(val, i)
+	}
+	r := operator(t, s, OperatorOptions{Name: "full", RestoreFrom: 1})
+	checkAll(t, r, 0, "", n, model, "restored")
+}
+
+// gatedPuts holds every PUT, once on, until open is closed.
+type gatedPuts struct {
+	objectStore
+	on   atomic.Bool
+	open chan struct{}
+}
+
+func (g *gatedPuts) put(ctx context.Context, name string, data []byte, c putCond) (string, error) {
+	if !g.on.Load() {
+		return g.objectStore.put(ctx, name, data, c)
+	}
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	return g.objectStore.put(ctx, name, data, c)
 }

@@ -784,8 +784,12 @@ func (b *Tiered) account(e *entry, c *cell) {
 	e.size = int64(len(e.key)+len(c.value)) + entryOverhead
 	b.run.bytes += e.size
 	b.run.dirtyBytes += e.size
-	if limit := b.member.limit.Load(); limit > 0 && b.run.dirtyBytes >= limit/spillFraction {
-		b.spill()
+	if limit := b.member.limit.Load(); limit > 0 {
+		if b.run.dirtyBytes >= limit/spillFraction {
+			b.spill()
+		} else if b.run.pinnedOut+b.run.dirtyBytes > limit {
+			b.waitPinned()
+		}
 	}
 	b.maybeEvict()
 }
@@ -805,8 +809,13 @@ const spillFraction = 3
 // A crash before that leaves an unreferenced segment, which garbage collection removes.
 //
 // Bounds: dirty bytes stay under a third of the budget, and the deltas in flight (spilled or
-// captured) pin at most what leaves room for the next one: waitPinned waits for the oldest
-// before a capture that would not fit, so pinned plus dirty bytes never exceed the budget.
+// captured) plus the dirty entries never exceed the budget: a write that would take them
+// over it waits in waitPinned for the oldest delta to become readable or durable. A capture
+// itself waits only while they are over (it moves bytes from dirty to pinned, and adds none):
+// it waited before for room for the whole next delta, which made nearly every spill wait for
+// the encode of the one before it (issue 10: 90-250 ms of a 1 s run at a tenth hot, most
+// waits 1-9 ms of goroutine scheduling for 0.25 ms of encoding), while the next delta's
+// writes gave that encode time enough.
 // Deltas write their segments in parallel (only their commits are ordered), so on a remote pool
 // with a latency of L the runner spills up to two deltas per L before it waits: it waited
 // for every spill's write before (issue 10: about half the run's wall time).
@@ -1082,16 +1091,15 @@ func (b *Tiered) capture(id uint64, savepoint bool) (Snapshot, error) {
 	return s, nil
 }
 
-// waitPinned keeps what pending snapshots pin, plus the dirty entries, within the hot budget,
-// with room left for the next spill's dirty bytes: checkpoints captured faster than they
-// persist (every 100 ms on a slow pool) would otherwise pin one delta each, none evictable,
-// until their persists catch up. It starts the pending snapshots' persists (a second start of
-// one already running does nothing) and waits for the oldest until the rest fit: backpressure
-// on the runner, as long as the pool takes to commit what is already captured.
+// waitPinned keeps what pending snapshots pin, plus the dirty entries, within the hot budget:
+// checkpoints captured faster than they persist (every 100 ms on a slow pool) would otherwise
+// pin one delta each, none evictable, until their persists catch up. It starts the pending
+// snapshots' persists (a second start of one already running does nothing) and waits for the
+// oldest until the rest fit: backpressure on the runner, as long as the pool takes to make
+// readable, or commit, what is already captured.
 func (b *Tiered) waitPinned() {
 	limit := b.member.limit.Load()
-	room := limit - limit/spillFraction // what the next dirty delta needs stays free
-	for limit > 0 && len(b.run.pending) > 0 && b.run.pinnedOut+b.run.dirtyBytes > room && b.ctx.Err() == nil {
+	for limit > 0 && len(b.run.pending) > 0 && b.run.pinnedOut+b.run.dirtyBytes > limit && b.ctx.Err() == nil {
 		oldest := b.run.pending[0]
 		b.run.pending[len(b.run.pending)-1].startChain(b.ctx) // observed below and by poll
 		// The next to become readable frees its entries' bytes for its segments' (smaller)
