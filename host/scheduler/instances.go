@@ -63,19 +63,20 @@ func (c *Controller) sizePool() error {
 // order rules do not change (a waiting record keeps its key busy, and later records of the key
 // park behind it), nor does the barrier drain (it waits for every admitted task).
 //
-// A module that prefetches nothing cannot tell a hot record from a cold one before its call:
-// at the cap every record it admits waits for room (or parks), so past a cap's worth of them
-// more admitted records buy nothing. They cost, though: each holds a task and a gate entry
-// while it waits, and ColdPath/wat-suspend's 40k waiting tasks per 100k records made the gate's
-// map miss the cache and the GC scan them (issue 11: 4.9 µs of CPU per record at the default
-// waiting memory, 2.9 µs with 4 MB). So for such a module the cap waiters are also bounded by
-// capWaitLookahead caps' worth.
+// The records waiting for room are also bounded by capWaitLookahead caps' worth. Each holds a
+// task and a gate entry while it waits, and tens of thousands of them make the gate's map miss
+// the cache and the GC scan them: ColdPath/wat-suspend's 40k waiting tasks per 100k records
+// (a module that prefetches nothing, so every record it admits at the cap waits) cost 4.9 µs
+// of CPU per record against 2.9 µs with 4 MB of waiting memory (issue 11), and a prefetching
+// module's cold path (ColdPath/as) 2.4-2.8 µs against 1.6-2.0 with this bound, at the same
+// share of the Little's-law bound; BenchmarkDisaggregated's Zipf and uniform figures did not
+// move (parked records, which the Zipf case needs, are bounded by their bytes only).
 func (c *Controller) mayAdmit() bool {
-	return c.admitted < c.maxInFlight || c.waitBytes < c.waitLimit && (len(c.prefetch) > 0 || len(c.capWait) < capWaitLookahead*c.maxInFlight)
+	return c.admitted < c.maxInFlight || c.waitBytes < c.waitLimit && len(c.capWait) < capWaitLookahead*c.maxInFlight
 }
 
-// capWaitLookahead is how many caps' worth of records wait for room under the cap, at most,
-// for a module that prefetches nothing (see mayAdmit).
+// capWaitLookahead is how many caps' worth of records wait for room under the cap, at most
+// (see mayAdmit).
 const capWaitLookahead = 4
 
 // overCap reports whether the admitted tasks that count against the cap (all but the waiting

@@ -125,7 +125,7 @@ func WithInstanceMemoryBudget(n int64) Option {
 // fetch while the cap is full, waiting for room under it. Each holds its input (key, value,
 // task: about 600 bytes beside the record's own). While they hold less than n, the runner
 // keeps taking input at the cap (records whose values are hot run; see Controller's package
-// doc; for a module that prefetches nothing, at most four caps' worth wait for room); at n the cap counts every admitted task, as it does for n < 0 (no record waits beyond
+// doc; at most four caps' worth wait for room); at n the cap counts every admitted task, as it does for n < 0 (no record waits beyond
 // the cap). The bytes are part of the instance memory budget (an instance is made only if it
 // fits beside them), and n is clamped to it. 0 means an eighth of the instance memory budget.
 func WithWaitingMemory(n int64) Option { return optionFunc(func(c *config) { c.WaitingMemory = n }) }
