@@ -121,3 +121,93 @@ func TestReadSchedstat(t *testing.T) {
 		t.Fatalf("sample %+v: want the threads' run time", s)
 	}
 }
+
+// TestHostShare: the part of the process's CPUs the rest of the machine leaves free, from
+// /proc/stat's busy time (steal included) less the process's own.
+func TestHostShare(t *testing.T) {
+	host := func(total, busy, self int64) schedSample {
+		return schedSample{hostTotal: total, hostBusy: busy, self: self, hostOK: true}
+	}
+	zero := host(0, 0, 0)
+	for _, c := range []struct {
+		name              string
+		total, busy, self int64
+		cpus, procs       int
+		want              float64
+		ok                bool
+	}{
+		{"quiet host, the process busy", 200, 150, 150, 2, 2, 1, true},
+		{"others use one of two cores", 200, 150, 50, 2, 2, 0.5, true},
+		{"others use one core, we may use one", 200, 150, 50, 2, 1, 1, true},
+		{"others use both cores", 200, 200, 0, 2, 2, 0, true},
+		{"too few ticks to tell", 3, 3, 0, 2, 2, 0, false},
+		{"a counter went back", 200, -1, 0, 2, 2, 0, false},
+	} {
+		got, ok := hostShare(zero, host(c.total, c.busy, c.self), c.cpus, c.procs)
+		if ok != c.ok || (ok && math.Abs(got-c.want) > 1e-9) {
+			t.Errorf("%s: hostShare = %v, %v; want %v, %v", c.name, got, ok, c.want, c.ok)
+		}
+	}
+	if _, ok := hostShare(schedSample{}, host(200, 100, 100), 2, 2); ok {
+		t.Error("a share from a missing /proc/stat sample")
+	}
+}
+
+// TestCapacityFollowsHostNotSelf: run-queue wait of the process's own threads on an otherwise
+// idle host leaves the capacity at 1 (the process's threads ran a third of their runnable
+// time, but nobody else used the CPUs); with the rest of the machine using half the CPUs, the
+// capacity converges to the larger of the two readings.
+func TestCapacityFollowsHostNotSelf(t *testing.T) {
+	ms := time.Millisecond
+	m := newCapacityMeter()
+	m.cpus, m.procs = 2, 2
+	cur := schedSample{ok: true, hostOK: true}
+	step := func(run, wait time.Duration, total, busy, self int64) float64 {
+		cur.run, cur.wait = cur.run+run, cur.wait+wait
+		cur.hostTotal, cur.hostBusy, cur.self = cur.hostTotal+total, cur.hostBusy+busy, cur.self+self
+		return m.observe(cur)
+	}
+	step(0, 0, 0, 0, 0)
+	var c float64
+	for range 40 {
+		c = step(30*ms, 60*ms, 20, 18, 18) // busy is all ours
+	}
+	if c < 0.999 {
+		t.Fatalf("idle host, own threads contended: capacity %v, want ~1", c)
+	}
+	for range 40 {
+		c = step(30*ms, 60*ms, 20, 20, 10) // others take half the CPUs
+	}
+	if math.Abs(c-0.5) > 1e-3 {
+		t.Fatalf("others use half the CPUs: capacity %v, want 0.5 (max of 1/3 and 1/2)", c)
+	}
+	for range 40 {
+		c = step(20*ms, 80*ms, 20, 20, 10)
+	}
+	if math.Abs(c-0.5) > 1e-3 {
+		t.Fatalf("a fifth of runnable time, others half: capacity %v, want 0.5", c)
+	}
+}
+
+// TestReadHostCPU: on Linux /proc/stat and /proc/self/stat give the machine's and the
+// process's CPU time, the process's within the machine's busy time.
+func TestReadHostCPU(t *testing.T) {
+	if goruntime.GOOS != "linux" {
+		t.Skip("/proc/stat is Linux's")
+	}
+	var total, busy, self int64
+	ok := false
+	x := 0
+	for round := 0; round < 200 && self == 0; round++ { // until our CPU time shows (a tick is 10 ms)
+		for i := 0; i < 10_000_000; i++ {
+			x += i & 3
+		}
+		total, busy, self, ok = readHostCPU()
+		if !ok {
+			t.Fatal("readHostCPU found no /proc/stat or /proc/self/stat")
+		}
+	}
+	if total <= 0 || busy <= 0 || busy > total || self <= 0 || x == 0 {
+		t.Fatalf("readHostCPU = total %d busy %d self %d", total, busy, self)
+	}
+}
