@@ -42,7 +42,7 @@ type schedSample struct {
 	ok        bool
 
 	hostTotal, hostBusy, self int64 // all CPUs' time, their busy time (steal included), ours
-	hostOK                        bool
+	hostOK                    bool
 }
 
 // readSchedstat sums /proc/self/task/*/schedstat (run ns, wait ns, slices), and reads the
