@@ -1163,6 +1163,9 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 				continue
 			}
 			sp := spans[si]
+			// Counted as the GET arrives, before its keys are answered: a caller that reads the
+			// metrics once its Fetch is answered sees its blocks beside its GETs.
+			b.cnt.fetchBlocks.Add(int64(sp.to - sp.from))
 			for i := sp.from; i < sp.to; i++ {
 				c := order[i]
 				read[c] = datas[i]
@@ -1183,7 +1186,6 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 		if round > 0 {
 			b.cnt.fetchRounds.Add(1)
 		}
-		b.cnt.fetchBlocks.Add(int64(len(order)))
 		open = next
 		sort.Slice(open, func(i, j int) bool { return bytes.Compare(open[i].dk, open[j].dk) < 0 })
 	}
