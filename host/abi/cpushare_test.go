@@ -157,18 +157,7 @@ func TestCPUShareRunningSlots(t *testing.T) {
 				}
 			} else {
 				// Wait until the second call waits for a slot (bounded), then check it has not run.
-				for i := 0; ; i++ {
-					sh.mu.Lock()
-					w := sh.waiting
-					sh.mu.Unlock()
-					if w == 1 {
-						break
-					}
-					if i == 10_000 {
-						t.Fatal("the second call never waited for a running slot")
-					}
-					time.Sleep(time.Millisecond)
-				}
+				waitForWaiter(t, sh, "the second call never waited for a running slot")
 				select {
 				case err := <-secondDone:
 					t.Fatalf("the second call ran (%v) while the first held the share's only slot", err)
@@ -205,18 +194,7 @@ func TestCPUShareSlotsFollowSetCores(t *testing.T) {
 	}
 	got := make(chan bool, 1)
 	go func() { got <- sh.enter(nil) }()
-	for i := 0; ; i++ {
-		sh.mu.Lock()
-		w := sh.waiting
-		sh.mu.Unlock()
-		if w == 1 {
-			break
-		}
-		if i == 10_000 {
-			t.Fatal("the second enter never waited")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitForWaiter(t, sh, "the second enter never waited")
 	sh.SetCores(2)
 	if !<-got {
 		t.Fatal("the waiting enter did not get the slot SetCores(2) added")
@@ -275,18 +253,7 @@ func TestCPUShareSlotsNoStarvation(t *testing.T) {
 			sh.leave()
 		}
 	}()
-	for i := 0; ; i++ { // bounded wait until B waits
-		sh.mu.Lock()
-		w := sh.waiting
-		sh.mu.Unlock()
-		if w == 1 {
-			break
-		}
-		if i == 10_000 {
-			t.Fatal("B never waited")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitForWaiter(t, sh, "B never waited")
 	aGot := make(chan struct{})
 	go func() {
 		for i := 0; i < 100_000_000; i++ {
@@ -314,4 +281,22 @@ func TestCPUShareSlotsNoStarvation(t *testing.T) {
 		t.Fatal("A never got the slot back after B left")
 	}
 	sh.leave()
+}
+
+// waitForWaiter waits (bounded) until one enter waits for a running slot of sh; what says what
+// did not happen if it never does.
+func waitForWaiter(t *testing.T, sh *CPUShare, what string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		sh.mu.Lock()
+		w := sh.waiting
+		sh.mu.Unlock()
+		if w == 1 {
+			return
+		}
+		if i == 10_000 {
+			t.Fatal(what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
