@@ -428,3 +428,49 @@ func TestDrainSendsWaitingFetches(t *testing.T) {
 		})
 	}
 }
+
+// TestHotRecordsRunWhileKeysBusy: records of free keys whose prefetched values are hot take the
+// all-hits loop (hotRun) while another key waits for its read, not only while every key is free:
+// in a cold run some key is nearly always busy, and the general path cost each hit four times
+// the runner's CPU (issue 10). A record of the busy key still parks behind it.
+func TestHotRecordsRunWhileKeysBusy(t *testing.T) {
+	m := loadModule(t, "testdata/accumpf.wasm")
+	synctest.Test(t, func(t *testing.T) {
+		tier := newFakeTier(1, 10*time.Millisecond, 10*time.Millisecond, 0)
+		sink := &collectSink{}
+		c, err := New(m, tier, sink, WithSpareInstances(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const hot = 10
+		for i := range hot {
+			tier.hot[tier.enc(state.Key{Record: fmt.Appendf(nil, "h%d", i)})] = hotEntry{val: binary.LittleEndian.AppendUint64(nil, 0), found: true}
+		}
+		in, done := startRun(c)
+		want := map[string]uint64{"x": 2}
+		els := []Element{rec("x", 0, 1, 1)}
+		for i := range hot {
+			k := fmt.Sprintf("h%d", i)
+			els = append(els, rec(k, 0, int64(i+2), int64(i+2)))
+			want[k] = 1
+		}
+		els = append(els, rec("x", 1, hot+2, hot+2))
+		in <- els // one batch: the runner takes the records one after the other, x's read out
+		synctest.Wait()
+		sink.mu.Lock()
+		outs := len(sink.outs)
+		sink.mu.Unlock()
+		if outs != hot {
+			t.Errorf("%d outputs while x's read is out, want the %d hot records'", outs, hot)
+		}
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		tier.pending.Wait()
+		checkPerKey(t, sink.outs, want)
+		if c.hotRuns != hot {
+			t.Errorf("%d records on the all-hits loop, want the %d hot ones (x's second record parks, then runs hot after its first)", c.hotRuns, hot)
+		}
+	})
+}
