@@ -393,3 +393,37 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkGetAbsent is the prefetch check of a key no segment holds, over a tier of many
+// segments (a tenth hot spills every ~10 ms, and 50 segments wait for a checkpoint or a
+// compaction at times): the filters of every segment that may hold the key are asked.
+func BenchmarkGetAbsent(b *testing.B) {
+	for _, segs := range []int{1, 10, 50} {
+		b.Run(fmt.Sprintf("segs-%d", segs), func(b *testing.B) {
+			s := openTest(b, "mem://"+randomHex(8), WithMaxSegments(1<<20))
+			t := operator(b, s, OperatorOptions{})
+			for i := range segs {
+				for j := range 200 {
+					t.Put(key(0, fmt.Sprintf("k%d-%d", i, j), ""), []byte("v"))
+				}
+				checkpoint(b, t, uint64(i+1))
+			}
+			t.Get(key(0, "x", "")) // observes the commits
+			if n := len(t.version.Load().segs); n != segs {
+				b.Fatalf("%d segments, want %d", n, segs)
+			}
+			keys := make([]Key, 1024)
+			for i := range keys {
+				keys[i] = key(0, fmt.Sprintf("absent-%d", i), "")
+			}
+			b.ResetTimer()
+			positives := 0
+			for i := 0; b.Loop(); i++ {
+				if _, _, hot := t.Get(keys[i%len(keys)]); !hot {
+					positives++ // a filter's false positive: the key would be read
+				}
+			}
+			b.ReportMetric(float64(positives)/float64(b.N), "false-positives/op")
+		})
+	}
+}
