@@ -408,6 +408,7 @@ func (t *Transport) getConn(a *Attempt, addr string, probe bool) (*conn, error) 
 		}
 		c.reused = true
 		c.awaitOK = now.Sub(c.idleAt) <= maxAwaitIdle
+		c.takenAt = now
 		return c, nil
 	}
 	return t.dial(a, addr)
@@ -466,7 +467,8 @@ type conn struct {
 	br      *bufio.Reader
 	wbuf    []byte
 	hbuf    []byte    // scratch for a response head
-	idleAt  time.Time // when it entered the pool
+	idleAt  time.Time // when it entered the pool: when its last response head arrived
+	takenAt time.Time // when the pool handed it to the current exchange (zero: dialled)
 	reused  bool      // taken from the pool for the current exchange
 
 	prev, next *conn       // ring of connections in use; guarded by pool.mu
@@ -511,7 +513,7 @@ func unwrapStale(err error) error {
 // roundTrip runs one exchange on c. On error c is closed.
 func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) {
 	// The deadline first, then publish c to a: a Cancel from then on overrides it.
-	if d := a.Deadline; keepDeadline(c.dl, d, time.Now()) {
+	if d := a.Deadline; keepDeadline(c.dl, d, c.takenAt) {
 		// The connection's deadline stays (see keepDeadline): no timer to move.
 	} else {
 		c.nc.SetDeadline(d)
@@ -544,7 +546,9 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		}
 		return nil, err
 	}
-	a.MarkAnswered(time.Now())
+	now := time.Now()
+	a.MarkAnswered(now)
+	c.idleAt = now // for the pool, if the body ends it well: the body's reads take microseconds
 	return resp, nil
 }
 
@@ -648,8 +652,7 @@ func (c *conn) release(reusable bool) {
 	p.removeActiveLocked(c)
 	if reusable && !p.closed && !c.killed.Load() {
 		if cs := p.idle[c.addr]; len(cs) < c.t.MaxIdleConnsPerHost {
-			c.idleAt = time.Now()
-			c.reused = false
+			c.reused, c.takenAt = false, time.Time{}
 			p.idle[c.addr] = append(cs, c)
 			p.mu.Unlock()
 			return
