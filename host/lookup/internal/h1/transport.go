@@ -40,7 +40,11 @@
 // An exchange (request, response head and body) is bounded by a deadline and can be
 // cancelled. The deadline is the connection's own (net.Conn.SetDeadline), so an exchange
 // needs no timer of its own; cancelling sets that deadline in the past, which wakes any
-// blocked read or write, and the connection is then closed instead of reused.
+// blocked read or write, and the connection is then closed instead of reused. A reused
+// connection keeps the deadline an earlier exchange set while it is no later than the new
+// exchange's and leaves it at least half of its time (keepDeadline): setting it moves a
+// runtime timer, and a busy connection would move it on every exchange. An exchange still
+// running when that earlier deadline passes moves it to its own and goes on (conn.early).
 // [Transport.RoundTrip] takes both from the request's context (watched with
 // [context.AfterFunc]); its errors then wrap the context's error, so
 // errors.Is(err, context.DeadlineExceeded) holds for a timeout. [Transport.Exchange] takes them
@@ -536,7 +540,7 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		return nil, err
 	}
 
-	resp, nothingRead, err := c.readResponse(req)
+	resp, at, nothingRead, err := c.readResponse(req)
 	if err != nil {
 		stale := c.reused && nothingRead && (err == errServerClosed || isReset(err))
 		err = c.ioError("read response", err)
@@ -546,9 +550,7 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		}
 		return nil, err
 	}
-	now := time.Now()
-	a.MarkAnswered(now)
-	c.idleAt = now // for the pool, if the body ends it well: the body's reads take microseconds
+	a.MarkAnswered(at) // c may be back in the pool already (an empty body): not touched here
 	return resp, nil
 }
 
