@@ -367,7 +367,7 @@ func fieldKey(field string, maxKey int) keyFunc {
 			return nil, fmt.Errorf("no %q field to key by", field)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("field %q: %v", field, err)
+			return nil, fmt.Errorf("field %q: %w", field, err)
 		}
 		if len(k) > maxKey {
 			return nil, fmt.Errorf("key of %d bytes exceeds the %d-byte limit", len(k), maxKey)

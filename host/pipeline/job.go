@@ -341,7 +341,7 @@ func (j *Job) loop(restore *CheckpointRecord) {
 		case errors.Is(rerr, ErrNoCheckpoint):
 			restore = nil
 		case rerr != nil:
-			j.finish(JobFailed, fmt.Errorf("%w (and restoring failed: %v)", err, rerr))
+			j.finish(JobFailed, fmt.Errorf("%w (and restoring failed: %w)", err, rerr))
 			return
 		default:
 			restore = rec

@@ -185,7 +185,7 @@ func (t *sourceTask) timestamp(r *SourceRecord) (int64, error) {
 		}
 		v, err := parseTime(raw)
 		if err != nil {
-			return 0, fmt.Errorf("field %q: %v", et.Field, err)
+			return 0, fmt.Errorf("field %q: %w", et.Field, err)
 		}
 		ts = v
 	case r.HasTS:
