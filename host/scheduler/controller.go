@@ -254,6 +254,7 @@ type Controller struct {
 
 	metrics metrics
 	hot     hotCounts
+	hotRuns int64     // records hotRun completed (tests read it once Run has returned)
 	mode    execMode  // direct or coroutine calls (coro.go)
 	batch   callBatch // records waiting for one batch call (batch.go)
 }
