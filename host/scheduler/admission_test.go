@@ -368,3 +368,109 @@ func testCapWaitersBounded(t *testing.T, module string) {
 		}
 	})
 }
+
+// TestDrainSendsWaitingFetches: once the runner admits nothing more (a barrier drains, or the
+// input ended), the records waiting for room under the cap send their fetches at once, in one
+// round, instead of a cap's worth per fetch's wait (issue 10: at a tenth hot, 1M records, the
+// drains of 12k records waiting for room under a cap of 6,000 took 30-60% of the run). The
+// records still come out in per-key order, all before the barrier.
+func TestDrainSendsWaitingFetches(t *testing.T) {
+	m := loadModule(t, "testdata/accumpf.wasm")
+	for _, end := range []string{"barrier", "input"} {
+		t.Run(end, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tier := newFakeTier(1, 10*time.Millisecond, 10*time.Millisecond, 0)
+				sink := &collectSink{}
+				c, err := New(m, tier, sink, WithMaxInFlight(2), WithSpareInstances(false))
+				if err != nil {
+					t.Fatal(err)
+				}
+				in, done := startRun(c)
+				keys := []string{"a", "b", "c", "d", "e", "f", "g"}
+				for i, k := range keys {
+					if !offer(in, rec(k, 0, int64(i+1), int64(i+1))) {
+						t.Fatalf("record of %s refused", k)
+					}
+				}
+				synctest.Wait()
+				if s := c.Metrics(); s.CapWaiting != 5 || tier.fetchKeys.Load() != 2 {
+					t.Fatalf("before the drain: %d records waiting for the cap, %d keys fetched; want 5 and 2", s.CapWaiting, tier.fetchKeys.Load())
+				}
+				if end == "barrier" {
+					if !offer(in, Element{Kind: ElementBarrier, CheckID: 1}) {
+						t.Fatal("barrier refused")
+					}
+				} else {
+					close(in)
+				}
+				synctest.Wait() // no fetch has completed: the clock has not moved
+				if s := c.Metrics(); s.CapWaiting != 0 || tier.fetchKeys.Load() != int64(len(keys)) {
+					t.Errorf("draining: %d records waiting for the cap, %d keys fetched; want 0 and %d (all at once)", s.CapWaiting, tier.fetchKeys.Load(), len(keys))
+				}
+				if end == "barrier" {
+					close(in)
+				}
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				tier.pending.Wait()
+				want := map[string]uint64{}
+				for _, k := range keys {
+					want[k] = 1
+				}
+				checkPerKey(t, sink.outs, want)
+				if end == "barrier" {
+					if o := sink.outs[len(sink.outs)-1]; o.kind != OutputBarrier {
+						t.Errorf("last output %v, want the barrier after every record", o.kind)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestHotRecordsRunWhileKeysBusy: records of free keys whose prefetched values are hot take the
+// all-hits loop (hotRun) while another key waits for its read, not only while every key is free:
+// in a cold run some key is nearly always busy, and the general path cost each hit four times
+// the runner's CPU (issue 10). A record of the busy key still parks behind it.
+func TestHotRecordsRunWhileKeysBusy(t *testing.T) {
+	m := loadModule(t, "testdata/accumpf.wasm")
+	synctest.Test(t, func(t *testing.T) {
+		tier := newFakeTier(1, 10*time.Millisecond, 10*time.Millisecond, 0)
+		sink := &collectSink{}
+		c, err := New(m, tier, sink, WithSpareInstances(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		const hot = 10
+		for i := range hot {
+			tier.hot[tier.enc(state.Key{Record: fmt.Appendf(nil, "h%d", i)})] = hotEntry{val: binary.LittleEndian.AppendUint64(nil, 0), found: true}
+		}
+		in, done := startRun(c)
+		want := map[string]uint64{"x": 2}
+		els := []Element{rec("x", 0, 1, 1)}
+		for i := range hot {
+			k := fmt.Sprintf("h%d", i)
+			els = append(els, rec(k, 0, int64(i+2), int64(i+2)))
+			want[k] = 1
+		}
+		els = append(els, rec("x", 1, hot+2, hot+2))
+		in <- els // one batch: the runner takes the records one after the other, x's read out
+		synctest.Wait()
+		sink.mu.Lock()
+		outs := len(sink.outs)
+		sink.mu.Unlock()
+		if outs != hot {
+			t.Errorf("%d outputs while x's read is out, want the %d hot records'", outs, hot)
+		}
+		close(in)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		tier.pending.Wait()
+		checkPerKey(t, sink.outs, want)
+		if c.hotRuns != hot {
+			t.Errorf("%d records on the all-hits loop, want the %d hot ones (x's second record parks, then runs hot after its first)", c.hotRuns, hot)
+		}
+	})
+}

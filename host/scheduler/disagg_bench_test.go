@@ -44,7 +44,12 @@ import (
 //
 // The ckpt-* case (at the first latency only) compares checkpoints every 100 ms with one final
 // checkpoint, a tenth hot.
-// CLINK_BENCH_DISAGG_EVENTS sets the events per run (default 100k). CLINK_BENCH_DISAGG_SAMPLE=1
+// CLINK_BENCH_DISAGG_EVENTS sets the events per run (default 100k). Such a short run is mostly
+// fixed costs (the first checkpoint, the last fetches, the final checkpoint) and keys seen for
+// the first time, which the filters answer without a read. The steady state is the *-1M-* case
+// (at the last latency only): 1M records over the same 100k keys (CLINK_BENCH_DISAGG_LONG sets
+// the count, 0 skips it), long enough to checkpoint every second several times a tenth hot and
+// at least once all hot; only the two cases with a target (Zipf a tenth hot, uniform a third). CLINK_BENCH_DISAGG_SAMPLE=1
 // samples the cold path every millisecond and logs what bounds each run by Little's law: keys
 // asked of the backend and not answered, lookups running and their keys, admitted records, the
 // share of the time at the in-flight cap, parked records, and the fetched keys by their use.
@@ -67,6 +72,10 @@ func BenchmarkDisaggregated(b *testing.B) {
 	events := 100_000
 	if v, err := strconv.Atoi(os.Getenv("CLINK_BENCH_DISAGG_EVENTS")); err == nil && v > 0 {
 		events = v
+	}
+	long := 1_000_000
+	if v, err := strconv.Atoi(os.Getenv("CLINK_BENCH_DISAGG_LONG")); err == nil && v >= 0 {
+		long = v
 	}
 	bucket := os.Getenv("CLINK_TEST_S3_BUCKET")
 	if bucket == "" {
@@ -94,6 +103,27 @@ func BenchmarkDisaggregated(b *testing.B) {
 							r := disaggRun(b, m, newURL(), max(hot.stateBytes/int64(frac), 64<<10), time.Second, els)
 							reportDisagg(b, fmt.Sprintf("%s 1/%d hot", dist, frac), fmt.Sprintf("1/%d-", frac), r, hot)
 						}
+					}
+				})
+			}
+		}
+		if lat == lats[len(lats)-1] && long > 0 {
+			// The steady state: long enough for several checkpoints at a tenth hot and at least
+			// one all hot, over the 100k keys. Only the cases with a target.
+			for _, lc := range []struct {
+				dist string
+				frac int
+			}{{"zipf", 10}, {"uniform", 3}} {
+				b.Run(fmt.Sprintf("%s-100k-%s-lat%v", lc.dist, eventsName(long), lat), func(b *testing.B) {
+					els := disaggEvents(long, 100_000, lc.dist)
+					for b.Loop() {
+						hot := disaggRun(b, m, newURL(), 0, time.Second, els)
+						b.ReportMetric(hot.rate, "all-hot-rec/s")
+						b.ReportMetric(hot.cpuPerRec, "all-hot-cpu-us/rec")
+						b.ReportMetric(float64(hot.checkpoints), "all-hot-checkpoints")
+						r := disaggRun(b, m, newURL(), max(hot.stateBytes/int64(lc.frac), 64<<10), time.Second, els)
+						b.ReportMetric(float64(r.checkpoints), fmt.Sprintf("1/%d-checkpoints", lc.frac))
+						reportDisagg(b, fmt.Sprintf("%s 1/%d hot, %s records", lc.dist, lc.frac, eventsName(long)), fmt.Sprintf("1/%d-", lc.frac), r, hot)
 					}
 				})
 			}
@@ -206,7 +236,7 @@ func (s coldSample) String() string {
 	if s.lookups > 0 {
 		perLookup = float64(s.lookupKeysTotal) / float64(s.lookups)
 	}
-	return fmt.Sprintf("cold path (%d samples): keys out mean %.0f (max %d), lookups running mean %.2f (all 4 busy %.0f%% of the time), keys in running lookups mean %.0f, parked mean %.0f; %d lookups, %.1f keys/lookup",
+	return fmt.Sprintf("cold path (%d samples): keys out mean %.0f (max %d), lookups running mean %.2f (all 2 busy %.0f%% of the time), keys in running lookups mean %.0f, parked mean %.0f; %d lookups, %.1f keys/lookup",
 		s.samples, s.keysOut, s.maxKeysOut, s.lookupsRunning, 100*s.atMaxLookups, s.lookupKeys, s.parked, s.lookups, perLookup) +
 		fmt.Sprintf("; admitted mean %.0f, at the in-flight cap %.0f%% of the time, waiting for room under it mean %.0f, waiting records' bytes max %d", s.admitted, 100*s.atCap, s.capWaiting, s.maxWaitingBytes)
 }
@@ -245,7 +275,7 @@ func sampleColdPath(be *state.Tiered, c *Controller) func() coldSample {
 			s.maxKeysOut = max(s.maxKeysOut, m.FetchKeysOut)
 			s.lookupsRunning += float64(m.LookupsRunning)
 			s.lookupKeys += float64(m.LookupKeysRunning)
-			if m.LookupsRunning >= 4 {
+			if m.LookupsRunning >= 2 { // state.maxLookups
 				s.atMaxLookups++
 			}
 			sm := c.Metrics()
@@ -485,6 +515,17 @@ func serverCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(u+s) * 10 * time.Millisecond
+}
+
+// eventsName is n as a sub-benchmark's name has it: 1M, 300k, 1234.
+func eventsName(n int) string {
+	switch {
+	case n%1_000_000 == 0:
+		return strconv.Itoa(n/1_000_000) + "M"
+	case n%1000 == 0:
+		return strconv.Itoa(n/1000) + "k"
+	}
+	return strconv.Itoa(n)
 }
 
 func randomName() string { return strconv.FormatUint(rand.Uint64(), 36) }

@@ -56,7 +56,7 @@ func (c *Controller) execute(t *task) {
 	}
 	if c.mode.coro {
 		t.inCoro = true
-		c.metrics.CoroutineCalls.Add(1)
+		c.hot.coroCalls++
 		if c.runInCoroutine(s) {
 			c.afterCall(t, s, s.co.err)
 		}
@@ -65,12 +65,11 @@ func (c *Controller) execute(t *task) {
 	c.afterCall(t, s, c.callGuest(s))
 }
 
-// hotReady reports whether the records at the head of the input can take hotRun's path: every
-// key is free (the gate is empty), calls run directly and one at a time, and an instance is
-// pooled. What the records themselves decide (their kind, the cap, their prefetched values) is
-// checked per record.
+// hotReady reports whether the records at the head of the input can take hotRun's path: calls
+// run directly and one at a time, and an instance is pooled. What the records themselves decide
+// (their kind, their key free, the cap, their prefetched values) is checked per record.
 func (c *Controller) hotReady() bool {
-	return c.cfg.Order == OrderPerKey && len(c.gate) == 0 && !c.mode.coro && c.batch.max <= 1 &&
+	return c.cfg.Order == OrderPerKey && !c.mode.coro && c.batch.max <= 1 &&
 		len(c.slotWait) == 0 && len(c.pool) > 0 && len(c.prefetch) <= 1
 }
 
@@ -95,6 +94,15 @@ func (c *Controller) hotRun() bool {
 		// noteExecution may have switched to coroutine calls: they are taken by execute.
 		if el.Kind != ElementRecord || el.KeyByWasm || !c.mayAdmit() || c.mode.coro || c.comp.n.Load() != 0 {
 			break
+		}
+		// A record of a busy key parks behind it (handle). Records of free keys take this
+		// path while others wait for their values: at a tenth of the state hot most records
+		// hit while some key is always busy, and the general path cost them 2.1 µs of the
+		// runner's CPU a record against 0.45 here (issue 10).
+		if len(c.gate) > 0 {
+			if _, busy := c.gate[string(el.Key)]; busy {
+				break
+			}
 		}
 		c.inbuf = c.inbuf[1:]
 		took = true
@@ -148,6 +156,7 @@ func (c *Controller) hotRun() bool {
 		// instance is not broken): it never entered the gate, held a value or started an
 		// async operation, and c.err is still nil.
 		c.noteExecution(false)
+		c.hotRuns++
 		c.running--
 		s.t, t.slot = nil, nil
 		e.pending--

@@ -61,7 +61,8 @@ func (c *Controller) sizePool() error {
 // prefetched values are hot runs, one that would fetch waits for room. Past that bound the cap
 // counts every admitted task again, so the waiting records are bounded either way. The gate's
 // order rules do not change (a waiting record keeps its key busy, and later records of the key
-// park behind it), nor does the barrier drain (it waits for every admitted task).
+// park behind it), nor does the barrier drain (it waits for every admitted task; see fetchCap
+// for the cap meanwhile).
 //
 // The records waiting for room are also bounded by capWaitLookahead caps' worth. Each holds a
 // task and a gate entry while it waits, and tens of thousands of them make the gate's map miss
@@ -82,8 +83,23 @@ const capWaitLookahead = 4
 // overCap reports whether the admitted tasks that count against the cap (all but the waiting
 // ones) exceed it: the task being executed, counted among them, must wait for room.
 func (c *Controller) overCap() bool {
-	return c.admitted-c.parked-len(c.capWait) > c.maxInFlight
+	return c.admitted-c.parked-len(c.capWait) > c.fetchCap()
 }
+
+// fetchCap is the cap on the admitted tasks that count against it: the in-flight cap, but
+// while the runner drains (a barrier pending, or the input ended), when it admits nothing
+// more, drainCaps caps' worth, so that the records waiting for room (at most
+// capWaitLookahead caps' worth, already admitted and held in memory) send their fetches in
+// one round instead of one cap's worth per GET wait (see waitForCap).
+func (c *Controller) fetchCap() int {
+	if c.barrier != nil || c.inputDone && len(c.inbuf) == 0 {
+		return drainCaps * c.maxInFlight
+	}
+	return c.maxInFlight
+}
+
+// drainCaps is the in-flight cap during a drain, in caps (see fetchCap).
+const drainCaps = capWaitLookahead + 1
 
 // waitForCap queues t, a task that would need a fetch (or, for a module that prefetches
 // nothing, could suspend) while the cap is full, until a task that counts against the cap
@@ -125,7 +141,7 @@ func (c *Controller) pendingBatchTask(k []byte) *task {
 
 // nextCapWaiter takes the first task waiting for room under the cap, if there is room.
 func (c *Controller) nextCapWaiter() *task {
-	if len(c.capWait) == 0 || c.admitted-c.parked-len(c.capWait) >= c.maxInFlight {
+	if len(c.capWait) == 0 || c.admitted-c.parked-len(c.capWait) >= c.fetchCap() {
 		return nil
 	}
 	t := c.capWait[0]

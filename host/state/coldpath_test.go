@@ -217,8 +217,8 @@ func (s *slowObject) get(ctx context.Context, name string, off, n int64) ([]byte
 }
 
 // TestFetchAnswersAtItsOwnBlocks: Fetches that share a lookup complete as their own blocks
-// arrive, not when the slowest GET of the lookup does. Four Fetches of keys in a slow segment
-// keep every lookup busy; a Fetch of a key in a fast segment and one of a key in the slow
+// arrive, not when the slowest GET of the lookup does. maxLookups Fetches of keys in a slow
+// segment keep every lookup busy; a Fetch of a key in a fast segment and one of a key in the slow
 // segment queue meanwhile and share the next lookup, and the first completes one slow GET
 // before the second.
 func TestFetchAnswersAtItsOwnBlocks(t *testing.T) { synctest.Test(t, testFetchAnswersAtItsOwnBlocks) }
@@ -231,7 +231,11 @@ func testFetchAnswersAtItsOwnBlocks(t *testing.T) {
 	b := operator(t, s, OperatorOptions{})
 	b.Put(key(0, "a", ""), []byte("va"))
 	checkpoint(t, b, 1)
-	for _, k := range []string{"b", "c1", "c2", "c3", "c4"} {
+	busy := make([]string, maxLookups)
+	for i := range busy {
+		busy[i] = fmt.Sprintf("c%d", i+1)
+	}
+	for _, k := range append([]string{"b"}, busy...) {
 		b.Put(key(0, k, ""), []byte("v"+k))
 	}
 	checkpoint(t, b, 2)
@@ -241,7 +245,7 @@ func testFetchAnswersAtItsOwnBlocks(t *testing.T) {
 		t.Fatalf("want 2 committed segments, not in memory: %d", len(segs))
 	}
 	pool.mu.Lock()
-	pool.name = segs[0].object // checkpoint 2's: b and c1..c4
+	pool.name = segs[0].object // checkpoint 2's: b and the busy keys
 	pool.mu.Unlock()
 
 	type answer struct {
@@ -251,25 +255,25 @@ func testFetchAnswersAtItsOwnBlocks(t *testing.T) {
 		at  time.Duration
 	}
 	start := time.Now()
-	answers := make(chan answer, 6)
+	answers := make(chan answer, maxLookups+2)
 	fetch := func(k string) {
 		b.Fetch([]Key{key(0, k, "")}, func(f []Fetched, err error) {
 			answers <- answer{k, f, err, time.Since(start)}
 		})
 	}
-	for _, k := range []string{"c1", "c2", "c3", "c4", "a", "b"} {
+	for _, k := range append(busy, "a", "b") {
 		fetch(k)
 	}
 	at := map[string]time.Duration{}
-	for range 6 {
+	for range maxLookups + 2 {
 		a := <-answers
 		if a.err != nil || len(a.f) != 1 || !a.f[0].Found || string(a.f[0].Value) != "v"+a.key {
 			t.Fatalf("fetch of %s: %+v, %v", a.key, a.f, a.err)
 		}
 		at[a.key] = a.at
 	}
-	if m := b.Metrics(); m.Lookups != 5 {
-		t.Fatalf("%d lookups, want 5 (a and b queued behind the four busy ones, then shared one)", m.Lookups)
+	if m := b.Metrics(); m.Lookups != maxLookups+1 {
+		t.Fatalf("%d lookups, want %d (a and b queued behind the %d busy ones, then shared one)", m.Lookups, maxLookups+1, maxLookups)
 	}
 	if at["a"] != slow+fast || at["b"] != 2*slow {
 		t.Fatalf("a answered at %v, b at %v; want %v and %v: a waited for b's GET", at["a"], at["b"], slow+fast, 2*slow)

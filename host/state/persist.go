@@ -43,7 +43,7 @@ type snapshot struct {
 	once sync.Once
 	// encoded is closed once the persist no longer reads the delta's cells (copied out, or
 	// failed). Persists read their cells one at a time in capture order (see entry). Only the
-	// persist's goroutine closes it.
+	// persist's write (run) closes it.
 	encoded chan struct{}
 	// readable is closed once the delta's segments are encoded and in the version cold reads
 	// use, from memory until they are durable (see publish): from then on the delta's entries
@@ -159,17 +159,42 @@ func (s *snapshot) run(ctx context.Context) {
 	if prev != nil {
 		<-prev.encoded
 	}
-	w, err := b.write(ctx, s)
-	s.markEncoded() // write may have failed before reading
+	var (
+		w    written
+		werr error
+	)
+	wrote := make(chan struct{})
+	write := func() {
+		defer close(wrote)
+		w, werr = b.write(ctx, s)
+		s.markEncoded() // write may have failed before reading
+	}
+	// A checkpoint's fence on the lineage head goes beside its segments' PUTs (see fence).
+	early := !s.spill && !s.savepoint
+	if early {
+		go write()
+	} else {
+		write()
+	}
 	// 2. Commit in capture order.
+	var err error
 	if prev != nil {
 		<-prev.done
 		if prev.err != nil {
 			err = fmt.Errorf("checkpoint %d: %w (checkpoint %d: %v)", s.id, ErrPreviousFailed, prev.id, prev.err)
 		}
 	}
+	fenced := false
+	if early && err == nil {
+		err = b.fence(ctx, s)
+		fenced = err == nil
+	}
+	<-wrote
 	if err == nil {
-		err = b.commit(ctx, s, w)
+		err = werr
+	}
+	if err == nil {
+		err = b.commit(ctx, s, w, fenced)
 	}
 	if err != nil {
 		b.cnt.ckptFailures.Add(1)
@@ -446,10 +471,42 @@ func prefix8(b []byte) uint64 {
 	return binary.BigEndian.Uint64(p[:])
 }
 
+// fence moves the lineage head to checkpoint s (a compare-and-swap on its etag, see casHead),
+// which fails if another writer has claimed the range since. It runs once every earlier
+// snapshot has committed (the etag it swaps is theirs), beside s's segment PUTs rather than
+// after them: the head only fences, nothing is read through it (a restore takes the newest
+// complete set of manifests), segment names are unique, and the manifest, created only once
+// both are done, is what makes the checkpoint exist. A crash or a failed PUT after the fence
+// leaves what a crash between the fence and the manifest always did: a head a checkpoint
+// ahead of the manifests, and segments no manifest names (garbage collection removes them).
+// That takes one round trip of three off every checkpoint's commit, the final one included
+// (issue 10).
+func (b *Tiered) fence(ctx context.Context, s *snapshot) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(b.ctx, cancel) // Close cancels a persist in flight
+	defer stop()
+	b.mu.Lock()
+	if b.mu.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	headETag, epoch := b.mu.headETag, b.mu.epoch
+	b.mu.Unlock()
+	etag, err := b.casHead(ctx, headETag, b.headContent(epoch, s.id))
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.mu.headETag = etag
+	b.mu.Unlock()
+	return nil
+}
+
 // commit publishes what write made: a spill's segments go into the version that cold reads
-// use; a checkpoint's are committed with the lineage head and the manifest. Commits run in
-// capture order.
-func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
+// use; a checkpoint's are committed with the lineage head (unless fenced already, see fence)
+// and the manifest. Commits run in capture order.
+func (b *Tiered) commit(ctx context.Context, s *snapshot, w written, fenced bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(b.ctx, cancel) // Close cancels a persist in flight
@@ -479,7 +536,7 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 		}
 		return nil
 	}
-	base, comp, headETag, epoch := b.mu.base, b.mu.compaction, b.mu.headETag, b.mu.epoch
+	base, comp, epoch := b.mu.base, b.mu.compaction, b.mu.epoch
 	// Every spill committed so far was captured before s (commits run in capture order):
 	// s's manifest adopts them, below s's own delta. Until the commit ends, compactSpills
 	// leaves them in place (adopting).
@@ -514,14 +571,11 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written) error {
 			return err
 		}
 	}
-	head := b.headContent(epoch, s.id)
-	etag, err := b.casHead(ctx, headETag, head)
-	if err != nil {
-		return err
+	if !fenced {
+		if err := b.fence(ctx, s); err != nil {
+			return err
+		}
 	}
-	b.mu.Lock()
-	b.mu.headETag = etag
-	b.mu.Unlock()
 	if err := b.createOnce(ctx, b.root+format.ManifestName(s.id, b.rng), enc); err != nil {
 		return err
 	}

@@ -874,9 +874,13 @@ func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 // wait, and the next lookup to start takes all of them at once: under load the keys of many
 // Fetches share each block read (and each ranged GET), which is what makes a miss cheap on a
 // pool whose requests cost CPU and latency rather than bytes, and under light load a Fetch
-// starts at once. Four lookups of any size keep the pool busy: each is one round of parallel
-// GETs.
-const maxLookups = 4
+// starts at once. Two lookups of any size keep the pool busy (each is one round of parallel
+// GETs), and one slow GET holds back only the Fetches queued behind it and the other lookup's.
+// With four, issue 10's benchmark made 1.5-1.6x the GETs (Zipf a tenth hot, 1M records: 0.0015
+// a record against 0.00097; uniform a third 0.0039 against 0.0025) for no more throughput, and
+// on versitygw without added latency a GET costs both ends about 1.3 ms of CPU; with one, fewer
+// still (0.00074, 0.0015), but every Fetch then waits for the slowest GET of the one before.
+const maxLookups = 2
 
 // fetchJob is one Fetch waiting for, or in, a lookup.
 type fetchJob struct {
