@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -108,4 +110,39 @@ func TestKeptDeadline(t *testing.T) {
 		}
 		<-served // the failed exchange closed the connection: the server's write fails
 	})
+}
+
+// TestPeekAfterDeadline: a pooled connection whose deadline (kept from an earlier exchange)
+// has passed while it sat idle is still checked for liveness correctly before a request that
+// cannot be replayed, and reused: the peek must not fail on the old deadline and close a live
+// connection.
+func TestPeekAfterDeadline(t *testing.T) {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		io.WriteString(w, "ok")
+	}))
+	defer s.Close()
+	tr, d := newTransport(t)
+	post := func(timeout time.Duration) error {
+		var a Attempt
+		a.Reset(time.Now().Add(timeout))
+		req, _ := http.NewRequest("POST", s.URL+"/x", strings.NewReader("b"))
+		resp, err := tr.Exchange(req, &a)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		_, err = io.ReadAll(resp.Body)
+		return err
+	}
+	if err := post(50 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the connection's deadline passes while it is idle
+	if err := post(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.dials.Load(); n != 1 {
+		t.Fatalf("%d dials for two POSTs on a live keep-alive connection, want 1", n)
+	}
 }

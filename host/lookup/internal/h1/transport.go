@@ -403,6 +403,14 @@ func (t *Transport) getConn(a *Attempt, addr string, probe bool) (*conn, error) 
 		if c == nil {
 			break
 		}
+		if probe || now.Sub(c.idleAt) > probeIdle {
+			if !c.dl.IsZero() && !now.Before(c.dl) {
+				// The deadline an earlier exchange left has passed: the peek would fail on
+				// it and close a live connection.
+				c.nc.SetDeadline(time.Time{})
+				c.dl = time.Time{}
+			}
+		}
 		if (probe || now.Sub(c.idleAt) > probeIdle) && !alive(c.nc) {
 			t.pool.mu.Lock()
 			t.pool.removeActiveLocked(c)
