@@ -15,8 +15,9 @@
 #
 # Byte-identical output needs the same compilers: Go $GO_VERSION (GOTOOLCHAIN selects it; the go
 # command fetches it through the module proxy if the local go is another version) and the
-# AssemblyScript compiler pinned by guest-sdk/assemblyscript/package-lock.json (installed with
-# `npm ci` when node_modules is missing), Debian 12's clang 14 with wasi-libc (packages clang lld
+# AssemblyScript compiler pinned by guest-sdk/assemblyscript/package-lock.json, with its binaryen
+# (wasm-opt, which post-optimises the AssemblyScript modules; installed with `npm ci` when
+# node_modules is missing), Debian 12's clang 14 with wasi-libc (packages clang lld
 # wasi-libc libclang-rt-14-dev-wasm32) and Debian 12's rustc 1.63 with libstd-rust-dev-wasm32.
 # The C and Rust builds call /usr/bin/clang and /usr/bin/rustc by path, so that a rustup or
 # other toolchain earlier on PATH cannot change the bytes.
@@ -38,6 +39,9 @@ cd "$root"
 # Go: a fixed toolchain and a fixed environment, so nothing from the caller's shell leaks into
 # the binary (GOFLAGS, GOEXPERIMENT, GOWASM...). -trimpath drops local paths; -buildvcs=false
 # the commit; -s -w the symbol table and DWARF.
+# A default.pgo in the package directory is used (-pgo=auto): see guest-sdk/go/README.md,
+# "Profile-guided optimisation". (wasm_opt below would take another 5-9% off a Go module's CPU
+# per record, but costs ~15 s a module, 6 modules here, so the Go fixtures do not use it.)
 go_build() { # package dir, output file
 	env -u GOFLAGS -u GOEXPERIMENT -u GOWASM -u GODEBUG \
 		GOTOOLCHAIN="$GO_VERSION" GOOS=wasip1 GOARCH=wasm CGO_ENABLED=0 \
@@ -57,6 +61,18 @@ asc_flags=(-O3 --noAssert --runtime minimal --exportStart _initialize
 	--use "seed=$sdk/assembly/runtime/clinkSeed")
 as_build() { # entry file, output file
 	"$sdk/node_modules/.bin/asc" "$1" -o "$2" "${asc_flags[@]}"
+	wasm_opt "$2"
+}
+
+# wasm-opt (binaryen, pinned with the AssemblyScript compiler): one more -O3 pass over asc's
+# output, with larger functions inlined. After asc's own passes it inlines emit and
+# appendJsonString into clink_process: the AssemblyScript counter's CPU per record in the host
+# fell by ~5% (docs/BENCHMARKS.md, "Issue 11, session 8"). The features are the ones the
+# compilers emit; a module using another fails validation here rather than build differently.
+wasm_opt() { # file, optimised in place
+	"$sdk/node_modules/.bin/wasm-opt" --enable-bulk-memory --enable-sign-ext --enable-mutable-globals \
+		--enable-nontrapping-float-to-int -O3 --flexible-inline-max-function-size 100 \
+		--inline-functions-with-loops -o "$1" "$1"
 }
 
 # C and C++: the header-only SDK in guest-sdk/c; a reactor (-mexec-model=reactor links

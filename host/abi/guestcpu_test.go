@@ -28,7 +28,10 @@ func threadCPU() time.Duration {
 }
 
 // BenchmarkGuestCPU compares the per-record CPU time of Instance.Process for the modules
-// CLINK_GUESTS names (comma-separated paths), in alternating rounds on one locked thread.
+// CLINK_GUESTS names (comma-separated paths), in alternating rounds on one locked thread:
+// CLINK_ROUNDS of them (9 by default), each module's instance created afresh per round. It
+// reports each module's median round and, for a loaded machine, its lowest and first-quartile
+// rounds (interference only ever adds time).
 func BenchmarkGuestCPU(b *testing.B) {
 	paths := strings.Split(os.Getenv("CLINK_GUESTS"), ",")
 	if paths[0] == "" {
@@ -61,10 +64,14 @@ func BenchmarkGuestCPU(b *testing.B) {
 	if v := os.Getenv("CLINK_BATCH"); v != "" {
 		batch, _ = strconv.Atoi(v)
 	}
+	rounds := 9
+	if v, err := strconv.Atoi(os.Getenv("CLINK_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
 	for b.Loop() {
 		res := make([][]float64, len(paths))
 		runtime.LockOSThread()
-		for r := range 9 {
+		for r := range rounds {
 			for j := range mods {
 				i := j
 				if r%2 == 1 {
@@ -98,6 +105,8 @@ func BenchmarkGuestCPU(b *testing.B) {
 			name := paths[i][strings.LastIndex(paths[i], "/")+1:]
 			name = strings.Replace(strings.Replace(name, ".wasm", "", 1), "@", "-b", 1)
 			b.ReportMetric(res[i][len(res[i])/2], name+"-cpu-ns/rec")
+			b.ReportMetric(res[i][0], name+"-min-ns/rec")
+			b.ReportMetric(res[i][len(res[i])/4], name+"-p25-ns/rec")
 		}
 	}
 }

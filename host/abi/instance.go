@@ -52,6 +52,12 @@ var callExport = [...]string{
 type instanceCtx struct {
 	context.Context
 	in *Instance
+	// The last other key asked for, and its value. wazero asks for one key on every call (its
+	// snapshotter's), and in a pipeline the parent is a chain of contexts that Value walks to
+	// the end each time. A context's values never change, so the walk is made once per key in
+	// a row. Like the Instance, the context is used by one goroutine at a time.
+	lastKey, lastVal any
+	hasLast          bool
 }
 
 // instanceKey is the context key under which host functions find their Instance when a context
@@ -62,7 +68,12 @@ func (c *instanceCtx) Value(key any) any {
 	if key == (instanceKey{}) {
 		return c.in
 	}
-	return c.Context.Value(key)
+	if c.hasLast && key == c.lastKey {
+		return c.lastVal
+	}
+	v := c.Context.Value(key)
+	c.lastKey, c.lastVal, c.hasLast = key, v, true
+	return v
 }
 
 // Instance is one instantiation of a Module with the per-instance state the ABI needs: the input

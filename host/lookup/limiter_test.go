@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,20 @@ import (
 	"testing/synctest"
 	"time"
 )
+
+// fakeClockSched makes the limiter's scheduling-latency correction (schedlat.go) read no
+// latency for the rest of t, which must not run in parallel: on synctest's fake clock the
+// samples hold no real waits, while the runtime's histogram is of real time, so a loaded host
+// would take real milliseconds out of fake-time latencies and move the limit.
+func fakeClockSched(t *testing.T) {
+	prev := readSchedMetrics
+	readSchedMetrics = func(s []metrics.Sample) {
+		for i := range s {
+			s[i].Value = metrics.Value{} // KindBad: since reports 0
+		}
+	}
+	t.Cleanup(func() { readSchedMetrics = prev })
+}
 
 // workerPool is an upstream with a fixed number of workers and a FIFO queue in front of them,
 // like a service with a thread pool: latency is the service time until the workers are busy,
@@ -128,6 +143,7 @@ func formatSeries(pts []adaptPoint) string {
 // queueing that 64 in flight would cause, and after the step it should re-learn the baseline
 // and return there within a few seconds, with throughput at the pool's new capacity.
 func TestAdaptiveConcurrency(t *testing.T) {
+	fakeClockSched(t)
 	for _, alg := range []string{"pid", "aimd"} {
 		t.Run(alg, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -171,6 +187,7 @@ func TestAdaptiveConcurrency(t *testing.T) {
 // latency now means twice the queue. The controller must back off to about half the limit,
 // bringing the upstream's latency back to the setpoint, with throughput at the new capacity.
 func TestAdaptiveOverload(t *testing.T) {
+	fakeClockSched(t)
 	for _, alg := range []string{"pid", "aimd"} {
 		t.Run(alg, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -467,6 +467,9 @@ func coldPath(b *testing.B, m *abi.Module, records, syncRecords int) {
 		// What an in-flight record costs: a record suspended inside its call holds an
 		// instance; one waiting for a prefetched value holds only its task.
 		b.ReportMetric(float64(s.PeakInstances), "peak-instances")
+		// The share of the run the runner waited for something to do: near 0, the run was
+		// bound by the runner's CPU per record, not by the mechanism's waits.
+		b.ReportMetric(s.Idle.Seconds()/d.Seconds(), "runner-idle-share")
 	}
 }
 

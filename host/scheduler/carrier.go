@@ -53,7 +53,7 @@ func (c *Controller) suspend(t *task) {
 	t.suspended, t.suspendedOnce, t.async = true, true, true
 	t.suspIdx = len(c.suspended)
 	c.suspended = append(c.suspended, t)
-	c.metrics.Suspensions.Add(1)
+	c.hot.suspensions++
 	c.markKeyBusy(t)
 	if t.slot.batch != nil {
 		c.batchSuspended(t.slot)

@@ -197,9 +197,9 @@ func (c *Controller) resumeTask(self *carrier, t *task) {
 	if !t.suspended {
 		return
 	}
-	c.metrics.Resumes.Add(1)
+	c.hot.resumes++
 	if !t.waitFrom.IsZero() {
-		c.metrics.ResumeLatencyNanos.Add(int64(time.Since(t.waitFrom)))
+		c.hot.resumeNanos += int64(time.Since(t.waitFrom))
 	}
 	if t.inCoro {
 		c.resumeCoroutine(t)

@@ -364,8 +364,10 @@ func (c *Controller) loop(self *carrier) {
 		if len(c.batch.tasks) > 0 {
 			c.flushBatch()
 		}
-		if n := c.maxInFlightSet.Swap(0); n > 0 && !c.cfg.Synchronous {
-			c.maxInFlight = int(n)
+		if c.maxInFlightSet.Load() != 0 && !c.cfg.Synchronous { // a load, not a swap, on every pass
+			if n := c.maxInFlightSet.Swap(0); n > 0 {
+				c.maxInFlight = int(n)
+			}
 		}
 		comps = c.comp.take(comps[:0])
 		for _, cp := range comps {

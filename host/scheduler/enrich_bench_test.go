@@ -103,9 +103,17 @@ func startUpstream(b *testing.B, svc time.Duration) string {
 // (the whole process: guest calls, scheduler, lookup, output) and the endpoint's concurrency
 // limit at the end.
 func enrichJob(b *testing.B, m *abi.Module, url, transport, algorithm string, els []Element) (recPerSec float64, cpuPerRec time.Duration, limit int) {
+	return enrichJobAt(b, m, url, transport, algorithm, 0, els)
+}
+
+// enrichJobAt is enrichJob with the endpoint's max_in_flight (0: the default, 256), which is
+// the limit of the "fixed" algorithm and the ceiling of the adaptive ones. The endpoint's
+// queue holds the scheduler's 512 in flight whatever the limit.
+func enrichJobAt(b *testing.B, m *abi.Module, url, transport, algorithm string, maxInFlight int, els []Element) (recPerSec float64, cpuPerRec time.Duration, limit int) {
 	reg := lookup.NewRegistry()
 	ep, err := reg.Open("bench", lookup.EndpointConfig{
 		Name: "svc", BaseURL: url, Transport: transport,
+		MaxInFlight: maxInFlight, MaxQueued: 1024,
 		Egress:      lookup.EgressPolicy{AllowLoopback: true},
 		Concurrency: lookup.ConcurrencyConfig{Algorithm: algorithm},
 	})
@@ -159,11 +167,7 @@ func enrichJob(b *testing.B, m *abi.Module, url, transport, algorithm string, el
 func BenchmarkEnrichPath(b *testing.B) {
 	m := loadModule(b, "testdata/enrich.wasm")
 	url := startUpstream(b, 2*time.Millisecond)
-	els := make([]Element, 20_000)
-	for i := range els {
-		k := fmt.Sprintf("user-%d", i%10_000)
-		els[i] = Element{Kind: ElementRecord, Key: []byte(k), Value: fmt.Appendf(nil, "GET /profile/%s", k), Pos: int64(i + 1)}
-	}
+	els := enrichRecords(20_000)
 	for _, transport := range []string{"h1", "h2c"} {
 		b.Run(transport, func(b *testing.B) {
 			enrichJob(b, m, url, transport, "fixed", els[:2000]) // warm up: connections, code paths
@@ -199,4 +203,58 @@ func BenchmarkEnrichPath(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkEnrichLimits is BenchmarkEnrichPath's job with the default limiter against fixed
+// limits of 64, 128 and 256, in rotating order, so that "default ÷ the best fixed limit" is
+// measured rather than assumed to be 256. Reported per limit: records/s (median over rounds),
+// and the default's throughput ÷ the best fixed limit's (per round, then the median).
+func BenchmarkEnrichLimits(b *testing.B) {
+	m := loadModule(b, "testdata/enrich.wasm")
+	url := startUpstream(b, 2*time.Millisecond)
+	els := enrichRecords(20_000)
+	fixed := []int{64, 128, 256}
+	for _, transport := range []string{"h1", "h2c"} {
+		b.Run(transport, func(b *testing.B) {
+			enrichJob(b, m, url, transport, "fixed", els[:2000]) // warm up
+			for b.Loop() {
+				rates := make([][]float64, len(fixed)+1) // [0]: default
+				var defLimit []float64
+				for r := range 3 {
+					for i := range len(fixed) + 1 {
+						j := (i + r) % (len(fixed) + 1)
+						if j == 0 {
+							rate, _, limit := enrichJob(b, m, url, transport, "", els)
+							rates[0] = append(rates[0], rate)
+							defLimit = append(defLimit, float64(limit))
+							continue
+						}
+						rate, _, _ := enrichJobAt(b, m, url, transport, "fixed", fixed[j-1], els)
+						rates[j] = append(rates[j], rate)
+					}
+				}
+				best := make([]float64, len(rates[0]))
+				for j := 1; j < len(rates); j++ {
+					b.ReportMetric(median(rates[j]), fmt.Sprintf("fixed%d-rec/s", fixed[j-1]))
+					for r, x := range rates[j] {
+						best[r] = max(best[r], x)
+					}
+				}
+				b.ReportMetric(median(rates[0]), "default-rec/s")
+				b.ReportMetric(medianRatio(rates[0], best), "default/best-fixed")
+				b.ReportMetric(median(defLimit), "default-final-limit")
+			}
+		})
+	}
+}
+
+// enrichRecords is the enrichment benchmarks' input: n records over n/2 keys, each a lookup
+// of its key's profile.
+func enrichRecords(n int) []Element {
+	els := make([]Element, n)
+	for i := range els {
+		k := fmt.Sprintf("user-%d", i%(n/2))
+		els[i] = Element{Kind: ElementRecord, Key: []byte(k), Value: fmt.Appendf(nil, "GET /profile/%s", k), Pos: int64(i + 1)}
+	}
+	return els
 }

@@ -56,7 +56,7 @@ func (c *Controller) execute(t *task) {
 	}
 	if c.mode.coro {
 		t.inCoro = true
-		c.metrics.CoroutineCalls.Add(1)
+		c.hot.coroCalls++
 		if c.runInCoroutine(s) {
 			c.afterCall(t, s, s.co.err)
 		}

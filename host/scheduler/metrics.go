@@ -109,9 +109,14 @@ func (m *metrics) snapshot() Snapshot {
 	return s
 }
 
-// hotCounts are runner-private counters published to Metrics in bulk.
+// hotCounts are runner-private counters published to Metrics in bulk: the all-hits path's
+// (records, hits) and the suspension path's, so that neither pays an atomic per record. They
+// reach Metrics whenever the runner waits for work and when the run ends.
 type hotCounts struct {
 	records, timers, hits int64
+	misses, suspensions   int64
+	coroCalls             int64
+	resumes, resumeNanos  int64
 }
 
 func (c *Controller) publish() {
@@ -124,6 +129,13 @@ func (c *Controller) publish() {
 	}
 	if h.hits != 0 {
 		c.metrics.StateHits.Add(h.hits)
+	}
+	if h.suspensions != 0 || h.misses != 0 || h.coroCalls != 0 || h.resumes != 0 {
+		c.metrics.StateMisses.Add(h.misses)
+		c.metrics.Suspensions.Add(h.suspensions)
+		c.metrics.CoroutineCalls.Add(h.coroCalls)
+		c.metrics.Resumes.Add(h.resumes)
+		c.metrics.ResumeLatencyNanos.Add(h.resumeNanos)
 	}
 	*h = hotCounts{}
 	c.metrics.InFlight.Store(int64(c.running))

@@ -141,7 +141,7 @@ func (s *slot) Get(stateID uint32, entry []byte) ([]byte, bool, error) {
 		s.c.hot.hits++
 		return v, found, nil
 	}
-	s.c.metrics.StateMisses.Add(1)
+	s.c.hot.misses++
 	return s.c.readCold(s.t, k)
 }
 

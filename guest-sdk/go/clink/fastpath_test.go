@@ -11,12 +11,29 @@ import (
 
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink"
 	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/clinktest"
+	"github.com/clink-wasm/clink-wasm/guest-sdk/go/clink/jsonx"
 )
 
 // fastPath serves the commands of testOp that exercise the fast paths (docs/abi.md, "Fast
 // paths"): pf and pf2 are prefetched, and every Emit goes through the output area.
 func fastPath(r *clink.Record, cmd, arg string) error {
 	switch cmd {
+	case "nop": // the baseline of TestHotPathAllocatesNothing
+		return nil
+	case "hot": // the counter example's per-record work (TestHotPathAllocatesNothing)
+		n, _, err := pf.GetInt64(nil)
+		if err != nil {
+			return err
+		}
+		if err := pf.PutInt64(nil, n+1); err != nil {
+			return err
+		}
+		hotOut = append(hotOut[:0], `{"key":`...)
+		hotOut = jsonx.AppendString(hotOut, r.Key)
+		hotOut = append(hotOut, `,"count":`...)
+		hotOut = jsonx.AppendInt(hotOut, n+1)
+		hotOut = append(hotOut, '}')
+		return clink.Emit(r.Key, hotOut)
 	case "pcount": // the counter's read-modify-write, on both frames
 		n, _, err := pf.GetInt64(nil)
 		if err != nil {
@@ -87,6 +104,9 @@ func fastPath(r *clink.Record, cmd, arg string) error {
 	}
 	return errors.New("unknown command " + strconv.Quote(cmd))
 }
+
+// hotOut is the "hot" command's output buffer, reused for every record.
+var hotOut []byte
 
 func emitGet(key []byte) error {
 	v, found, err := pf.Get(nil)

@@ -115,6 +115,19 @@ func (a *Attempt) Own(c Deadliner) bool {
 	return true
 }
 
+// Extend sets c's deadline to a's (a transport that keeps a connection's earlier deadline
+// across exchanges moves it so when it passes): under a's lock, so that it cannot undo a
+// Cancel. It reports false, and sets nothing, if a is cancelled.
+func (a *Attempt) Extend(c Deadliner) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cancelled {
+		return false
+	}
+	c.SetDeadline(a.Deadline)
+	return true
+}
+
 // Disown ends the exchange's use of its connection (before the connection goes back to a
 // pool): Cancel no longer touches it. It reports whether a was cancelled, and calls
 // StopWatch once.

@@ -11,25 +11,27 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+	"time"
 	"unsafe"
 )
 
 // readResponse reads the final response to req from c (interim 1xx responses are skipped)
 // and returns it with a body that reads from c. nothingRead reports that the connection
-// failed before a single byte of a response arrived.
+// failed before a single byte of a response arrived; at is when the final response's head
+// had been read (it is also c's idle mark, set before the body can give c back to the pool).
 //
 // The one-pass parser below takes the well-formed response (CRLF line ends, no obs-fold,
 // unambiguous framing) and refuses everything else. What it refuses, readLenient reads
 // again with net/http's own parser, so that h1 is never stricter than net/http: an upstream
 // that net/http reads fine never trips the breaker here (FuzzResponse checks both ways).
-func (c *conn) readResponse(req *http.Request) (_ *http.Response, nothingRead bool, _ error) {
+func (c *conn) readResponse(req *http.Request) (_ *http.Response, at time.Time, nothingRead bool, _ error) {
 	t := c.t
 	budget := t.MaxResponseHeaderBytes
 	for interim := 0; ; interim++ {
 		head, fields, err := readHead(c.br, c.hbuf[:0], budget, t.MaxHeaderCount)
 		if _, ok := err.(*ProtocolError); ok && err != errHeadTooLarge {
 			resp, err := c.readLenient(req, head, budget, interim)
-			return resp, false, err
+			return resp, time.Now(), false, err
 		}
 		if err != nil {
 			if err == errHeadTooLarge {
@@ -39,12 +41,12 @@ func (c *conn) readResponse(req *http.Request) (_ *http.Response, nothingRead bo
 				if err == io.EOF {
 					err = errServerClosed
 				}
-				return nil, true, err
+				return nil, at, true, err
 			}
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return nil, false, err
+			return nil, at, false, err
 		}
 		if cap(head) <= 2*readBufSize {
 			c.hbuf = head[:0]
@@ -53,23 +55,25 @@ func (c *conn) readResponse(req *http.Request) (_ *http.Response, nothingRead bo
 		resp, fr, err := parseHead(head, fields, t.HeadersFor)
 		if err != nil {
 			resp, err := c.readLenient(req, head, budget+len(head), interim)
-			return resp, false, err
+			return resp, time.Now(), false, err
 		}
 		if resp.StatusCode < 200 {
 			if resp.StatusCode == http.StatusSwitchingProtocols {
-				return nil, false, protoErr("101 Switching Protocols to a request that asked for no upgrade")
+				return nil, at, false, protoErr("101 Switching Protocols to a request that asked for no upgrade")
 			}
 			if interim >= maxInterim {
-				return nil, false, protoErr("too many interim responses")
+				return nil, at, false, protoErr("too many interim responses")
 			}
 			continue
 		}
 		resp.Request = req
+		at = time.Now()
+		c.idleAt = at // before frame: a body that is already over gives c back to the pool
 		if err := c.frame(resp, &fr, req.Method); err != nil {
 			resp, err := c.readLenient(req, head, budget+len(head), interim)
-			return resp, false, err
+			return resp, at, false, err
 		}
-		return resp, false, nil
+		return resp, at, false, nil
 	}
 }
 

@@ -40,7 +40,11 @@
 // An exchange (request, response head and body) is bounded by a deadline and can be
 // cancelled. The deadline is the connection's own (net.Conn.SetDeadline), so an exchange
 // needs no timer of its own; cancelling sets that deadline in the past, which wakes any
-// blocked read or write, and the connection is then closed instead of reused.
+// blocked read or write, and the connection is then closed instead of reused. A reused
+// connection keeps the deadline an earlier exchange set while it is no later than the new
+// exchange's and leaves it at least half of its time (keepDeadline): setting it moves a
+// runtime timer, and a busy connection would move it on every exchange. An exchange still
+// running when that earlier deadline passes moves it to its own and goes on (conn.early).
 // [Transport.RoundTrip] takes both from the request's context (watched with
 // [context.AfterFunc]); its errors then wrap the context's error, so
 // errors.Is(err, context.DeadlineExceeded) holds for a timeout. [Transport.Exchange] takes them
@@ -399,6 +403,14 @@ func (t *Transport) getConn(a *Attempt, addr string, probe bool) (*conn, error) 
 		if c == nil {
 			break
 		}
+		if probe || now.Sub(c.idleAt) > probeIdle {
+			if !c.dl.IsZero() && !now.Before(c.dl) {
+				// The deadline an earlier exchange left has passed: the peek would fail on
+				// it and close a live connection.
+				c.nc.SetDeadline(time.Time{})
+				c.dl = time.Time{}
+			}
+		}
 		if (probe || now.Sub(c.idleAt) > probeIdle) && !alive(c.nc) {
 			t.pool.mu.Lock()
 			t.pool.removeActiveLocked(c)
@@ -408,6 +420,7 @@ func (t *Transport) getConn(a *Attempt, addr string, probe bool) (*conn, error) 
 		}
 		c.reused = true
 		c.awaitOK = now.Sub(c.idleAt) <= maxAwaitIdle
+		c.takenAt = now
 		return c, nil
 	}
 	return t.dial(a, addr)
@@ -434,7 +447,8 @@ func (t *Transport) dial(a *Attempt, addr string) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{t: t, addr: addr, nc: nc, br: bufio.NewReaderSize(nc, readBufSize), awaitOK: true}
+	c := &conn{t: t, addr: addr, nc: nc, awaitOK: true}
+	c.br = bufio.NewReaderSize(connIO{c}, readBufSize)
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.rc, _ = sc.SyscallConn() // nil: writeAwait is not used
 	}
@@ -465,16 +479,17 @@ type conn struct {
 	br      *bufio.Reader
 	wbuf    []byte
 	hbuf    []byte    // scratch for a response head
-	idleAt  time.Time // when it entered the pool
+	idleAt  time.Time // when it entered the pool: when its last response head arrived
+	takenAt time.Time // when the pool handed it to the current exchange (zero: dialled)
 	reused  bool      // taken from the pool for the current exchange
 
 	prev, next *conn       // ring of connections in use; guarded by pool.mu
 	killed     atomic.Bool // Transport.Close aborted it
 
 	// Per exchange.
-	att         *Attempt
-	closeWhen   bool // close after this exchange (Connection: close, HTTP/1.0, request Close)
-	hasDeadline bool // a deadline is set on nc
+	att       *Attempt
+	closeWhen bool      // close after this exchange (Connection: close, HTTP/1.0, request Close)
+	dl        time.Time // the deadline set on nc (zero: none); at most the exchange's own
 }
 
 // awaiter is a connection's state for writeAwait's callback, kept with it so that an
@@ -510,9 +525,11 @@ func unwrapStale(err error) error {
 // roundTrip runs one exchange on c. On error c is closed.
 func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) {
 	// The deadline first, then publish c to a: a Cancel from then on overrides it.
-	if !a.Deadline.IsZero() || c.hasDeadline {
-		c.nc.SetDeadline(a.Deadline)
-		c.hasDeadline = !a.Deadline.IsZero()
+	if d := a.Deadline; keepDeadline(c.dl, d, c.takenAt) {
+		// The connection's deadline stays (see keepDeadline): no timer to move.
+	} else {
+		c.nc.SetDeadline(d)
+		c.dl = d
 	}
 	c.att = a
 	c.closeWhen = req.Close
@@ -531,7 +548,7 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		return nil, err
 	}
 
-	resp, nothingRead, err := c.readResponse(req)
+	resp, at, nothingRead, err := c.readResponse(req)
 	if err != nil {
 		stale := c.reused && nothingRead && (err == errServerClosed || isReset(err))
 		err = c.ioError("read response", err)
@@ -541,7 +558,7 @@ func (c *conn) roundTrip(req *http.Request, a *Attempt) (*http.Response, error) 
 		}
 		return nil, err
 	}
-	a.MarkAnswered(time.Now())
+	a.MarkAnswered(at) // c may be back in the pool already (an empty body): not touched here
 	return resp, nil
 }
 
@@ -550,6 +567,66 @@ func isCtxErr(err error) bool {
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
+
+// keepDeadline reports whether a connection whose deadline is dl may keep it for an exchange
+// that must end by d, at now: dl is not after d (the exchange never outlives its own
+// deadline) and leaves at least half of the exchange's time. An exchange still running at
+// dl then moves the deadline to its own (conn.early) and goes on. Setting a connection's
+// deadline moves a runtime timer, twice per exchange of a busy connection otherwise (its
+// read and its write side); kept, a connection moves it about once per half a timeout.
+func keepDeadline(dl, d, now time.Time) bool {
+	if d.IsZero() || dl.IsZero() {
+		return d.IsZero() && dl.IsZero()
+	}
+	return !dl.After(d) && dl.Sub(now) >= d.Sub(now)/2
+}
+
+// early reports whether err is the connection's deadline (c.dl) passing before the
+// exchange's own, and if so moves it there: the failed read or write may be made again. Not
+// after a Cancel or Transport.Close, whose deadline in the past must stay.
+func (c *conn) early(err error) bool {
+	a := c.att
+	if a == nil || a.Deadline.IsZero() || c.dl.Equal(a.Deadline) || !errors.Is(err, os.ErrDeadlineExceeded) ||
+		!time.Now().Before(a.Deadline) || c.killed.Load() {
+		return false
+	}
+	if !a.Extend(c.nc) {
+		return false // cancelled
+	}
+	if c.killed.Load() {
+		// Transport.Close raced the extension (it marks killed before it sets the deadline
+		// in the past): put its deadline back.
+		c.nc.SetDeadline(aLongTimeAgo)
+		return false
+	}
+	c.dl = a.Deadline
+	return true
+}
+
+// connIO is a connection's reads and writes as the exchange makes them: a deadline of the
+// connection's that passes before the exchange's own (conn.early) is moved, and the read or
+// write goes on.
+type connIO struct{ c *conn }
+
+func (r connIO) Read(p []byte) (int, error) {
+	for {
+		n, err := r.c.nc.Read(p)
+		if n > 0 || err == nil || !r.c.early(err) {
+			return n, err
+		}
+	}
+}
+
+func (r connIO) Write(p []byte) (int, error) {
+	w := 0
+	for {
+		n, err := r.c.nc.Write(p[w:])
+		w += n
+		if err == nil || !r.c.early(err) {
+			return w, err
+		}
+	}
+}
 
 // ioError is the error the exchange on c reports for err.
 func (c *conn) ioError(op string, err error) error {
@@ -585,8 +662,7 @@ func (c *conn) release(reusable bool) {
 	p.removeActiveLocked(c)
 	if reusable && !p.closed && !c.killed.Load() {
 		if cs := p.idle[c.addr]; len(cs) < c.t.MaxIdleConnsPerHost {
-			c.idleAt = time.Now()
-			c.reused = false
+			c.reused, c.takenAt = false, time.Time{}
 			p.idle[c.addr] = append(cs, c)
 			p.mu.Unlock()
 			return
@@ -619,13 +695,13 @@ func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 		}
 		// The rest did not fit in the socket's buffer (or the wait could not start: the
 		// deadline passed): Write waits for room, or fails.
-		n, err := c.nc.Write(b[w:])
+		n, err := connIO{c}.Write(b[w:])
 		if err == nil {
 			a.MarkSent(time.Now())
 		}
 		return w + n, err
 	}
-	w, err := c.nc.Write(b)
+	w, err := connIO{c}.Write(b)
 	if err == nil && body == nil {
 		a.MarkSent(time.Now())
 	}
@@ -635,7 +711,7 @@ func (c *conn) writeRequest(req *http.Request, a *Attempt) (int, error) {
 		}
 		return w, err
 	}
-	n, err := io.Copy(c.nc, io.LimitReader(body, cl))
+	n, err := io.Copy(connIO{c}, io.LimitReader(body, cl))
 	if err == nil && n < cl {
 		err = errors.New("h1: request body shorter than ContentLength")
 	}
