@@ -58,9 +58,9 @@ func (c *Controller) execute(t *task) {
 		t.inCoro = true
 		c.hot.coroCalls++
 		if c.runInCoroutine(s) {
-			c.afterCall(t, s, s.co.err)
+			c.afterCall(s.t, s, s.co.err) // s.t: the coroutine may have chained calls (coro.go)
 		}
-		return // otherwise suspended inside the coroutine: resumeTask continues it
+		return // otherwise suspended inside the coroutine (resumeTask continues it), or complete
 	}
 	c.afterCall(t, s, c.callGuest(s))
 }
