@@ -256,10 +256,6 @@ type Controller struct {
 	hot     hotCounts
 	mode    execMode  // direct or coroutine calls (coro.go)
 	batch   callBatch // records waiting for one batch call (batch.go)
-	// coroHere is the slot whose coroutine is taking the runner's next step, and chained says
-	// that step started a call on it (coro.go, "Chaining calls in a coroutine").
-	coroHere *slot
-	chained  bool
 }
 
 // New returns a controller that runs module over backend and writes to sink. Instances are
@@ -487,7 +483,8 @@ func (c *Controller) nextInput() (*Element, bool) {
 // releasable, no barrier, room under the cap. Runs of records that can take the all-hits path
 // go through hotRun.
 func (c *Controller) handleRun() {
-	for c.inputNext() {
+	for len(c.inbuf) > 0 && c.mayAdmit() && c.err == nil && c.barrier == nil &&
+		len(c.ready) == 0 && len(c.runnable) == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0 {
 		if c.hotReady() && c.hotRun() {
 			continue
 		}
@@ -495,13 +492,6 @@ func (c *Controller) handleRun() {
 		c.inbuf = c.inbuf[1:]
 		c.handle(el)
 	}
-}
-
-// inputNext reports whether the runner's next step can be to take an element from the input
-// batch: there is one, nothing else can need the runner (see handleRun), and there is room.
-func (c *Controller) inputNext() bool {
-	return len(c.inbuf) > 0 && c.mayAdmit() && c.err == nil && c.barrier == nil &&
-		len(c.ready) == 0 && len(c.runnable) == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0
 }
 
 // wait blocks until a completion arrives, input can be taken, or ctx is done.

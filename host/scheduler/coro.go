@@ -23,9 +23,8 @@ import "iter"
 type coEvent uint8
 
 const (
-	coDone      coEvent = iota // the call of the slot's task returned; its result is in slot.co.err
-	coSuspended                // the call of the slot's task is waiting in an async import
-	coIdle                     // every call run in the coroutine returned and was completed there (chaining)
+	coDone      coEvent = iota // the call returned; its result is in slot.coErr
+	coSuspended                // the call is waiting in an async import
 )
 
 const (
@@ -43,120 +42,40 @@ type coState struct {
 	in    bool  // a call is running (or suspended) inside the coroutine
 }
 
-// body is the coroutine: run the slot's current task, report, repeat. A call that returns
-// without a fault may be followed by the next record's call in the same coroutine (chainNext),
-// without a switch back to the runner's goroutine and in again.
+// body is the coroutine: run the slot's current task, report, repeat.
 func (s *slot) body(yield func(coEvent) bool) {
 	s.co.yield = yield
 	for {
 		s.co.err = s.c.callGuest(s)
-		ev := coDone
-		if s.c.chainable(s) {
-			if s.c.chainNext(s) {
-				continue
-			}
-			ev = coIdle
-		}
-		if !yield(ev) {
+		if !yield(coDone) {
 			return
 		}
 	}
 }
 
-// Chaining calls in a coroutine
-//
-// At a high suspension rate every call runs in its instance's coroutine, and a call that does
-// not suspend costs two switches (in, and back out to the runner's goroutine) for nothing: in
-// the suspension path's profile a switch into a stack that went cold while hundreds of others
-// ran costs ~140 ns. So when a call returns inside its coroutine and the runner's next step
-// would be to take the next input record, the coroutine takes that step itself: the runner
-// role is with whoever runs, and the runner's goroutine is blocked in next() meanwhile. It
-// completes the call (afterCall), admits the record (handle), and when the record's call would
-// run on this same instance (the pool is LIFO, so it does whenever the instance went back to
-// the pool), runInCoroutine only marks it (c.chained) and the body loop runs it. If the record
-// took another path (it parked behind its key, waits for the cap or for prefetched values), the
-// coroutine reports coIdle: everything it ran is complete.
-//
-// INVARIANT: the coroutine never calls next() of its own slot (c.coroHere is the slot whose
-// coroutine is running the runner's step), and it takes one step only, so coroutines never
-// nest. The goroutine that entered it learns what happened from the event alone: coDone and
-// coSuspended concern s.t, the slot's current task, which need not be the task it started.
-
-// chainable reports whether the call that just returned in s's coroutine can be completed
-// there: it did not fail (a retry or a failure takes the runner's general paths) and nothing
-// the runner's step below does not cover is in use.
-func (c *Controller) chainable(s *slot) bool {
-	return s.co.err == nil && s.t != nil && s.t.kind == kindRecord && !s.inst.Broken() &&
-		c.mode.coro && c.batch.max <= 1 && !c.ptUsed && c.err == nil
-}
-
-// chainNext completes the call that just returned in s's coroutine and takes the runner's
-// next step when it is to start a call (Controller.loop's order: a runnable task, a task
-// waiting for room under the cap, the next input record) and nothing before it in the loop is
-// pending. It reports whether that step started a call on s, for the body to run.
-func (c *Controller) chainNext(s *slot) bool {
-	c.afterCall(s.t, s, nil)
-	if !c.mode.coro || len(c.pool) == 0 || c.pool[len(c.pool)-1] != s || c.err != nil ||
-		c.comp.n.Load() != 0 || len(c.ready) != 0 || len(c.slotWait) != 0 ||
-		c.maxInFlightSet.Load() != 0 || c.out.err != nil || c.ctx.Err() != nil {
-		return false
-	}
-	c.coroHere = s
-	if len(c.runnable) > 0 {
-		t := c.runnable[0]
-		c.runnable[0] = nil
-		c.runnable = c.runnable[1:]
-		c.execute(t)
-	} else if len(c.fills) == 0 {
-		if t := c.nextCapWaiter(); t != nil {
-			c.execute(t)
-		} else if c.inputNext() {
-			el := &c.inbuf[0]
-			c.inbuf = c.inbuf[1:]
-			c.handle(el)
-		}
-	}
-	c.coroHere = nil
-	chained := c.chained
-	c.chained = false
-	return chained
-}
-
-// runInCoroutine starts the call of s's task inside s's coroutine. It reports whether the call
-// finished and still needs completing (afterCall of s.t, its error in s.co.err); otherwise the
-// task is suspended inside the coroutine, or the coroutine completed it itself.
+// runInCoroutine starts t's call inside s's coroutine. It reports whether the call finished
+// (its error in s.co.err); otherwise t is suspended inside the coroutine.
 func (c *Controller) runInCoroutine(s *slot) bool {
-	if c.coroHere == s {
-		c.chained = true // inside s's coroutine already: its body runs the call (chainNext)
-		c.hot.chained++
-		return false
-	}
 	if s.co.next == nil {
 		s.co.next, s.co.stop = iter.Pull(s.body)
 	}
 	s.co.in = true
 	ev, _ := s.co.next()
-	switch ev {
-	case coDone:
+	if ev == coDone {
 		s.co.in = false
 		return true
-	case coIdle:
-		s.co.in = false
 	}
 	return false
 }
 
-// resumeCoroutine continues a task suspended inside its slot's coroutine, and completes the
-// slot's task if its call returns.
+// resumeCoroutine continues a task suspended inside its slot's coroutine, and completes it if
+// the call returns.
 func (c *Controller) resumeCoroutine(t *task) {
 	s := t.slot
 	ev, _ := s.co.next()
-	switch ev {
-	case coDone:
+	if ev == coDone {
 		s.co.in = false
-		c.afterCall(s.t, s, s.co.err)
-	case coIdle:
-		s.co.in = false
+		c.afterCall(t, s, s.co.err)
 	}
 }
 

@@ -58,9 +58,9 @@ func (c *Controller) execute(t *task) {
 		t.inCoro = true
 		c.hot.coroCalls++
 		if c.runInCoroutine(s) {
-			c.afterCall(s.t, s, s.co.err) // s.t: the coroutine may have chained calls (coro.go)
+			c.afterCall(t, s, s.co.err)
 		}
-		return // otherwise suspended inside the coroutine (resumeTask continues it), or complete
+		return // otherwise suspended inside the coroutine: resumeTask continues it
 	}
 	c.afterCall(t, s, c.callGuest(s))
 }

@@ -27,7 +27,6 @@ type metrics struct {
 	Suspensions    atomic.Int64 // total suspensions
 	PrefetchWaits  atomic.Int64 // tasks that waited, without an instance, for prefetched values
 	CoroutineCalls atomic.Int64 // guest calls run inside their instance's coroutine
-	ChainedCalls   atomic.Int64 // of those, calls started by the coroutine itself, with no switch (coro.go)
 	StateHits      atomic.Int64
 	StateMisses    atomic.Int64
 	Lookups        atomic.Int64
@@ -69,7 +68,6 @@ type Snapshot struct {
 	Spares                                   int64 // instances made off the runner
 	Suspensions, StateHits, StateMisses      int64
 	PrefetchWaits, CoroutineCalls            int64
-	ChainedCalls                             int64 // coroutine calls started with no switch
 	Lookups                                  int64
 	RecordFailures                           int64
 	RecordRetries                            int64
@@ -89,7 +87,7 @@ func (m *metrics) snapshot() Snapshot {
 	s := Snapshot{
 		Records: m.Records.Load(), Timers: m.Timers.Load(),
 		InFlight: m.InFlight.Load(), Parked: m.Parked.Load(), CapWaiting: m.CapWaiting.Load(), WaitingBytes: m.WaitingBytes.Load(), CapWaits: m.CapWaits.Load(), Admitted: m.Admitted.Load(), Suspended: m.Suspended.Load(),
-		Instances: m.Instances.Load(), PeakInstances: m.PeakInstances.Load(), InstanceWaits: m.InstanceWaits.Load(), Spares: m.Spares.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(), ChainedCalls: m.ChainedCalls.Load(),
+		Instances: m.Instances.Load(), PeakInstances: m.PeakInstances.Load(), InstanceWaits: m.InstanceWaits.Load(), Spares: m.Spares.Load(), Suspensions: m.Suspensions.Load(), PrefetchWaits: m.PrefetchWaits.Load(), CoroutineCalls: m.CoroutineCalls.Load(),
 		StateHits: m.StateHits.Load(), StateMisses: m.StateMisses.Load(), Lookups: m.Lookups.Load(), RecordFailures: m.RecordFailures.Load(), RecordRetries: m.RecordRetries.Load(),
 		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
 		ReadBatches: m.ReadBatches.Load(), ReadBatchKeys: m.ReadBatchKeys.Load(), MaxReadBatch: m.MaxReadBatch.Load(),
@@ -117,7 +115,7 @@ func (m *metrics) snapshot() Snapshot {
 type hotCounts struct {
 	records, timers, hits int64
 	misses, suspensions   int64
-	coroCalls, chained    int64
+	coroCalls             int64
 	resumes, resumeNanos  int64
 }
 
@@ -136,7 +134,6 @@ func (c *Controller) publish() {
 		c.metrics.StateMisses.Add(h.misses)
 		c.metrics.Suspensions.Add(h.suspensions)
 		c.metrics.CoroutineCalls.Add(h.coroCalls)
-		c.metrics.ChainedCalls.Add(h.chained)
 		c.metrics.Resumes.Add(h.resumes)
 		c.metrics.ResumeLatencyNanos.Add(h.resumeNanos)
 	}

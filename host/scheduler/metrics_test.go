@@ -6,8 +6,6 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
-
-	"github.com/clink-wasm/clink-wasm/host/state"
 )
 
 // TestSuspensionMetrics checks the suspension path's counters, which the runner keeps privately
@@ -56,41 +54,5 @@ func TestSuspensionMetrics(t *testing.T) {
 				}
 			})
 		})
-	}
-}
-
-// TestCoroutineChaining checks that a call returning inside its coroutine starts the next
-// record's call there (coro.go, "Chaining calls in a coroutine"): with every value hot and
-// calls forced into coroutines, each input batch's first call enters a coroutine and every
-// other one is chained, and the outputs are those of direct calls.
-func TestCoroutineChaining(t *testing.T) {
-	m := loadModule(t, "testdata/accum.wasm")
-	const n, batch = 256, 64
-	var els []Element
-	for i := range n {
-		els = append(els, rec(fmt.Sprint("key", i%37), uint64(i), 1, int64(i)))
-	}
-	run := func(mode ExecMode) (Snapshot, string) {
-		sink := &collectSink{}
-		c, err := New(m, state.NewMemory(), sink, WithExecMode(mode))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Run(context.Background(), feed(els, batch)); err != nil {
-			t.Fatal(err)
-		}
-		return c.Metrics(), fmt.Sprint(sink.outs)
-	}
-	direct, want := run(ExecDirect)
-	coro, got := run(ExecCoroutine)
-	if got != want {
-		t.Fatalf("coroutine calls emitted\n%s\nwant (direct calls)\n%s", got, want)
-	}
-	if direct.ChainedCalls != 0 {
-		t.Errorf("%d chained calls with direct calls", direct.ChainedCalls)
-	}
-	if coro.CoroutineCalls != n || coro.ChainedCalls != n-n/batch || coro.Records != n {
-		t.Errorf("%d coroutine calls, %d chained, %d records: want %d, %d, %d",
-			coro.CoroutineCalls, coro.ChainedCalls, coro.Records, n, n-n/batch, n)
 	}
 }
