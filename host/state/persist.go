@@ -232,13 +232,19 @@ type memSeg struct {
 	carried bool
 }
 
+// persistContext derives the context of one persist step: Close cancels a persist in flight.
+// done releases it.
+func (b *Tiered) persistContext(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(b.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
 // write encodes the delta in durable-key order and writes it as segments.
 func (b *Tiered) write(ctx context.Context, s *snapshot) (written, error) {
 	w := written{start: time.Now()}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(b.ctx, cancel) // Close cancels a persist in flight
-	defer stop()
+	ctx, done := b.persistContext(ctx)
+	defer done()
 	b.mu.Lock()
 	closed, baseCkpt := b.mu.closed, b.mu.base.Checkpoint
 	b.mu.Unlock()
@@ -482,10 +488,8 @@ func prefix8(b []byte) uint64 {
 // That takes one round trip of three off every checkpoint's commit, the final one included
 // (issue 10).
 func (b *Tiered) fence(ctx context.Context, s *snapshot) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(b.ctx, cancel) // Close cancels a persist in flight
-	defer stop()
+	ctx, done := b.persistContext(ctx)
+	defer done()
 	b.mu.Lock()
 	if b.mu.closed {
 		b.mu.Unlock()
@@ -507,10 +511,8 @@ func (b *Tiered) fence(ctx context.Context, s *snapshot) error {
 // use; a checkpoint's are committed with the lineage head (unless fenced already, see fence)
 // and the manifest. Commits run in capture order.
 func (b *Tiered) commit(ctx context.Context, s *snapshot, w written, fenced bool) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(b.ctx, cancel) // Close cancels a persist in flight
-	defer stop()
+	ctx, done := b.persistContext(ctx)
+	defer done()
 
 	b.mu.Lock()
 	if b.mu.closed {
