@@ -223,6 +223,13 @@ type Controller struct {
 	lastWM    int64    // last watermark received
 	barrier   *uint64
 	barrierAt time.Time // when the barrier arrived: its drain starts
+	// Barrier capture (capture.go): tasks held back from starting their calls while a barrier
+	// waits, the restored input replayed before the input channel, and whether the backend
+	// holds an input blob that the next barrier must replace.
+	frozen    []*task
+	replay    []Element
+	inputSet  bool
+	drainOnly bool // this barrier's capture fell back to draining every admitted task
 	timers    *timerService
 	ptimers   *timerService // processing-time timers
 	ptUsed    bool          // a processing-time timer was registered or restored: persist them
@@ -303,6 +310,9 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 		return nil, err
 	}
 	c.ptUsed = c.ptimers.len() > 0
+	if err := c.restoreInput(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -327,6 +337,9 @@ func (c *Controller) Run(ctx context.Context, input <-chan []Element) error {
 			slog.Int("max_in_flight", c.maxInFlight), slog.Int64("instance_bytes", c.nextCost),
 			slog.Int64("instance_overhead_bytes", c.overhead), slog.Int64("instance_budget_bytes", c.cfg.InstanceMemoryBudget),
 			slog.Bool("synchronous", c.cfg.Synchronous))
+	}
+	if len(c.replay) > 0 {
+		c.inbuf, c.replay = c.replay, nil // restored input goes first (capture.go)
 	}
 	self := newCarrier()
 	c.cur = self
@@ -432,7 +445,7 @@ func (c *Controller) loop(self *carrier) {
 			continue
 		}
 		if c.barrier != nil {
-			if c.admitted == 0 && len(c.epochs) == 1 {
+			if c.barrierDrained() {
 				c.completeBarrier()
 				continue
 			}

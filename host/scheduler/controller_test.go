@@ -180,23 +180,21 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 				maxInFlight := 1 + rng.IntN(64)
 				coalesce := seed%3 != 0
 				mode := ExecMode(seed % 3)
+				capture := seed%2 == 0
+				var captured int
 				onBarrier := func(id uint64) error {
-					// Consistent cut: state must count exactly the records before the barrier.
-					for k, want := range w.barriers[id] {
-						v, ok := tier.view(state.Key{Record: []byte(k)})
-						var got uint64
-						if ok {
-							got = binary.LittleEndian.Uint64(v)
-						}
-						if got != want && barrierErr == nil {
-							barrierErr = fmt.Errorf("barrier %d: key %s has count %d, want %d", id, k, got, want)
-						}
+					// Consistent cut: state must count exactly the records before the barrier,
+					// less those the barrier captured (with capture), which must be each key's
+					// last ones before it, in order.
+					if err := checkCut(tier, w.barriers[id], id, &captured); err != nil && barrierErr == nil {
+						barrierErr = err
 					}
 					_, err := tier.Capture(id)
 					return err
 				}
 				opts := []Option{WithMaxInFlight(maxInFlight), WithCoalescing(coalesce),
-					WithResumeOrder(ResumeOrder(seed % 2)), WithExecMode(mode), WithOnBarrier(onBarrier)}
+					WithResumeOrder(ResumeOrder(seed % 2)), WithExecMode(mode), WithOnBarrier(onBarrier),
+					WithBarrierCapture(capture)}
 				budget := 0 // instances, when the seed limits them
 				if seed%5 == 1 {
 					budget = 1 + rng.IntN(6)
@@ -237,6 +235,10 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 				if mode == ExecCoroutine && s.CoroutineCalls == 0 || mode == ExecDirect && s.CoroutineCalls != 0 {
 					t.Errorf("mode %d: %d coroutine calls", mode, s.CoroutineCalls)
 				}
+				if !capture && captured != 0 || s.CaptureFallbacks != 0 {
+					t.Errorf("capture %v: %d records captured, %d fallbacks", capture, captured, s.CaptureFallbacks)
+				}
+				t.Logf("capture %v: %d records captured at %d barriers", capture, captured, s.Barriers)
 				t.Logf("cap %d budget %d coalesce %v mode %d: %d suspensions (%d coroutine calls), %d gate waits, %d read batches (mean %.1f keys), %d timers",
 					maxInFlight, budget, coalesce, mode, s.Suspensions, s.CoroutineCalls, s.GateWaits, s.ReadBatches, s.MeanReadBatch, s.Timers)
 			})

@@ -84,7 +84,11 @@ func (c *Controller) releaseStep() bool {
 
 func (c *Controller) completeBarrier() {
 	id := *c.barrier
-	c.barrier = nil
+	if !c.captureInput(id) {
+		return // the barrier drains every admitted task instead (capture.go)
+	}
+	c.barrier, c.drainOnly = nil, false
+	defer c.unfreeze() // after the barrier's mark: the frozen calls' outputs follow it
 	drained := time.Now()
 	c.metrics.BarrierDrainNanos.Add(int64(drained.Sub(c.barrierAt)))
 	c.saveTimers()
@@ -108,7 +112,13 @@ func (c *Controller) completeBarrier() {
 
 // SaveTimers stores the timer queues in the backend's operator state; used before a final
 // savepoint when no barrier passed.
-func (c *Controller) SaveTimers() { c.saveTimers() }
+func (c *Controller) SaveTimers() {
+	c.saveTimers()
+	if c.inputSet && c.admitted == 0 {
+		c.cfg.Backend.SetOperatorState(InputStateName, nil) // replayed: none is left
+		c.inputSet = false
+	}
+}
 
 func (c *Controller) saveTimers() {
 	c.cfg.Backend.SetOperatorState(timersStateName, c.timers.marshal())

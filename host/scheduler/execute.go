@@ -26,6 +26,10 @@ func (c *Controller) execute(t *task) {
 		c.waitForCap(t, false) // its call may suspend: it needs a place under the cap (mayAdmit)
 		return
 	}
+	if c.barrier != nil && c.freezing() && t.kind == kindRecord {
+		c.freeze(t) // the barrier captures it instead of waiting for it (capture.go)
+		return
+	}
 	if c.batch.max > 1 && c.batchAdd(t) {
 		return // it runs in the next batch call (batch.go)
 	}

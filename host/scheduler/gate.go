@@ -16,6 +16,7 @@ import (
 type gateEntry struct {
 	queue  []*task
 	key    []byte
+	owner  *task // the task holding the key (a barrier's capture finds it here, capture.go)
 	inline [2]*task
 }
 
@@ -88,7 +89,7 @@ func (c *Controller) markKeyBusy(t *task) {
 	}
 	g.key = append(g.key[:0], t.key...)
 	c.gate[unsafe.String(unsafe.SliceData(g.key), len(g.key))] = g
-	t.gent = g
+	t.gent, g.owner = g, t
 }
 
 // keyDone releases t's key: the next parked task of the key becomes runnable, keeping the key.
@@ -118,7 +119,7 @@ func (c *Controller) releaseKey(t *task) {
 			g.queue[0] = nil
 			g.queue = g.queue[1:]
 		}
-		next.inGate, next.gent = true, g
+		next.inGate, next.gent, g.owner = true, g, next
 		next.holds, t.holds = t.holds, 0 // the values stay held for the key's next call
 		c.parked--
 		c.waitBytes -= waitSize(next)
@@ -128,7 +129,7 @@ func (c *Controller) releaseKey(t *task) {
 		return
 	}
 	delete(c.gate, string(t.key))
-	g.queue = g.queue[:0]
+	g.queue, g.owner = g.queue[:0], nil
 	if cap(g.queue) > gateQueueKeep {
 		g.queue = g.inline[:0] // a hot key's long queue is not kept for the next key
 	}

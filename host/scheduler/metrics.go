@@ -51,6 +51,13 @@ type metrics struct {
 	// Capture, which may wait for older snapshots to persist when they pin too much).
 	BarrierDrainNanos   atomic.Int64
 	BarrierCaptureNanos atomic.Int64
+	// Records a barrier captured as checkpoint input instead of draining them (capture.go),
+	// their encoded bytes, the most one barrier captured, and barriers that had to drain
+	// instead (the capture found a task it could not account for).
+	CapturedRecords  atomic.Int64
+	CapturedBytes    atomic.Int64
+	MaxCaptured      atomic.Int64
+	CaptureFallbacks atomic.Int64
 
 	// The runner's time blocked waiting for something to do, and the part of it with input
 	// at hand that it could not admit (the in-flight cap and the waiting records' bound).
@@ -79,6 +86,8 @@ type Snapshot struct {
 	MeanReadBatch                            float64
 	Watermarks, Barriers                     int64
 	BarrierDrain, BarrierCapture             time.Duration // totals on the runner
+	CapturedRecords, CapturedBytes           int64         // barriers' captured input (capture.go)
+	MaxCaptured, CaptureFallbacks            int64
 	Idle, IdleFull                           time.Duration // totals on the runner (see metrics)
 }
 
@@ -92,10 +101,12 @@ func (m *metrics) snapshot() Snapshot {
 		GateWaits: m.GateWaits.Load(), Resumes: m.Resumes.Load(),
 		ReadBatches: m.ReadBatches.Load(), ReadBatchKeys: m.ReadBatchKeys.Load(), MaxReadBatch: m.MaxReadBatch.Load(),
 		Watermarks: m.Watermarks.Load(), Barriers: m.Barriers.Load(),
-		BarrierDrain:   time.Duration(m.BarrierDrainNanos.Load()),
-		BarrierCapture: time.Duration(m.BarrierCaptureNanos.Load()),
-		Idle:           time.Duration(m.IdleNanos.Load()),
-		IdleFull:       time.Duration(m.IdleFullNanos.Load()),
+		BarrierDrain:    time.Duration(m.BarrierDrainNanos.Load()),
+		BarrierCapture:  time.Duration(m.BarrierCaptureNanos.Load()),
+		CapturedRecords: m.CapturedRecords.Load(), CapturedBytes: m.CapturedBytes.Load(),
+		MaxCaptured: m.MaxCaptured.Load(), CaptureFallbacks: m.CaptureFallbacks.Load(),
+		Idle:     time.Duration(m.IdleNanos.Load()),
+		IdleFull: time.Duration(m.IdleFullNanos.Load()),
 	}
 	if s.GateWaits > 0 {
 		s.GateWait = time.Duration(m.GateWaitNanos.Load() / s.GateWaits)
