@@ -72,6 +72,10 @@ type crashSpec struct {
 	// flags, instead of spec, runs the flag form with these arguments.
 	flags func(dir, input, wasm string) []string
 	model func(keys []string) (out map[string][]string, states []map[string]int64)
+	// stateQuery is appended to the state URL (pool options); stats adds --stats and reads
+	// the scheduler's captured-input counts from a successful run's report.
+	stateQuery string
+	stats      bool
 }
 
 var crashSpecs = []crashSpec{
@@ -86,6 +90,22 @@ var crashSpecs = []crashSpec{
 			out, st := counterModel(keys)
 			return out, []map[string]int64{st}
 		},
+	},
+	{
+		// The flag form over a hot tier of a few dozen keys: reads go cold, records park
+		// behind their keys and wait for room, and barriers capture them as checkpoint input
+		// (host/scheduler/capture.go), which a restore replays first.
+		name: "flag-form-cold",
+		flags: func(dir, input, wasm string) []string {
+			return []string{"run", "--module", wasm, "--input", input, "--key", "user", "--job", "crashcold",
+				"--output", filepath.Join(dir, "out.jsonl"), "--checkpoint-interval", "5ms", "--max-in-flight", "32"}
+		},
+		model: func(keys []string) (map[string][]string, []map[string]int64) {
+			out, st := counterModel(keys)
+			return out, []map[string]int64{st}
+		},
+		stateQuery: "?hot_bytes=12k",
+		stats:      true,
 	},
 	{
 		name: "one-operator",
@@ -134,6 +154,18 @@ sinks: [{name: out, type: file, path: %s, inputs: [perCount], parallelism: 2}]
 	},
 }
 
+// The two-operator pipeline again over a hot tier of a few dozen keys: both operators'
+// barriers capture records, and the records between them travel in-band behind the barriers.
+func init() {
+	for _, cs := range crashSpecs {
+		if cs.name == "two-operators-rekey" {
+			cs.name, cs.stateQuery = cs.name+"-cold", "?hot_bytes=12k"
+			crashSpecs = append(crashSpecs, cs)
+			return
+		}
+	}
+}
+
 func TestPipelineCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
@@ -148,21 +180,49 @@ func TestPipelineCrash(t *testing.T) {
 	}
 	cache := t.TempDir()
 	kills := 0
+	var capt captureCounts
 	for _, cs := range crashSpecs {
 		for round := range rounds {
 			seed := uint64(round*31 + len(cs.name))
 			t.Run(fmt.Sprintf("%s/%d", cs.name, round), func(t *testing.T) {
-				kills += crashRound(t, cs, wasm, cache, seed)
+				kills += crashRound(t, cs, wasm, cache, seed, &capt)
 			})
 		}
 	}
-	t.Logf("%d SIGKILLs", kills)
+	t.Logf("%d SIGKILLs; the cold runs that finished captured %d records at barriers and replayed %d restored ones", kills, capt.captured, capt.replayed)
 	if kills < 5 {
 		t.Fatalf("only %d kill points", kills)
 	}
+	if capt.runs > 0 && capt.captured == 0 {
+		t.Fatal("no barrier of the cold runs captured a record: the captured input went untested")
+	}
 }
 
-func crashRound(t *testing.T, cs crashSpec, wasm, cache string, seed uint64) int {
+// captureCounts sums the scheduler's captured-input counts of the runs that finished.
+type captureCounts struct{ runs, captured, replayed int64 }
+
+// add reads a --stats report (JSON on stderr, after any other line).
+func (c *captureCounts) add(t *testing.T, stderr string) {
+	t.Helper()
+	i := strings.Index(stderr, "{")
+	if i < 0 {
+		t.Fatalf("no --stats report in:\n%s", stderr)
+	}
+	var rep struct {
+		Scheduler struct{ CapturedRecords, ReplayedRecords, CaptureFallbacks int64 }
+	}
+	if err := json.NewDecoder(strings.NewReader(stderr[i:])).Decode(&rep); err != nil {
+		t.Fatalf("--stats report: %v\n%s", err, stderr)
+	}
+	if rep.Scheduler.CaptureFallbacks != 0 {
+		t.Fatalf("%d barriers could not capture and drained instead", rep.Scheduler.CaptureFallbacks)
+	}
+	c.runs++
+	c.captured += rep.Scheduler.CapturedRecords
+	c.replayed += rep.Scheduler.ReplayedRecords
+}
+
+func crashRound(t *testing.T, cs crashSpec, wasm, cache string, seed uint64, capt *captureCounts) int {
 	rng := rand.New(rand.NewPCG(seed, 99))
 	dir := t.TempDir()
 	input := filepath.Join(dir, "in.jsonl")
@@ -177,7 +237,10 @@ func crashRound(t *testing.T, cs crashSpec, wasm, cache string, seed uint64) int
 		}
 		return []string{"run", "--pipeline", specPath}
 	}()
-	stateURL := "file://" + filepath.Join(dir, "state")
+	stateURL := "file://" + filepath.Join(dir, "state") + cs.stateQuery
+	if cs.stats {
+		base = append(base, "--stats")
+	}
 	phases := []string{"acknowledged", "record-written", "sink-committed"}
 	kills := 0
 	restore := "none"
@@ -200,6 +263,9 @@ func crashRound(t *testing.T, cs crashSpec, wasm, cache string, seed uint64) int
 		cmd.Stderr = &stderr
 		killed, err := runKillable(t, cmd, killAfter)
 		if err == nil {
+			if cs.stats {
+				capt.add(t, stderr.String())
+			}
 			break
 		}
 		if killed {

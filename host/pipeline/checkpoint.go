@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/clink-wasm/clink-wasm/host/scheduler"
 	"github.com/clink-wasm/clink-wasm/host/state"
 )
 
@@ -247,4 +248,34 @@ func ParseByteSize(s string) (int64, error) {
 		return 0, fmt.Errorf("bad size %q: want a number of bytes with an optional k, m or g suffix (binary: 8m is 8 MiB)", s)
 	}
 	return v * mult, nil
+}
+
+// remapCapturedInput merges, after a restore at another parallelism, the captured input of the
+// old subtasks whose key groups overlap b's (host/scheduler/capture.go: the records a barrier
+// captured instead of draining them), keeping the records whose key falls in b's key groups,
+// and stores the result where the scheduler reads it. A key belongs to one old subtask, so
+// each key's records keep their order; records of different keys need none. The watermark is
+// the lowest of the old subtasks': no replayed record sees a watermark its own subtask had
+// not reached.
+func remapCapturedInput(b *state.Tiered) error {
+	blobs := b.RestoredOperatorState(scheduler.InputStateName)
+	if len(blobs) == 0 || (len(blobs) == 1 && blobs[0].Range == b.KeyGroups()) {
+		return nil // a restore at the same parallelism: the scheduler reads its own blob
+	}
+	own, numKG := b.KeyGroups(), b.NumKeyGroups()
+	merged := scheduler.CapturedInput{Watermark: math.MaxInt64}
+	for _, rb := range blobs {
+		in, err := scheduler.DecodeCapturedInput(rb.Data)
+		if err != nil {
+			return fmt.Errorf("key groups %v: %w", rb.Range, err)
+		}
+		merged.Watermark = min(merged.Watermark, in.Watermark)
+		for _, r := range in.Records {
+			if own.Contains(state.KeyGroupOf(r.Key, numKG)) {
+				merged.Records = append(merged.Records, r)
+			}
+		}
+	}
+	b.SetOperatorState(scheduler.InputStateName, scheduler.EncodeCapturedInput(merged))
+	return nil
 }

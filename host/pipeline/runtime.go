@@ -352,6 +352,10 @@ func (a *attempt) run(parent context.Context) error {
 				b.Close()
 				return fmt.Errorf("restoring the timers of operator %s[%d]: %w", op.spec.Name, i, err)
 			}
+			if err := remapCapturedInput(b); err != nil {
+				b.Close()
+				return fmt.Errorf("restoring the captured input of operator %s[%d]: %w", op.spec.Name, i, err)
+			}
 			t := &operatorTask{a: a, op: op, subtask: i, backend: b, in: newMerger(w.in[op.spec.Name][i]), out: w.routerFor(ctx, a, op.spec.Name, i)}
 			if a.env.flag.recording() == nil { // a recording keeps what it taps: no reuse
 				t.in.pool(a.batches)

@@ -333,7 +333,7 @@ func (t *operatorTask) runOperator() error {
 		scheduler.WithDescribe(t.describe), scheduler.WithOnBarrier(t.onBarrier),
 		scheduler.WithLogger(a.log.With("subtask", t.name())), scheduler.WithLookupContext(t.lookupContext),
 		scheduler.WithOnRecordFailure(t.onRecordFailure), scheduler.WithRecordRetries(t.op.spec.Retries),
-		scheduler.WithInputRelease(t.in.batches.releaser()))
+		scheduler.WithInputRelease(t.in.batches.releaser()), scheduler.WithBarrierCapture(t.captureAt))
 	if err != nil {
 		close(t.persistQ)
 		return fmt.Errorf("operator %s: %w", t.name(), err)
@@ -447,8 +447,15 @@ func lookupIdempotencyKey(tenant, job, operator string, c scheduler.LookupCall) 
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// onBarrier runs on the runner after the barrier drained: capture, and hand the persist to
-// the persister so the runner goes on at once (persist off the runner).
+// captureAt tells the scheduler whether barrier id may capture records instead of draining
+// them: every barrier but a final one, after which the run ends and no later checkpoint covers
+// what the captured records output (a stop with a savepoint, the end of a bounded input).
+func (t *operatorTask) captureAt(id uint64) bool { return !t.a.coord.info(id).final }
+
+// onBarrier runs on the runner once the barrier's calls in progress have completed (records
+// admitted but not started are in the backend's operator state by then, as the checkpoint's
+// captured input: see host/scheduler/capture.go): capture, and hand the persist to the
+// persister so the runner goes on at once (persist off the runner).
 func (t *operatorTask) onBarrier(id uint64) error {
 	tr := t.a.coord.info(id)
 	var snap state.Snapshot

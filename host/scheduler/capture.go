@@ -61,14 +61,21 @@ func stateKey(id uint32, record []byte) state.Key {
 // InputStateName is the operator-state blob in which a barrier's captured input is kept.
 const InputStateName = "clink.input"
 
-// WithBarrierCapture makes barriers capture the records admitted but not started instead of
-// waiting for them (see capture.go): a barrier then waits only for the calls in progress. The
-// records are stored in the backend's operator state InputStateName before OnBarrier runs,
-// and a controller created over a backend that holds such a blob replays them first. Only for
-// OrderPerKey; other orders drain as before. Default: off (every admitted record drains).
-func WithBarrierCapture(on bool) Option {
-	return optionFunc(func(c *config) { c.BarrierCapture = on })
+// WithBarrierCapture makes the barriers for which at(id) is true capture the records admitted
+// but not started instead of waiting for them (see capture.go): such a barrier waits only for
+// the calls in progress. The records are stored in the backend's operator state
+// InputStateName before OnBarrier runs, and a controller created over a backend that holds
+// such a blob replays them first. A final barrier (the run ends after it, with no later
+// checkpoint to cover what the captured records output) must not capture: at decides. Only
+// for OrderPerKey; other orders drain as before. Default (nil): every barrier drains every
+// admitted record.
+func WithBarrierCapture(at func(id uint64) bool) Option {
+	return optionFunc(func(c *config) { c.BarrierCapture = at })
 }
+
+// CaptureAll is a WithBarrierCapture predicate for controllers whose every barrier may
+// capture (a run that ends with its input, not with a barrier).
+func CaptureAll(uint64) bool { return true }
 
 // ErrCapturedInput reports a captured-input blob that cannot be read.
 var ErrCapturedInput = errors.New("scheduler: unreadable captured input")
@@ -178,19 +185,20 @@ func (c *Controller) restoreInput() error {
 		c.epochs[0].startWM = in.Watermark
 	}
 	c.replay = in.Records
+	c.metrics.ReplayedRecords.Store(int64(len(in.Records)))
 	return nil
 }
 
 // capturing reports whether barriers capture input in this run.
 func (c *Controller) capturing() bool {
-	return c.cfg.BarrierCapture && c.cfg.Order == OrderPerKey && !c.cfg.Synchronous
+	return c.cfg.BarrierCapture != nil && c.cfg.Order == OrderPerKey && !c.cfg.Synchronous
 }
 
 // freezing reports whether, a barrier pending, a record about to start its call waits for the
 // barrier to be captured instead: only once every earlier epoch has been released (see the
 // file comment), and not after a capture fell back to a drain.
 func (c *Controller) freezing() bool {
-	return c.capturing() && len(c.epochs) == 1 && !c.drainOnly
+	return c.captureThis && len(c.epochs) == 1 && !c.drainOnly
 }
 
 // freeze holds t back from starting its call until the barrier has been captured. Its key
@@ -227,14 +235,13 @@ func (c *Controller) barrierDrained() bool {
 // as the barrier's captured input. It reports false when a task is not where the capture
 // looks (a bug): then the barrier drains every admitted task instead, as without capture.
 func (c *Controller) captureInput(id uint64) bool {
-	if !c.capturing() && !c.inputSet {
-		return true
-	}
-	if !c.capturing() {
-		// A restored run that does not capture (an order other than per key): its restored
-		// input was replayed before this barrier could pass, so none is left.
-		c.cfg.Backend.SetOperatorState(InputStateName, nil)
-		c.inputSet = false
+	if !c.captureThis {
+		// A barrier that drains (a final one, or an order other than per key): every admitted
+		// record has run, the restored input with them, so none is left.
+		if c.inputSet {
+			c.cfg.Backend.SetOperatorState(InputStateName, nil)
+			c.inputSet = false
+		}
 		return true
 	}
 	var tasks []*task

@@ -119,7 +119,7 @@ func TestCaptureRestore(t *testing.T) {
 					return nil
 				}
 				maxInFlight := 1 + rng.IntN(32)
-				opts := []Option{WithMaxInFlight(maxInFlight), WithExecMode(ExecMode(seed % 3)), WithBarrierCapture(true)}
+				opts := []Option{WithMaxInFlight(maxInFlight), WithExecMode(ExecMode(seed % 3)), WithBarrierCapture(CaptureAll)}
 				c, err := New(mod, tier, sink, append(opts, WithOnBarrier(onBarrier))...)
 				if err != nil {
 					t.Fatal(err)
@@ -271,7 +271,7 @@ func TestCaptureBounded(t *testing.T) {
 			return err
 		}
 		c, err := New(m, tier, &collectSink{}, WithMaxInFlight(maxInFlight), WithWaitingMemory(waiting),
-			WithBarrierCapture(true), WithOnBarrier(onBarrier))
+			WithBarrierCapture(CaptureAll), WithOnBarrier(onBarrier))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -293,4 +293,11 @@ func TestCaptureBounded(t *testing.T) {
 		}
 		t.Logf("captured %d records (%d bytes) of at most %d", len(in.Records), len(blob), most)
 	})
+}
+
+func captureIf(on bool) func(uint64) bool {
+	if on {
+		return CaptureAll
+	}
+	return nil
 }

@@ -226,15 +226,16 @@ type Controller struct {
 	// Barrier capture (capture.go): tasks held back from starting their calls while a barrier
 	// waits, the restored input replayed before the input channel, and whether the backend
 	// holds an input blob that the next barrier must replace.
-	frozen    []*task
-	replay    []Element
-	inputSet  bool
-	drainOnly bool // this barrier's capture fell back to draining every admitted task
-	timers    *timerService
-	ptimers   *timerService // processing-time timers
-	ptUsed    bool          // a processing-time timer was registered or restored: persist them
-	ptClosing bool          // an epoch closed for processing-time timers is not released yet
-	ptWake    *time.Timer   // wakes an idle runner at the earliest processing-time timer
+	frozen      []*task
+	replay      []Element
+	inputSet    bool
+	drainOnly   bool // this barrier's capture fell back to draining every admitted task
+	captureThis bool // the pending barrier captures (WithBarrierCapture's predicate said so)
+	timers      *timerService
+	ptimers     *timerService // processing-time timers
+	ptUsed      bool          // a processing-time timer was registered or restored: persist them
+	ptClosing   bool          // an epoch closed for processing-time timers is not released yet
+	ptWake      *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
 	fills        []partFill    // completed batches filled in parts (fillPart), oldest first
@@ -590,6 +591,7 @@ func (c *Controller) handle(el *Element) {
 		id := el.CheckID
 		c.barrier = &id
 		c.barrierAt = time.Now()
+		c.captureThis = c.capturing() && c.cfg.BarrierCapture(id)
 	}
 }
 

@@ -194,7 +194,7 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 				}
 				opts := []Option{WithMaxInFlight(maxInFlight), WithCoalescing(coalesce),
 					WithResumeOrder(ResumeOrder(seed % 2)), WithExecMode(mode), WithOnBarrier(onBarrier),
-					WithBarrierCapture(capture)}
+					WithBarrierCapture(captureIf(capture))}
 				budget := 0 // instances, when the seed limits them
 				if seed%5 == 1 {
 					budget = 1 + rng.IntN(6)

@@ -87,7 +87,7 @@ func (c *Controller) completeBarrier() {
 	if !c.captureInput(id) {
 		return // the barrier drains every admitted task instead (capture.go)
 	}
-	c.barrier, c.drainOnly = nil, false
+	c.barrier, c.drainOnly, c.captureThis = nil, false, false
 	defer c.unfreeze() // after the barrier's mark: the frozen calls' outputs follow it
 	drained := time.Now()
 	c.metrics.BarrierDrainNanos.Add(int64(drained.Sub(c.barrierAt)))

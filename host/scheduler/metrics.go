@@ -58,6 +58,7 @@ type metrics struct {
 	CapturedBytes    atomic.Int64
 	MaxCaptured      atomic.Int64
 	CaptureFallbacks atomic.Int64
+	ReplayedRecords  atomic.Int64 // records of a restored checkpoint's captured input replayed
 
 	// The runner's time blocked waiting for something to do, and the part of it with input
 	// at hand that it could not admit (the in-flight cap and the waiting records' bound).
@@ -88,6 +89,7 @@ type Snapshot struct {
 	BarrierDrain, BarrierCapture             time.Duration // totals on the runner
 	CapturedRecords, CapturedBytes           int64         // barriers' captured input (capture.go)
 	MaxCaptured, CaptureFallbacks            int64
+	ReplayedRecords                          int64
 	Idle, IdleFull                           time.Duration // totals on the runner (see metrics)
 }
 
@@ -105,8 +107,9 @@ func (m *metrics) snapshot() Snapshot {
 		BarrierCapture:  time.Duration(m.BarrierCaptureNanos.Load()),
 		CapturedRecords: m.CapturedRecords.Load(), CapturedBytes: m.CapturedBytes.Load(),
 		MaxCaptured: m.MaxCaptured.Load(), CaptureFallbacks: m.CaptureFallbacks.Load(),
-		Idle:     time.Duration(m.IdleNanos.Load()),
-		IdleFull: time.Duration(m.IdleFullNanos.Load()),
+		ReplayedRecords: m.ReplayedRecords.Load(),
+		Idle:            time.Duration(m.IdleNanos.Load()),
+		IdleFull:        time.Duration(m.IdleFullNanos.Load()),
 	}
 	if s.GateWaits > 0 {
 		s.GateWait = time.Duration(m.GateWaitNanos.Load() / s.GateWaits)

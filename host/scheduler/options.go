@@ -46,7 +46,7 @@ type config struct {
 	instanceOverhead int64
 	TimerLimit       int
 	OnBarrier        func(id uint64) error
-	BarrierCapture   bool // capture.go
+	BarrierCapture   func(id uint64) bool // capture.go
 	LookupContext    func(ctx context.Context, call LookupCall) context.Context
 	OnRecordFailure  func(RecordFailure) error
 	RecordRetries    int
