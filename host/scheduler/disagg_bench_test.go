@@ -140,6 +140,7 @@ func BenchmarkDisaggregated(b *testing.B) {
 				b.ReportMetric(final.rate, "final-only-rec/s")
 				b.ReportMetric(every.rate, "every-100ms-rec/s")
 				b.ReportMetric(every.rate/final.rate, "x-final-only")
+				b.ReportMetric(every.drainShare, "every-100ms-drain-share")
 				b.ReportMetric(hot.rate, "all-hot-rec/s")
 				b.Logf("checkpoints every 100 ms: %.0f rec/s = %.2f x final only (%.0f); %d checkpoints, mean %v", every.rate, every.rate/final.rate, final.rate, every.checkpoints, every.ckptMean)
 			}
@@ -161,6 +162,7 @@ func reportDisagg(b *testing.B, name, unit string, r, hot disaggResult) {
 	b.ReportMetric(float64(r.peakInstances), unit+"peak-instances")
 	b.ReportMetric(float64(r.peakRSS>>20), unit+"peak-rss-MiB")
 	b.ReportMetric(r.cpuPerRec, unit+"cpu-us/rec")
+	b.ReportMetric(r.drainShare, unit+"drain-share")
 	if r.serverCPUPerGet > 0 {
 		b.ReportMetric(r.serverCPUPerGet, unit+"s3-cpu-us/get")
 	}
@@ -189,6 +191,8 @@ type disaggResult struct {
 	detail                     string  // where the remote requests went
 	cold                       coldSample
 	hist                       string
+	drainShare                 float64 // barrier drains ÷ the wall time
+	captured, maxCaptured      int64   // records barriers captured (capture.go), in all and at most
 }
 
 // fetchHist counts the fetched keys by how many of the run's events use them: a head key
@@ -353,6 +357,11 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 		persist <- s
 		return nil
 	})}
+	if os.Getenv("CLINK_BENCH_DISAGG_DRAIN") == "" {
+		// Barriers capture the records not started, as the pipeline's do (capture.go);
+		// CLINK_BENCH_DISAGG_DRAIN=1 drains them instead, for the comparison.
+		copts = append(copts, WithBarrierCapture(CaptureAll))
+	}
 	if n, err := strconv.Atoi(os.Getenv("CLINK_BENCH_DISAGG_CAP")); err == nil && n > 0 {
 		copts = append(copts, WithMaxInFlight(n))
 	}
@@ -419,6 +428,10 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 	r.detail = fmt.Sprintf("GETs %d (%d blocks; %d metas; %d retry rounds), PUTs %d (mean %v); fetched keys %d, found %d; %d segments, %d compactions, %d spill merges; runner backpressure %v, barrier drains %v, wall %v (input sent by %v, run done at %v, then the final checkpoint; runner idle %v, %v of it with input it could not admit); index %d B, in-memory segments %d B",
 		gets, bm.FetchBlocks, bm.MetaLoads, bm.FetchRetryRounds, after.RemotePuts-before.RemotePuts, after.RemotePutLatency.Round(time.Millisecond),
 		bm.FetchKeys, bm.FetchFound, bm.Segments, bm.Compactions, bm.SpillMerges, bm.Backpressure.Round(time.Millisecond), sm.BarrierDrain.Round(time.Millisecond), d.Round(time.Millisecond), time.Duration(sent.Load()).Round(time.Millisecond), ran.Round(time.Millisecond), sm.Idle.Round(time.Millisecond), sm.IdleFull.Round(time.Millisecond), bm.IndexBytes, bm.MemSegmentBytes)
+	r.drainShare = sm.BarrierDrain.Seconds() / d.Seconds()
+	r.captured, r.maxCaptured = sm.CapturedRecords, sm.MaxCaptured
+	r.detail += fmt.Sprintf("; barrier drains %.1f%% of the wall time, %d records captured (at most %d at a barrier, %d bytes in all)",
+		100*r.drainShare, sm.CapturedRecords, sm.MaxCaptured, sm.CapturedBytes)
 	if bm.FetchKeys > 0 && gets > 0 {
 		r.keysPerGet = float64(bm.FetchKeys) / float64(gets)
 	}
