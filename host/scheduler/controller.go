@@ -29,7 +29,9 @@
 //     forwards nothing. While records flow the clock is read once per runner iteration, and
 //     only while such timers exist; an idle runner sleeps until the earliest one.
 //   - Barrier drain: a checkpoint barrier stops admission until every admitted task has finished
-//     and every closed epoch has been released, then captures state: a consistent cut.
+//     and every closed epoch has been released, then captures state: a consistent cut. With
+//     WithBarrierCapture it waits only for the calls in progress, and the records admitted but
+//     not started go into the checkpoint as its input, replayed first on restore (capture.go).
 //   - Read coalescing: pending cold reads go to the backend as one batched Fetch when any of
 //     three triggers fires: the batch reaches WithReadBatch keys (default 32); its oldest read
 //     has waited WithReadBatchWait (default 1/20 of the observed fetch latency, at least
@@ -52,7 +54,8 @@
 //   - gate.go: the per-key gate; execute.go: running a task's guest call and finishing it, and
 //     hotRun, the same for runs of records on the all-hits path in one loop;
 //   - instances.go: the instance pool and its memory budget; epochs.go: epochs, timers' release
-//     and barriers; ordered.go: outputs held in input order (OrderInput);
+//     and barriers; ordered.go: outputs held in input order (OrderInput); capture.go: barriers
+//     that capture the records not started instead of draining them;
 //   - fetch.go: the prefetch check, cold reads and their coalescing; lookups.go: lookups;
 //   - completions.go: the hand-back from IO goroutines to the runner, and resuming;
 //   - carrier.go and coro.go: how a suspended call waits (carriers, coroutines);
