@@ -416,6 +416,12 @@ func (c *Controller) loop(self *carrier) {
 			c.shutdown()
 			return
 		}
+		if c.captureThis && c.barrierDrained() {
+			// Before anything else: fills, records waiting for room and prefetches keep
+			// coming while the barrier waits, and none of them needs to run before it.
+			c.completeBarrier()
+			continue
+		}
 		if t := c.nextReady(); t != nil {
 			c.resumeTask(self, t)
 			continue

@@ -84,22 +84,23 @@ func (c *Controller) releaseStep() bool {
 
 func (c *Controller) completeBarrier() {
 	id := *c.barrier
+	drained := time.Now()
 	if !c.captureInput(id) {
 		return // the barrier drains every admitted task instead (capture.go)
 	}
 	c.barrier, c.drainOnly, c.captureThis = nil, false, false
 	defer c.unfreeze() // after the barrier's mark: the frozen calls' outputs follow it
-	drained := time.Now()
 	c.metrics.BarrierDrainNanos.Add(int64(drained.Sub(c.barrierAt)))
 	c.saveTimers()
 	if c.cfg.OnBarrier != nil {
 		err := c.cfg.OnBarrier(id)
-		c.metrics.BarrierCaptureNanos.Add(int64(time.Since(drained)))
 		if err != nil {
+			c.metrics.BarrierCaptureNanos.Add(int64(time.Since(drained)))
 			c.fail(fmt.Errorf("checkpoint %d: %w", id, err))
 			return
 		}
 	}
+	c.metrics.BarrierCaptureNanos.Add(int64(time.Since(drained))) // the captured input, the timers, OnBarrier
 	c.metrics.Barriers.Add(1)
 	if c.log.Enabled(c.ctx, slog.LevelDebug) {
 		c.log.LogAttrs(c.ctx, slog.LevelDebug, "barrier drained", slog.Uint64("checkpoint", id),

@@ -47,8 +47,10 @@ type metrics struct {
 	Barriers   atomic.Int64 // barriers completed
 
 	// Where a checkpoint's time goes on the runner: from the barrier's arrival until every
-	// admitted task has finished (the drain), then the capture hook (OnBarrier: the backend's
-	// Capture, which may wait for older snapshots to persist when they pin too much).
+	// admitted task has finished, or with barrier capture until the calls in progress have (the
+	// drain), then the capture: the records not started encoded as the checkpoint's input
+	// (capture.go), the timers, and the capture hook (OnBarrier: the backend's Capture, which
+	// may wait for older snapshots to persist when they pin too much).
 	BarrierDrainNanos   atomic.Int64
 	BarrierCaptureNanos atomic.Int64
 	// Records a barrier captured as checkpoint input instead of draining them (capture.go),
