@@ -300,6 +300,7 @@ func (b *Tiered) publish(s *snapshot, outs []segOut) {
 	b.mu.Lock()
 	for _, o := range outs {
 		b.mu.mem = append(b.mu.mem, memSeg{ref: o.ref, seq: s.seq, data: o.data})
+		b.addToGenLocked(o.ref.Name, o.hashes)
 	}
 	sortMem(b.mu.mem)
 	b.setVersionLocked(b.buildVersionLocked(b.mu.base))
@@ -614,8 +615,9 @@ func (b *Tiered) commit(ctx context.Context, s *snapshot, w written, fenced bool
 
 // segOut is an encoded segment.
 type segOut struct {
-	data []byte
-	ref  format.SegRef
+	data   []byte
+	ref    format.SegRef
+	hashes []uint64 // its keys' Hash64, for the filter generations (bloomgen.go); nil if unknown
 }
 
 // encodeSegments cuts sorted entries into segments of about segmentBytes. Their references
@@ -642,7 +644,7 @@ func (b *Tiered) encodeSegments(tag string, n int, at func(int) format.SegEntry,
 		}
 		data, info := w.Finish()
 		info.Name = fmt.Sprintf("segments/%s-%05d-%05d-%s%s", tag, b.rng.Lo, b.rng.Hi, randomHex(6), segSuffix)
-		outs = append(outs, segOut{data: data, ref: format.SegRef{SegInfo: info, Use: b.rng}})
+		outs = append(outs, segOut{data: data, ref: format.SegRef{SegInfo: info, Use: b.rng}, hashes: w.Hashes()})
 		w = format.NewSegWriter(b.cfg.blockSize, b.cfg.bloomBitsPerKey)
 		reserve()
 	}

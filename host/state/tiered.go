@@ -226,6 +226,9 @@ type Tiered struct {
 		// put, for buildVersionLocked to install so that no cold read GETs them back.
 		// Bounded: cleared past maxWrittenMetas (a read then loads one, as after a restore).
 		written map[string]*format.SegMeta
+		// gens are the filter generations over the segments this backend published
+		// (bloomgen.go).
+		gens genState
 	}
 }
 
@@ -241,6 +244,10 @@ var _ Backend = (*Tiered)(nil)
 type version struct {
 	segs    []*liveSeg
 	covered []bool // per key group: some segment may hold it
+	// gens are the filter generations of its segments (bloomgen.go); segGen[i] is the index in
+	// gens of segs[i]'s, or -1.
+	gens   []format.Bloom
+	segGen []int8
 }
 
 // liveSeg is a segment in use; its meta (index + bloom) is loaded on first need and shared by
@@ -330,6 +337,9 @@ func (b *Tiered) countIndexes(v *version) {
 			n += s.ref.MetaLen + int64(len(m.Blocks))*blockHandleBytes
 		}
 	}
+	for _, g := range v.gens {
+		n += int64(g.Bytes())
+	}
 	if b.version.Load() == v {
 		b.indexBytes.Store(n)
 	}
@@ -373,6 +383,7 @@ func (b *Tiered) buildVersionLocked(m *format.Manifest) *version {
 		}
 	}
 	b.mu.live = live
+	b.versionGensLocked(v)
 	return v
 }
 
@@ -653,7 +664,18 @@ func (b *Tiered) mayBeDurable(k Key) bool {
 	b.run.dkey = format.AppendDurableKey(b.run.dkey[:0], kg, b.stateName(k.State), k.Record, k.Entry)
 	dk := b.run.dkey
 	h := format.Hash64(dk)
-	for _, s := range v.segs {
+	var no uint8 // bit j: generation j's filter rules the key out, for all its segments at once
+	for j := range v.gens {
+		if !v.gens[j].MayContain(h) {
+			no |= 1 << j
+		}
+	}
+	for i, s := range v.segs {
+		if no != 0 {
+			if g := v.segGen[i]; g >= 0 && no&(1<<g) != 0 {
+				continue
+			}
+		}
 		if !s.ref.Use.Contains(kg) || bytes.Compare(dk, s.ref.MinKey) < 0 || bytes.Compare(dk, s.ref.MaxKey) > 0 {
 			continue
 		}

@@ -135,6 +135,10 @@ func (w *SegWriter) Add(e SegEntry) {
 // Len returns the number of entries added.
 func (w *SegWriter) Len() uint64 { return w.n }
 
+// Hashes returns Hash64 of every key added, in order: what the segment's filter holds. It
+// aliases the writer's memory.
+func (w *SegWriter) Hashes() []uint64 { return w.hashes }
+
 // Size returns the encoded size so far.
 func (w *SegWriter) Size() int { return w.buf.Len() + len(w.block) }
 
@@ -377,6 +381,18 @@ func newBloom(n, bitsPerKey int) Bloom {
 	k = min(max(k, 1), 30)
 	return Bloom{k: k, bits: make([]byte, (nbits+7)/8)}
 }
+
+// NewBloom returns an empty filter sized for n keys at bitsPerKey bits each, as a segment's.
+func NewBloom(n, bitsPerKey int) Bloom { return newBloom(n, bitsPerKey) }
+
+// Add adds h, a Hash64, to the filter.
+func (b Bloom) Add(h uint64) { b.add(h) }
+
+// Clone returns a copy of the filter that Add can change without changing b.
+func (b Bloom) Clone() Bloom { return Bloom{k: b.k, bits: slices.Clone(b.bits)} }
+
+// Bytes returns the filter's size in memory.
+func (b Bloom) Bytes() int { return len(b.bits) }
 
 func (b Bloom) add(h uint64) {
 	nbits := uint64(len(b.bits)) * 8
