@@ -9,7 +9,7 @@ package scheduler
 // prefetched values or for an instance) are captured into the checkpoint as its input, as
 // Flink's unaligned checkpoints capture channel state. The live run then goes on with them
 // after the barrier; a run restored from the checkpoint replays them first, before any new
-// input, in their arrival order.
+// input, each key's in its arrival order.
 //
 // Why it is a consistent cut:
 //   - While the barrier waits, no record of the open epoch starts its call (execute freezes it
@@ -18,8 +18,8 @@ package scheduler
 //     barrier's mark in the output, and no captured record has touched state or emitted.
 //   - Per-key order: a key's records are admitted in arrival order and run one at a time. A
 //     key with a call in progress and more records parked behind it finishes that call before
-//     the capture; the parked ones are captured. Replayed in arrival order (task.seq), they
-//     run in the order they would have.
+//     the capture; the parked ones are captured, after it in the key's order (the gate entry's
+//     task, then its queue), and replayed in that order they run as they would have.
 //   - Epochs: records of epochs closed before the barrier (a watermark, or processing-time
 //     timers, closed them) are not frozen: they run, their epochs are released (timers fire,
 //     the watermark is forwarded) before the capture, as without capture. Only once a single
@@ -49,7 +49,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
+	"time"
 
 	"github.com/clink-wasm/clink-wasm/host/state"
 )
@@ -80,8 +80,8 @@ func CaptureAll(uint64) bool { return true }
 // ErrCapturedInput reports a captured-input blob that cannot be read.
 var ErrCapturedInput = errors.New("scheduler: unreadable captured input")
 
-// CapturedInput is a barrier's captured input: the records, in arrival order, and the
-// watermark they saw.
+// CapturedInput is a barrier's captured input: the records, each key's in its arrival order,
+// and the watermark they saw.
 type CapturedInput struct {
 	Watermark int64
 	Records   []Element
@@ -244,6 +244,8 @@ func (c *Controller) captureInput(id uint64) bool {
 		}
 		return true
 	}
+	from := time.Now()
+	defer func() { c.metrics.CaptureInputNanos.Add(int64(time.Since(from))) }()
 	var tasks []*task
 	ok := true
 	if c.admitted > 0 {
@@ -270,15 +272,9 @@ func (c *Controller) captureInput(id uint64) bool {
 		c.unfreeze()
 		return false
 	}
-	slices.SortFunc(tasks, func(a, b *task) int {
-		switch {
-		case a.seq < b.seq:
-			return -1
-		case a.seq > b.seq:
-			return 1
-		}
-		return 0
-	})
+	// Each key's records are in its order (the key's task, then its queue); keys follow one
+	// another in the gate's order, which is as good as any: only per-key order is kept. (A
+	// sort by arrival cost a quarter of a capture of 75k records, in cache misses.)
 	n := 1 + 2*binary.MaxVarintLen64
 	for _, t := range tasks {
 		n += len(t.key) + len(t.value) + 4*binary.MaxVarintLen64

@@ -430,8 +430,8 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 		bm.FetchKeys, bm.FetchFound, bm.Segments, bm.Compactions, bm.SpillMerges, bm.Backpressure.Round(time.Millisecond), sm.BarrierDrain.Round(time.Millisecond), d.Round(time.Millisecond), time.Duration(sent.Load()).Round(time.Millisecond), ran.Round(time.Millisecond), sm.Idle.Round(time.Millisecond), sm.IdleFull.Round(time.Millisecond), bm.IndexBytes, bm.MemSegmentBytes)
 	r.drainShare = sm.BarrierDrain.Seconds() / d.Seconds()
 	r.captured, r.maxCaptured = sm.CapturedRecords, sm.MaxCaptured
-	r.detail += fmt.Sprintf("; barrier drains %.1f%% of the wall time, captures (the input captured, the timers, the state's Capture) %v, %d records captured (at most %d at a barrier, %d bytes in all)",
-		100*r.drainShare, sm.BarrierCapture.Round(time.Millisecond), sm.CapturedRecords, sm.MaxCaptured, sm.CapturedBytes)
+	r.detail += fmt.Sprintf("; barrier drains %.1f%% of the wall time, captures (the input captured, the timers, the state's Capture) %v (the input %v), %d records captured (at most %d at a barrier, %d bytes in all)",
+		100*r.drainShare, sm.BarrierCapture.Round(time.Millisecond), sm.CaptureInput.Round(time.Millisecond), sm.CapturedRecords, sm.MaxCaptured, sm.CapturedBytes)
 	if bm.FetchKeys > 0 && gets > 0 {
 		r.keysPerGet = float64(bm.FetchKeys) / float64(gets)
 	}

@@ -56,11 +56,12 @@ type metrics struct {
 	// Records a barrier captured as checkpoint input instead of draining them (capture.go),
 	// their encoded bytes, the most one barrier captured, and barriers that had to drain
 	// instead (the capture found a task it could not account for).
-	CapturedRecords  atomic.Int64
-	CapturedBytes    atomic.Int64
-	MaxCaptured      atomic.Int64
-	CaptureFallbacks atomic.Int64
-	ReplayedRecords  atomic.Int64 // records of a restored checkpoint's captured input replayed
+	CapturedRecords   atomic.Int64
+	CapturedBytes     atomic.Int64
+	MaxCaptured       atomic.Int64
+	CaptureFallbacks  atomic.Int64
+	ReplayedRecords   atomic.Int64 // records of a restored checkpoint's captured input replayed
+	CaptureInputNanos atomic.Int64 // of BarrierCaptureNanos, the captured input's encoding
 
 	// The runner's time blocked waiting for something to do, and the part of it with input
 	// at hand that it could not admit (the in-flight cap and the waiting records' bound).
@@ -92,6 +93,7 @@ type Snapshot struct {
 	CapturedRecords, CapturedBytes           int64         // barriers' captured input (capture.go)
 	MaxCaptured, CaptureFallbacks            int64
 	ReplayedRecords                          int64
+	CaptureInput                             time.Duration // total, on the runner
 	Idle, IdleFull                           time.Duration // totals on the runner (see metrics)
 }
 
@@ -109,9 +111,9 @@ func (m *metrics) snapshot() Snapshot {
 		BarrierCapture:  time.Duration(m.BarrierCaptureNanos.Load()),
 		CapturedRecords: m.CapturedRecords.Load(), CapturedBytes: m.CapturedBytes.Load(),
 		MaxCaptured: m.MaxCaptured.Load(), CaptureFallbacks: m.CaptureFallbacks.Load(),
-		ReplayedRecords: m.ReplayedRecords.Load(),
-		Idle:            time.Duration(m.IdleNanos.Load()),
-		IdleFull:        time.Duration(m.IdleFullNanos.Load()),
+		ReplayedRecords: m.ReplayedRecords.Load(), CaptureInput: time.Duration(m.CaptureInputNanos.Load()),
+		Idle:     time.Duration(m.IdleNanos.Load()),
+		IdleFull: time.Duration(m.IdleFullNanos.Load()),
 	}
 	if s.GateWaits > 0 {
 		s.GateWait = time.Duration(m.GateWaitNanos.Load() / s.GateWaits)
