@@ -98,13 +98,20 @@ func (b *Tiered) versionGensLocked(v *version) {
 	if len(g.of) == 0 {
 		return
 	}
+	// A generation with one live segment saves nothing over that segment's own filter: the
+	// version leaves it out (it stays, for the segments to come).
+	members := map[uint64]int{}
+	for _, s := range v.segs {
+		if id, ok := g.of[s.ref.Name]; ok && s.ref.Use == b.rng {
+			members[id]++
+		}
+	}
 	idx := map[uint64]int8{}
 	v.segGen = make([]int8, len(v.segs))
 	for i, s := range v.segs {
 		id, ok := g.of[s.ref.Name]
-		if !ok || s.ref.Use != b.rng {
-			// A segment narrowed to part of our key groups is still covered by its filter;
-			// but only segments we encoded have a generation, and those use our range.
+		if !ok || s.ref.Use != b.rng || members[id] < 2 {
+			// (Only segments we encoded have a generation, and those use our range.)
 			v.segGen[i] = -1
 			continue
 		}
@@ -122,7 +129,7 @@ func (b *Tiered) versionGensLocked(v *version) {
 		}
 	}
 	for id := range g.gens {
-		if _, used := idx[id]; !used && id != g.open {
+		if members[id] == 0 && id != g.open {
 			delete(g.gens, id)
 		}
 	}
