@@ -288,6 +288,10 @@ func (c *Controller) captureInput(id uint64) bool {
 	}
 	c.cfg.Backend.SetOperatorState(InputStateName, b)
 	c.inputSet = true
+	for _, t := range tasks {
+		t.captured = true
+	}
+	c.capturedLeft = len(tasks)
 	m := int64(len(tasks))
 	c.metrics.CapturedRecords.Add(m)
 	c.metrics.CapturedBytes.Add(int64(len(b)))

@@ -234,6 +234,9 @@ type Controller struct {
 	inputSet    bool
 	drainOnly   bool // this barrier's capture fell back to draining every admitted task
 	captureThis bool // the pending barrier captures (WithBarrierCapture's predicate said so)
+	// capturedLeft: records the last capture took that have not finished; while there are
+	// any, the cap on fetching tasks is the drain's (fetchCap).
+	capturedLeft int
 	timers      *timerService
 	ptimers     *timerService // processing-time timers
 	ptUsed      bool          // a processing-time timer was registered or restored: persist them

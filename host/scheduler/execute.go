@@ -256,6 +256,9 @@ func (c *Controller) finish(t *task, err error) {
 	}
 	t.ep.pending--
 	c.admitted--
+	if t.captured {
+		c.capturedLeft--
+	}
 	if t.in != nil {
 		c.inputDoneBy(t)
 	}

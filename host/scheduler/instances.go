@@ -91,8 +91,12 @@ func (c *Controller) overCap() bool {
 // more, drainCaps caps' worth, so that the records waiting for room (at most
 // capWaitLookahead caps' worth, already admitted and held in memory) send their fetches in
 // one round instead of one cap's worth per GET wait (see waitForCap).
+//
+// The records a barrier captured instead of draining (capture.go) keep that cap until they have
+// run: a drain would have sent their fetches at it, and they are admitted and held already,
+// so it holds no more than the drain did (and admission, mayAdmit, is bounded as always).
 func (c *Controller) fetchCap() int {
-	if c.barrier != nil || c.inputDone && len(c.inbuf) == 0 {
+	if c.barrier != nil || c.capturedLeft > 0 || c.inputDone && len(c.inbuf) == 0 {
 		return drainCaps * c.maxInFlight
 	}
 	return c.maxInFlight

@@ -71,6 +71,8 @@ type task struct {
 
 	orphan bool // finished (aborted) while io > 0: pooled when the last one delivers
 
+	captured bool // a barrier captured it (capture.go): Controller.capturedLeft counts it until it finishes
+
 	in *inputRef // the input batch a record came from, with WithInputRelease (release.go)
 }
 
@@ -88,6 +90,7 @@ func (t *task) reset() {
 	t.fetched, t.readKey, t.lookup, t.lookupErr, t.aborted, t.order, t.waitFrom = state.Fetched{}, state.Key{}, lookupResult{}, nil, nil, 0, time.Time{}
 	t.done.Store(0)
 	t.prefetchWait, t.suspendedOnce, t.slotWaited, t.knownCold = 0, false, false, false
+	t.captured = false
 	t.lookups = 0
 }
 
