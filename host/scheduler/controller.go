@@ -237,11 +237,11 @@ type Controller struct {
 	// capturedLeft: records the last capture took that have not finished; while there are
 	// any, the cap on fetching tasks is the drain's (fetchCap).
 	capturedLeft int
-	timers      *timerService
-	ptimers     *timerService // processing-time timers
-	ptUsed      bool          // a processing-time timer was registered or restored: persist them
-	ptClosing   bool          // an epoch closed for processing-time timers is not released yet
-	ptWake      *time.Timer   // wakes an idle runner at the earliest processing-time timer
+	timers       *timerService
+	ptimers      *timerService // processing-time timers
+	ptUsed       bool          // a processing-time timer was registered or restored: persist them
+	ptClosing    bool          // an epoch closed for processing-time timers is not released yet
+	ptWake       *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
 	fills        []partFill    // completed batches filled in parts (fillPart), oldest first
