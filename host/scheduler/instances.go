@@ -61,8 +61,8 @@ func (c *Controller) sizePool() error {
 // prefetched values are hot runs, one that would fetch waits for room. Past that bound the cap
 // counts every admitted task again, so the waiting records are bounded either way. The gate's
 // order rules do not change (a waiting record keeps its key busy, and later records of the key
-// park behind it), nor does the barrier drain (it waits for every admitted task; see fetchCap
-// for the cap meanwhile).
+// park behind it), nor do barriers (a draining one waits for every admitted task, a capturing
+// one captures the waiting records, capture.go; see fetchCap for the cap meanwhile).
 //
 // The records waiting for room are also bounded by capWaitLookahead caps' worth. Each holds a
 // task and a gate entry while it waits, and tens of thousands of them make the gate's map miss
