@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/clink-wasm/clink-wasm/host/control"
@@ -166,5 +167,44 @@ func TestCPUBudgetAdmission(t *testing.T) {
 	e3 := openEnv(t, e.dir, budget(-1))
 	if r := e3.do("POST", "/api/v1/pipelines/"+a1+"/start", toks["a"], "", nil); r.code != 202 {
 		t.Fatalf("start a1 without a budget: %d %s", r.code, r.body)
+	}
+}
+
+// TestObserveSink: Server.observeSink (what the noisy-neighbour benchmark waits on) sees every
+// record a hosted pipeline's preview sink writes, with the sink's name, and the pipeline's own
+// sink metrics agree.
+func TestObserveSink(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	e.srv.observeSink = func(sink string, n int) {
+		mu.Lock()
+		seen[sink] += n
+		mu.Unlock()
+	}
+	tok := e.tenant("acme", map[string]any{"api_requests_per_second": 1000000})
+	if r := e.upload(tok, "?name=counter", fixture(t, "counter.wasm")); r.code != 201 {
+		t.Fatalf("upload: %d %s", r.code, r.body)
+	}
+	p := e.startPipeline(tok, "p", runtimeSpecFor("counter"))
+	e.ingest(tok, p.ID, records(7, 3, 0))
+	e.ingest(tok, p.ID, records(7, 2, 3))
+	sunk := func() int64 {
+		var n int64
+		for _, sk := range e.srv.rt.active(p.ID).job.Metrics().Sinks {
+			n += sk.RecordsIn
+		}
+		return n
+	}
+	// The sink's counter moves after its write returns, the observer inside it: wait for both.
+	waitFor(t, "35 records observed and counted", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen["out"] >= 35 && sunk() >= 35
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if n := sunk(); len(seen) != 1 || seen["out"] != 35 || n != 35 {
+		t.Fatalf("observed %v, the sink's metrics %d; want out: 35", seen, n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	goruntime "runtime"
 	rtmetrics "runtime/metrics"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -88,32 +89,47 @@ func (s *benchServer) pipeline(tok, module string, spec map[string]any) string {
 	return p.ID
 }
 
-// sinkRecords is how many records pipeline id's sinks have received.
-func (s *benchServer) sinkRecords(id string) int64 {
-	r := s.srv.rt.active(id)
-	if r == nil {
-		s.b.Fatalf("pipeline %s is not running", id)
+// sinkWatch counts the records b's preview sink has written (Server.observeSink) and wakes a
+// waiter on each write, so the closed loop waits for its batch without polling: a sleep of
+// 200 µs between polls takes ~1 ms whenever the process is idle (Go's timers wait in epoll with
+// millisecond resolution), which quantized b's batch time by about its own length.
+type sinkWatch struct {
+	n    atomic.Int64
+	wake chan struct{}
+}
+
+func (s *benchServer) watchSinks() *sinkWatch {
+	w := &sinkWatch{wake: make(chan struct{}, 1)}
+	s.srv.observeSink = func(_ string, n int) {
+		w.n.Add(int64(n))
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
-	var n int64
-	for _, sk := range r.job.Metrics().Sinks {
-		n += sk.RecordsIn
-	}
-	return n
+	return w
 }
 
 // segment drives tenant b's pipeline closed-loop for d: post a batch, wait until its sink has
 // all of it, again. It returns the records, the time taken and each batch's latency.
-func (s *benchServer) segment(tok, id string, batch []byte, perBatch int, d time.Duration) (int, time.Duration, []time.Duration) {
+func (s *benchServer) segment(tok, id string, w *sinkWatch, batch []byte, perBatch int, d time.Duration) (int, time.Duration, []time.Duration) {
 	base := "/api/v1/pipelines/" + id + "/records"
-	want := s.sinkRecords(id)
+	want := w.n.Load()
 	var lats []time.Duration
+	stuck := time.NewTimer(time.Hour)
+	defer stuck.Stop()
 	start := time.Now()
 	for time.Since(start) < d {
 		t0 := time.Now()
 		s.call("POST", base, tok, "application/x-ndjson", batch, 200)
 		want += int64(perBatch)
-		for s.sinkRecords(id) < want {
-			time.Sleep(200 * time.Microsecond)
+		stuck.Reset(30 * time.Second)
+		for w.n.Load() < want {
+			select {
+			case <-w.wake:
+			case <-stuck.C:
+				s.b.Fatalf("pipeline %s: its sink has %d of %d records after 30 s", id, w.n.Load(), want)
+			}
 		}
 		lats = append(lats, time.Since(t0))
 	}
@@ -273,12 +289,13 @@ func noisyNeighbour(b *testing.B, opts ...func(*Config)) {
 			"operators":   []any{map[string]any{"name": "burn", "module": "burn", "inputs": []any{"gen"}, "key": "key", "parallelism": 2}},
 			"sinks":       []any{map[string]any{"name": "out", "type": "discard", "inputs": []any{"burn"}}},
 		})
+		watch := s.watchSinks() // before b starts: its preview sink is made at the start
 		s.call("POST", "/api/v1/pipelines/"+idB+"/start", tokB, "", nil, 202)
 		const keys, perKey = 50, 4
 		batch := records(keys, perKey, 0)
 		seg := func(g *segments, d time.Duration) {
 			u0 := s.sample("a")
-			n, el, lats := s.segment(tokB, idB, batch, keys*perKey, d)
+			n, el, lats := s.segment(tokB, idB, watch, batch, keys*perKey, d)
 			g.add(n, el, lats, u0, s.sample("a"))
 		}
 		var alone, unbounded segments

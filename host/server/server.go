@@ -123,6 +123,10 @@ type Server struct {
 
 	uploadsMu sync.Mutex
 	uploads   map[string]chan struct{} // per-tenant upload slot, see uploadSlot
+
+	// observeSink, when set before pipelines start, is called after every write to a preview
+	// sink (ingest.RegisterObserved): benchmarks wait on it instead of polling.
+	observeSink func(sink string, n int)
 }
 
 // New builds a server over ctl. When the catalog has no admin token and cfg.AdminToken is
