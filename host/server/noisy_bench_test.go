@@ -144,22 +144,27 @@ type usage struct {
 	gcs         uint32
 	wall        time.Duration
 	sched       []uint64 // the Go scheduler's latency histogram (runnable → running), cumulative
+	stw         []uint64 // the GC's stop-the-world pauses, cumulative
 	capacity    float64  // the host capacity the shares are scaled by (capacity.go), summed over samples
 	samples     int
 }
 
-var schedBuckets []float64 // the bounds of the /sched/latencies:seconds histogram
+// The bounds of the /sched/latencies:seconds and /sched/pauses/total/gc:seconds histograms.
+var schedBuckets, stwBuckets []float64
 
-func schedLatencies() []uint64 {
-	m := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}
+// schedLatencies reads the Go scheduler's latency histogram and the GC's stop-the-world pauses
+// (from deciding to stop until the world runs again: a guest that computes without reaching a
+// host call delays the stop until its next fuel check), cumulative counts.
+func schedLatencies() (sched, stw []uint64) {
+	m := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}, {Name: "/sched/pauses/total/gc:seconds"}}
 	rtmetrics.Read(m)
-	h := m[0].Value.Float64Histogram()
-	schedBuckets = h.Buckets
-	return slices.Clone(h.Counts)
+	h, p := m[0].Value.Float64Histogram(), m[1].Value.Float64Histogram()
+	schedBuckets, stwBuckets = h.Buckets, p.Buckets
+	return slices.Clone(h.Counts), slices.Clone(p.Counts)
 }
 
-// schedP99 is the 99th percentile of the scheduling latencies in counts (a histogram delta).
-func schedP99(counts []uint64) float64 {
+// histP99 is the 99th percentile of a histogram delta (counts over buckets).
+func histP99(counts []uint64, buckets []float64) float64 {
 	var total uint64
 	for _, c := range counts {
 		total += c
@@ -168,10 +173,21 @@ func schedP99(counts []uint64) float64 {
 	for i, c := range counts {
 		run += c
 		if total > 0 && float64(run) >= 0.99*float64(total) {
-			return schedBuckets[i+1]
+			return buckets[i+1]
 		}
 	}
 	return 0
+}
+
+// histSum is the summed value of a histogram delta, each sample at its bucket's lower bound.
+func histSum(counts []uint64, buckets []float64) float64 {
+	var sum float64
+	for i, c := range counts {
+		if lo := buckets[i]; c > 0 && lo > 0 {
+			sum += float64(c) * lo
+		}
+	}
+	return sum
 }
 
 func (s *benchServer) sample(tenant string) usage {
@@ -179,7 +195,8 @@ func (s *benchServer) sample(tenant string) usage {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	var ms goruntime.MemStats
 	goruntime.ReadMemStats(&ms)
-	u := usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), gcs: ms.NumGC, wall: time.Since(benchEpoch), sched: schedLatencies()}
+	u := usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), gcs: ms.NumGC, wall: time.Since(benchEpoch)}
+	u.sched, u.stw = schedLatencies()
 	s.srv.rt.mu.Lock()
 	if sh := s.srv.rt.shares[tenant]; sh != nil {
 		u.guestA = sh.Used()
@@ -198,7 +215,11 @@ func report(b *testing.B, phase string, u0, u1 usage) {
 	b.ReportMetric((u1.guestA-u0.guestA).Seconds()/wall, phase+"-a-guest-cores")
 	b.ReportMetric(float64(u1.gcs-u0.gcs)/wall, phase+"-gc/s")
 	if u1.sched != nil {
-		b.ReportMetric(schedP99(u1.sched)*1e6, phase+"-sched-p99-µs")
+		b.ReportMetric(histP99(u1.sched, schedBuckets)*1e6, phase+"-sched-p99-µs")
+	}
+	if u1.stw != nil {
+		b.ReportMetric(histP99(u1.stw, stwBuckets)*1e6, phase+"-stw-p99-µs")
+		b.ReportMetric(histSum(u1.stw, stwBuckets)*1e3/wall, phase+"-stw-ms/s")
 	}
 	if u1.samples > 0 {
 		b.ReportMetric(u1.capacity/float64(u1.samples), phase+"-capacity")
@@ -228,6 +249,12 @@ func (g *segments) add(recs int, el time.Duration, lats []time.Duration, u0, u1 
 	}
 	for i := range u1.sched {
 		g.u[1].sched[i] += u1.sched[i] - u0.sched[i]
+	}
+	if g.u[1].stw == nil {
+		g.u[1].stw = make([]uint64, len(u1.stw))
+	}
+	for i := range u1.stw {
+		g.u[1].stw[i] += u1.stw[i] - u0.stw[i]
 	}
 }
 
