@@ -73,6 +73,7 @@ type limiter struct {
 	sched        schedLatency  // the client's own run-queue wait, taken out of each window's mean
 	lastSched    time.Duration // its mean over the last window, for per-sample decisions
 	slowStart    bool          // from the start until the first slow or overloaded window
+	grad         gradient      // the "gradient" controller's phases (gradient.go)
 }
 
 const (
@@ -107,13 +108,19 @@ func newLimiter(cfg *EndpointConfig) *limiter {
 	if l.algorithm != "fixed" && l.target == 0 {
 		l.startProbe(now) // measure the baseline before steering by it
 	}
-	l.slowStart = l.algorithm != "fixed"
+	l.slowStart = l.algorithm == "pid" || l.algorithm == "aimd"
+	if l.algorithm == "gradient" {
+		l.grad.init(l)
+	}
 	return l
 }
 
 func (l *limiter) capacity() int {
 	if l.probing {
 		return int(l.minLimit)
+	}
+	if l.algorithm == "gradient" {
+		return l.grad.cap
 	}
 	return int(l.limit)
 }
@@ -266,6 +273,10 @@ func (l *limiter) observeLocked(s sample, now time.Time) {
 		}
 		return
 	}
+	if l.algorithm == "gradient" {
+		l.observeGradient(s, now)
+		return
+	}
 	if s.overload {
 		l.winOverload++
 	}
@@ -379,6 +390,9 @@ func (l *limiter) endProbe(now time.Time) {
 	l.slowWindows = 0
 	l.winStart, l.winN, l.winSum, l.winOverload, l.winPeak = now, 0, 0, 0, l.inflight
 	l.sched.since() // the first window's wait starts now
+	if l.algorithm == "gradient" {
+		l.grad.resume(l, now)
+	}
 }
 
 // close fails every queued call with KindCancelled.
@@ -409,7 +423,13 @@ func (l *limiter) stats() limiterStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := limiterStats{limit: l.capacity(), inflight: l.inflight, queued: l.queued, baseline: l.baseline, changes: l.changes}
-	if l.algorithm != "fixed" {
+	switch {
+	case l.algorithm == "gradient":
+		s.setpoint = l.target // steering by throughput; a configured latency is its ceiling
+		if !l.probing {
+			s.limit = int(l.limit) // the limit its probing phases move the capacity around
+		}
+	case l.algorithm != "fixed":
 		s.setpoint = l.setpoint()
 	}
 	return s
