@@ -105,12 +105,12 @@ func newLimiter(cfg *EndpointConfig) *limiter {
 	l.pid.integral = math.Log(l.limit)
 	now := time.Now()
 	l.winStart = now
-	if l.algorithm != "fixed" && l.target == 0 {
+	if (l.algorithm == "pid" || l.algorithm == "aimd") && l.target == 0 {
 		l.startProbe(now) // measure the baseline before steering by it
 	}
 	l.slowStart = l.algorithm == "pid" || l.algorithm == "aimd"
 	if l.algorithm == "gradient" {
-		l.grad.init(l)
+		l.grad.init(l, now)
 	}
 	return l
 }
@@ -163,8 +163,11 @@ func (l *limiter) take(c *call) {
 	l.inflight++
 	l.winPeak = max(l.winPeak, l.inflight)
 	c.epoch = 0
-	if l.probing {
+	switch {
+	case l.probing:
 		c.epoch = l.probeEpoch
+	case l.algorithm == "gradient":
+		c.epoch = l.grad.seq // the phase it was sent in
 	}
 }
 
@@ -390,9 +393,6 @@ func (l *limiter) endProbe(now time.Time) {
 	l.slowWindows = 0
 	l.winStart, l.winN, l.winSum, l.winOverload, l.winPeak = now, 0, 0, 0, l.inflight
 	l.sched.since() // the first window's wait starts now
-	if l.algorithm == "gradient" {
-		l.grad.resume(l, now)
-	}
 }
 
 // close fails every queued call with KindCancelled.

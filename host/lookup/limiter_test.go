@@ -278,7 +278,7 @@ func TestAdaptiveSharedCPU(t *testing.T) {
 		minShareOfBest float64 // throughput over the second half ÷ the upstream's rate at lo..hi's best
 	}{
 		{maxInFlight: 64, lo: 56, hi: 64, minShareOfBest: 0.95},
-		{maxInFlight: 512, lo: 96, hi: 216, minShareOfBest: 0.85},
+		{maxInFlight: 512, lo: 96, hi: 288, minShareOfBest: 0.85},
 	} {
 		t.Run(fmt.Sprint(tc.maxInFlight), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -290,12 +290,12 @@ func TestAdaptiveSharedCPU(t *testing.T) {
 				cfg.SingleFlight = "off"
 				e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
 				pool := newWorkerPool(1, 0) // runAdaptive's capacity column only
-				pts := runAdaptive(t, e, pool, tc.maxInFlight, 20*time.Second, 500*time.Millisecond, func() {})
+				pts := runAdaptive(t, e, pool, tc.maxInFlight, 40*time.Second, 500*time.Millisecond, func() {})
 				t.Logf("gradient, shared CPU 20ms × (1 + n/16), max_in_flight %d\n%s", tc.maxInFlight, formatSeries(pts))
 				var sum float64
 				var n int
 				for _, p := range pts {
-					if p.at <= 10*time.Second {
+					if p.at <= 20*time.Second {
 						continue
 					}
 					if p.limit < tc.lo || p.limit > tc.hi {
