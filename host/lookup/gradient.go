@@ -37,8 +37,7 @@ import (
 //     down phases are adjacent, so an upstream that changes slowly moves both alike and drops
 //     out of their ratio. Their gradient g moves the limit up by exp(min(2 (g − θ), 0.2))
 //     while 10% more concurrency buys at least 1% more throughput; below θ in two cycles in
-//     a row (on a loaded host one pair's rates move by ±50%) the down phase's limit is taken
-//     and a descent continues from it (its next step again 0.8 ×). Against a worker pool the limit sits at
+//     a row (on a loaded host one pair's rates move by ±50%) the down phase's limit is taken. Against a worker pool the limit sits at
 //     1.0-1.25 × the knee; against a shared CPU it goes on up to MaxInFlight while the rate
 //     keeps growing, and stops where it no longer does.
 //
@@ -109,7 +108,7 @@ func (g *gradient) begin(l *limiter, now time.Time) {
 	case g.stage == gradCycle && g.phase == 0:
 		c = max(c*gradientUp, c+1)
 	case g.stage == gradCycle && g.phase == 1:
-		c = min(c/gradientUp, c-1)
+		c = math.Ceil(min(c/gradientUp, c-1)) // at a pool's knee of 8, 7 costs 1/8 where 6 would cost 1/4
 	}
 	g.cap = int(min(max(c, l.minLimit), l.maxLimit))
 	g.phaseStart, g.measStart, g.measN = now, time.Time{}, 0
@@ -198,14 +197,10 @@ func (l *limiter) observeGradient(s sample, now time.Time) {
 			if g.low++; g.low < 2 && !tooSlow {
 				break // once may be noise: a loaded host moves a phase's rate by ±50%
 			}
-			// The down phase cost (almost) nothing, twice: take it, and descend from there.
+			// The down phase cost (almost) nothing, twice: take it. (Not a descent from there:
+			// near a pool's knee its deeper phases cost a fifth of the throughput each.)
 			g.low = 0
 			l.limit = max(l.minLimit, float64(g.cap))
-			g.stage, g.depth = gradDescent, 1/gradientUp
-			next = 1
-			if g.cap <= int(l.minLimit) {
-				g.stage, next = gradCycle, 2
-			}
 		case have:
 			g.low = 0
 			l.limit = min(l.maxLimit, l.limit*math.Exp(min(gradientGain*(grad-gradientFloor), gradientStep)))

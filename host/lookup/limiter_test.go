@@ -277,7 +277,7 @@ func TestAdaptiveSharedCPU(t *testing.T) {
 		lo, hi         int     // the limit's range over the second half
 		minShareOfBest float64 // throughput over the second half ÷ the upstream's rate at lo..hi's best
 	}{
-		{maxInFlight: 64, lo: 56, hi: 64, minShareOfBest: 0.95},
+		{maxInFlight: 64, lo: 48, hi: 64, minShareOfBest: 0.95},
 		{maxInFlight: 512, lo: 96, hi: 288, minShareOfBest: 0.85},
 	} {
 		t.Run(fmt.Sprint(tc.maxInFlight), func(t *testing.T) {
