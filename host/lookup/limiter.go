@@ -16,8 +16,9 @@ import (
 //
 // # Controller
 //
-// Every Window the controller compares the mean attempt latency with a setpoint and moves the
-// limit: "pid" runs the seed's PID controller (with anti-windup and a clamped output) on the
+// The default controller, "gradient", steers by the delivered rate in phases of its own
+// (gradient.go). The latency controllers: every Window the controller compares the mean
+// attempt latency with a setpoint and moves the limit: "pid" runs the seed's PID controller (with anti-windup and a clamped output) on the
 // logarithms, so the gains do not depend on the scale of latency or limit; "aimd" adds one
 // per round trip's worth of fast responses and multiplies by 0.9 per slow window.
 //
@@ -30,8 +31,8 @@ import (
 // setpoint for a second although the limit has come down: if the upstream itself slowed,
 // the probe sees it, the setpoint moves, and the limit climbs back.
 //
-// INVARIANT: inflight counts slots handed out and not yet released; inflight ≤ cap(limit)
-// except transiently after the limit drops, when releases do not dispatch.
+// INVARIANT: inflight counts slots handed out and not yet released; inflight ≤ capacity()
+// except transiently after the capacity drops, when releases do not dispatch.
 type limiter struct {
 	mu sync.Mutex
 
