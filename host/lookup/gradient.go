@@ -35,9 +35,11 @@ import (
 //     From a ramp that overshot a worker pool's knee it finds the knee in a few phases.
 //   - cycle: four phases, at 1.25 × the limit, at 0.8 ×, then twice at the limit. The up and
 //     down phases are adjacent, so an upstream that changes slowly moves both alike and drops
-//     out of their ratio. Their gradient g moves the limit up by exp(min(2 (g − θ), 0.2))
-//     while 10% more concurrency buys at least 1% more throughput; below θ in two cycles in
-//     a row (on a loaded host one pair's rates move by ±50%) the down phase's limit is taken. Against a worker pool the limit sits at
+//     out of their ratio. A gradient g of θ or more in two cycles in a row moves the limit up
+//     by exp(min(2 (g − θ), 0.2)), g the smaller of the two: 10% more concurrency buys at
+//     least 1% more throughput; below θ in two cycles in a row the down phase's limit is
+//     taken. Two in a row, both ways, because on a loaded host one pair's rates move by
+//     ±50%: noise alone then moves the limit neither up nor down. Against a worker pool the limit sits at
 //     1.0-1.25 × the knee; against a shared CPU it goes on up to MaxInFlight while the rate
 //     keeps growing, and stops where it no longer does.
 //
@@ -63,8 +65,11 @@ type gradient struct {
 	roundSum         time.Duration
 	roundStart       time.Time
 
-	warmup bool // this phase follows the ramp: its measure is the start's transient, not the limit's
-	low    int  // cycles in a row whose gradient was below θ
+	warmup   bool    // this phase follows the ramp: its measure is the start's transient, not the limit's
+	low      int     // cycles in a row whose gradient was below θ
+	high     int     // cycles in a row whose gradient was θ or more
+	highGrad float64 // the first of those cycles' gradient
+	downs    int     // moves down in a row: the next one goes 0.8^downs × below the down phase
 
 	// the previous measured phase, to compare with
 	prevX   float64 // its completions per second
@@ -192,18 +197,34 @@ func (l *limiter) observeGradient(s sample, now time.Time) {
 		}
 		g.stage, next = gradCycle, 2 // done: cruise at the limit, then cycle
 	case g.stage == gradCycle && g.phase == 1:
+		// Either way only twice in a row: a loaded host moves one phase's rate by ±50%, and
+		// one pair's verdict is as often noise as not. Both ways, so that noise alone moves the
+		// limit neither up nor down.
 		switch {
 		case (have && grad < gradientFloor) || tooSlow:
+			g.high = 0
 			if g.low++; g.low < 2 && !tooSlow {
-				break // once may be noise: a loaded host moves a phase's rate by ±50%
+				break
 			}
-			// The down phase cost (almost) nothing, twice: take it. (Not a descent from there:
-			// near a pool's knee its deeper phases cost a fifth of the throughput each.)
+			// The down phase cost (almost) nothing, twice: take it, or, when the last move was
+			// down too, go as much further again (up to 0.5 × in one move), so that a limit far
+			// above a pool's knee comes down in a few moves. (Not a descent from here: near the
+			// knee a descent's deeper phases cost a fifth of the throughput each.)
 			g.low = 0
 			l.limit = max(l.minLimit, float64(g.cap))
+			if g.downs > 0 {
+				l.limit = max(l.minLimit, min(l.limit, l.limit*math.Pow(1/gradientUp, float64(g.downs))))
+			}
+			g.downs = min(g.downs+1, 2)
 		case have:
 			g.low = 0
-			l.limit = min(l.maxLimit, l.limit*math.Exp(min(gradientGain*(grad-gradientFloor), gradientStep)))
+			if g.high++; g.high < 2 {
+				g.highGrad = grad
+				break
+			}
+			g.high, g.downs = 0, 0
+			up := gradientGain * (min(grad, g.highGrad) - gradientFloor)
+			l.limit = min(l.maxLimit, l.limit*math.Exp(min(up, gradientStep)))
 		}
 	}
 	g.prevX, g.prevCap, g.prevOK = x, g.cap, ok && l.winOverload*20 < g.measN

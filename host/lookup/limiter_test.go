@@ -290,12 +290,12 @@ func TestAdaptiveSharedCPU(t *testing.T) {
 				cfg.SingleFlight = "off"
 				e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
 				pool := newWorkerPool(1, 0) // runAdaptive's capacity column only
-				pts := runAdaptive(t, e, pool, tc.maxInFlight, 40*time.Second, 500*time.Millisecond, func() {})
+				pts := runAdaptive(t, e, pool, tc.maxInFlight, 60*time.Second, 500*time.Millisecond, func() {})
 				t.Logf("gradient, shared CPU 20ms × (1 + n/16), max_in_flight %d\n%s", tc.maxInFlight, formatSeries(pts))
 				var sum float64
 				var n int
 				for _, p := range pts {
-					if p.at <= 20*time.Second {
+					if p.at <= 30*time.Second {
 						continue
 					}
 					if p.limit < tc.lo || p.limit > tc.hi {
