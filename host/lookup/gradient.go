@@ -38,7 +38,7 @@ import (
 //     out of their ratio. A gradient g of θ or more in two cycles in a row moves the limit up
 //     by exp(min(2 (g − θ), 0.2)), g the smaller of the two: 10% more concurrency buys at
 //     least 1% more throughput; below θ in two cycles in a row the down phase's limit is
-//     taken. Two in a row, both ways, because on a loaded host one pair's rates move by
+//     taken (after earlier moves down, 0.8 or 0.64 × below it). Two in a row, both ways, because on a loaded host one pair's rates move by
 //     ±50%: noise alone then moves the limit neither up nor down. Against a worker pool the limit sits at
 //     1.0-1.25 × the knee; against a shared CPU it goes on up to MaxInFlight while the rate
 //     keeps growing, and stops where it no longer does.
@@ -206,10 +206,10 @@ func (l *limiter) observeGradient(s sample, now time.Time) {
 			if g.low++; g.low < 2 && !tooSlow {
 				break
 			}
-			// The down phase cost (almost) nothing, twice: take it, or, when the last move was
-			// down too, go as much further again (up to 0.5 × in one move), so that a limit far
-			// above a pool's knee comes down in a few moves. (Not a descent from here: near the
-			// knee a descent's deeper phases cost a fifth of the throughput each.)
+			// The down phase cost (almost) nothing, twice: take it, and when the last moves
+			// were down too, 0.8 or 0.64 × below it, so that a limit far above a pool's knee
+			// comes down in a few moves. (Not a descent from here: near the knee a descent's
+			// deeper phases cost a fifth of the throughput each.)
 			g.low = 0
 			l.limit = max(l.minLimit, float64(g.cap))
 			if g.downs > 0 {
