@@ -20,6 +20,7 @@ func newServeCmd() *cobra.Command {
 		maxModule, maxLag                 int64
 		runDir, kafkaSecrets              string
 		fixedShares                       bool
+		cpuBudget                         int64
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -64,6 +65,7 @@ stored. CLINK_ADMIN_TOKEN sets the admin token instead (for scripts and tests).`
 			cfg := server.Config{
 				MaxModuleBytes: maxModule, AdminToken: os.Getenv("CLINK_ADMIN_TOKEN"), Logger: log, Console: web.Dist(),
 				DataURL: data, RunDir: runDir, MaxIngestLagBytes: maxLag, FixedCPUShares: fixedShares,
+				GuestCPUBudget: cpuBudget,
 			}
 			if kafkaSecrets != "" {
 				if cfg.KafkaSecrets, err = server.SecretsFromFile(kafkaSecrets); err != nil {
@@ -96,6 +98,7 @@ stored. CLINK_ADMIN_TOKEN sets the admin token instead (for scripts and tests).`
 	f.Int64Var(&maxLag, "max-ingest-lag-bytes", 64<<20, "how far ingest may run ahead of a pipeline before POST …/records answers 429")
 	f.StringVar(&kafkaSecrets, "kafka-secrets", "", "JSON file of per-tenant secrets for Kafka SASL ({\"TENANT\": {\"NAME\": \"VALUE\"}}); a spec names them in sasl.username_env/password_env")
 	f.BoolVar(&fixedShares, "fixed-cpu-shares", false, "keep the tenants' guest CPU shares at their guest_cpu_millicores quotas even when the host gets less CPU than it has cores (by default they shrink with the pressure on the server's threads)")
+	f.Int64Var(&cpuBudget, "guest-cpu-budget", 0, "millicores the guest_cpu_millicores quotas of the tenants running pipelines may sum to; a start or quota raise beyond it is refused (0: the host's cores, GOMAXPROCS × 1000; -1: no check, overcommit allowed)")
 	f.StringVar(&logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd

@@ -12,6 +12,7 @@ import (
 	goruntime "runtime"
 	rtmetrics "runtime/metrics"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -88,32 +89,47 @@ func (s *benchServer) pipeline(tok, module string, spec map[string]any) string {
 	return p.ID
 }
 
-// sinkRecords is how many records pipeline id's sinks have received.
-func (s *benchServer) sinkRecords(id string) int64 {
-	r := s.srv.rt.active(id)
-	if r == nil {
-		s.b.Fatalf("pipeline %s is not running", id)
+// sinkWatch counts the records b's preview sink has written (Server.observeSink) and wakes a
+// waiter on each write, so the closed loop waits for its batch without polling: a sleep of
+// 200 µs between polls takes ~1 ms whenever the process is idle (Go's timers wait in epoll with
+// millisecond resolution), which quantized b's batch time by about its own length.
+type sinkWatch struct {
+	n    atomic.Int64
+	wake chan struct{}
+}
+
+func (s *benchServer) watchSinks() *sinkWatch {
+	w := &sinkWatch{wake: make(chan struct{}, 1)}
+	s.srv.observeSink = func(_ string, n int) {
+		w.n.Add(int64(n))
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
 	}
-	var n int64
-	for _, sk := range r.job.Metrics().Sinks {
-		n += sk.RecordsIn
-	}
-	return n
+	return w
 }
 
 // segment drives tenant b's pipeline closed-loop for d: post a batch, wait until its sink has
 // all of it, again. It returns the records, the time taken and each batch's latency.
-func (s *benchServer) segment(tok, id string, batch []byte, perBatch int, d time.Duration) (int, time.Duration, []time.Duration) {
+func (s *benchServer) segment(tok, id string, w *sinkWatch, batch []byte, perBatch int, d time.Duration) (int, time.Duration, []time.Duration) {
 	base := "/api/v1/pipelines/" + id + "/records"
-	want := s.sinkRecords(id)
+	want := w.n.Load()
 	var lats []time.Duration
+	stuck := time.NewTimer(time.Hour)
+	defer stuck.Stop()
 	start := time.Now()
 	for time.Since(start) < d {
 		t0 := time.Now()
 		s.call("POST", base, tok, "application/x-ndjson", batch, 200)
 		want += int64(perBatch)
-		for s.sinkRecords(id) < want {
-			time.Sleep(200 * time.Microsecond)
+		stuck.Reset(30 * time.Second)
+		for w.n.Load() < want {
+			select {
+			case <-w.wake:
+			case <-stuck.C:
+				s.b.Fatalf("pipeline %s: its sink has %d of %d records after 30 s", id, w.n.Load(), want)
+			}
 		}
 		lats = append(lats, time.Since(t0))
 	}
@@ -128,22 +144,27 @@ type usage struct {
 	gcs         uint32
 	wall        time.Duration
 	sched       []uint64 // the Go scheduler's latency histogram (runnable → running), cumulative
+	stw         []uint64 // the GC's stop-the-world pauses, cumulative
 	capacity    float64  // the host capacity the shares are scaled by (capacity.go), summed over samples
 	samples     int
 }
 
-var schedBuckets []float64 // the bounds of the /sched/latencies:seconds histogram
+// The bounds of the /sched/latencies:seconds and /sched/pauses/total/gc:seconds histograms.
+var schedBuckets, stwBuckets []float64
 
-func schedLatencies() []uint64 {
-	m := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}}
+// schedLatencies reads the Go scheduler's latency histogram and the GC's stop-the-world pauses
+// (from deciding to stop until the world runs again: a guest that computes without reaching a
+// host call delays the stop until its next fuel check), cumulative counts.
+func schedLatencies() (sched, stw []uint64) {
+	m := []rtmetrics.Sample{{Name: "/sched/latencies:seconds"}, {Name: "/sched/pauses/total/gc:seconds"}}
 	rtmetrics.Read(m)
-	h := m[0].Value.Float64Histogram()
-	schedBuckets = h.Buckets
-	return slices.Clone(h.Counts)
+	h, p := m[0].Value.Float64Histogram(), m[1].Value.Float64Histogram()
+	schedBuckets, stwBuckets = h.Buckets, p.Buckets
+	return slices.Clone(h.Counts), slices.Clone(p.Counts)
 }
 
-// schedP99 is the 99th percentile of the scheduling latencies in counts (a histogram delta).
-func schedP99(counts []uint64) float64 {
+// histP99 is the 99th percentile of a histogram delta (counts over buckets).
+func histP99(counts []uint64, buckets []float64) float64 {
 	var total uint64
 	for _, c := range counts {
 		total += c
@@ -152,10 +173,21 @@ func schedP99(counts []uint64) float64 {
 	for i, c := range counts {
 		run += c
 		if total > 0 && float64(run) >= 0.99*float64(total) {
-			return schedBuckets[i+1]
+			return buckets[i+1]
 		}
 	}
 	return 0
+}
+
+// histSum is the summed value of a histogram delta, each sample at its bucket's lower bound.
+func histSum(counts []uint64, buckets []float64) float64 {
+	var sum float64
+	for i, c := range counts {
+		if lo := buckets[i]; c > 0 && lo > 0 {
+			sum += float64(c) * lo
+		}
+	}
+	return sum
 }
 
 func (s *benchServer) sample(tenant string) usage {
@@ -163,7 +195,8 @@ func (s *benchServer) sample(tenant string) usage {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	var ms goruntime.MemStats
 	goruntime.ReadMemStats(&ms)
-	u := usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), gcs: ms.NumGC, wall: time.Since(benchEpoch), sched: schedLatencies()}
+	u := usage{cpu: time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), gcs: ms.NumGC, wall: time.Since(benchEpoch)}
+	u.sched, u.stw = schedLatencies()
 	s.srv.rt.mu.Lock()
 	if sh := s.srv.rt.shares[tenant]; sh != nil {
 		u.guestA = sh.Used()
@@ -182,7 +215,11 @@ func report(b *testing.B, phase string, u0, u1 usage) {
 	b.ReportMetric((u1.guestA-u0.guestA).Seconds()/wall, phase+"-a-guest-cores")
 	b.ReportMetric(float64(u1.gcs-u0.gcs)/wall, phase+"-gc/s")
 	if u1.sched != nil {
-		b.ReportMetric(schedP99(u1.sched)*1e6, phase+"-sched-p99-µs")
+		b.ReportMetric(histP99(u1.sched, schedBuckets)*1e6, phase+"-sched-p99-µs")
+	}
+	if u1.stw != nil {
+		b.ReportMetric(histP99(u1.stw, stwBuckets)*1e6, phase+"-stw-p99-µs")
+		b.ReportMetric(histSum(u1.stw, stwBuckets)*1e3/wall, phase+"-stw-ms/s")
 	}
 	if u1.samples > 0 {
 		b.ReportMetric(u1.capacity/float64(u1.samples), phase+"-capacity")
@@ -213,6 +250,12 @@ func (g *segments) add(recs int, el time.Duration, lats []time.Duration, u0, u1 
 	for i := range u1.sched {
 		g.u[1].sched[i] += u1.sched[i] - u0.sched[i]
 	}
+	if g.u[1].stw == nil {
+		g.u[1].stw = make([]uint64, len(u1.stw))
+	}
+	for i := range u1.stw {
+		g.u[1].stw[i] += u1.stw[i] - u0.stw[i]
+	}
 }
 
 func (g *segments) thr() float64 { return float64(g.recs) / g.el.Seconds() }
@@ -242,8 +285,13 @@ func (g *segments) p50() time.Duration {
 func BenchmarkNoisyNeighbour(b *testing.B) {
 	// Shares scaled to the host's capacity (the default) and at their quotas (--fixed-cpu-shares),
 	// one after the other in each run.
-	b.Run("capacity-scaled", func(b *testing.B) { noisyNeighbour(b) })
-	b.Run("fixed-shares", func(b *testing.B) { noisyNeighbour(b, func(c *Config) { c.FixedCPUShares = true }) })
+	// The guest CPU budget is off (cpubudget.go): it would refuse tenant a's start with no CPU
+	// quota beside b, and the unbounded state is what the shares are measured against.
+	noBudget := func(c *Config) { c.GuestCPUBudget = -1 }
+	b.Run("capacity-scaled", func(b *testing.B) { noisyNeighbour(b, noBudget) })
+	b.Run("fixed-shares", func(b *testing.B) {
+		noisyNeighbour(b, noBudget, func(c *Config) { c.FixedCPUShares = true })
+	})
 }
 
 func noisyNeighbour(b *testing.B, opts ...func(*Config)) {
@@ -268,12 +316,13 @@ func noisyNeighbour(b *testing.B, opts ...func(*Config)) {
 			"operators":   []any{map[string]any{"name": "burn", "module": "burn", "inputs": []any{"gen"}, "key": "key", "parallelism": 2}},
 			"sinks":       []any{map[string]any{"name": "out", "type": "discard", "inputs": []any{"burn"}}},
 		})
+		watch := s.watchSinks() // before b starts: its preview sink is made at the start
 		s.call("POST", "/api/v1/pipelines/"+idB+"/start", tokB, "", nil, 202)
 		const keys, perKey = 50, 4
 		batch := records(keys, perKey, 0)
 		seg := func(g *segments, d time.Duration) {
 			u0 := s.sample("a")
-			n, el, lats := s.segment(tokB, idB, batch, keys*perKey, d)
+			n, el, lats := s.segment(tokB, idB, watch, batch, keys*perKey, d)
 			g.add(n, el, lats, u0, s.sample("a"))
 		}
 		var alone, unbounded segments

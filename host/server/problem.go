@@ -43,16 +43,19 @@ func (p *Problem) Error() string {
 
 // Stable problem codes. Clients may switch on them; they never change meaning.
 const (
-	CodeUnauthenticated    = "unauthenticated"
-	CodeForbidden          = "forbidden"
-	CodeNotFound           = "not_found"
-	CodeMethodNotAllowed   = "method_not_allowed"
-	CodeMalformedJSON      = "malformed_json"
-	CodeInvalidField       = "invalid_field"
-	CodeUnsupportedMedia   = "unsupported_media_type"
-	CodeTooLarge           = "payload_too_large"
-	CodeModuleInvalid      = "module_invalid"
-	CodeQuotaExceeded      = "quota_exceeded"
+	CodeUnauthenticated  = "unauthenticated"
+	CodeForbidden        = "forbidden"
+	CodeNotFound         = "not_found"
+	CodeMethodNotAllowed = "method_not_allowed"
+	CodeMalformedJSON    = "malformed_json"
+	CodeInvalidField     = "invalid_field"
+	CodeUnsupportedMedia = "unsupported_media_type"
+	CodeTooLarge         = "payload_too_large"
+	CodeModuleInvalid    = "module_invalid"
+	CodeQuotaExceeded    = "quota_exceeded"
+	// CodeCPUOvercommitted refuses a start or a quota raise that would promise the tenants
+	// running pipelines more guest CPU than the host's budget (cpubudget.go).
+	CodeCPUOvercommitted   = "cpu_overcommitted"
 	CodeConflict           = "conflict"
 	CodeInUse              = "in_use"
 	CodeRateLimited        = "rate_limited"
@@ -72,6 +75,7 @@ var titles = map[string]string{
 	CodeTooLarge:           "Payload too large",
 	CodeModuleInvalid:      "Module refused",
 	CodeQuotaExceeded:      "Quota exceeded",
+	CodeCPUOvercommitted:   "Host CPU overcommitted",
 	CodeConflict:           "Conflict",
 	CodeInUse:              "In use",
 	CodeRateLimited:        "Too many requests",

@@ -65,7 +65,7 @@ func (s *Server) routes() []route {
 		{method: http.MethodGet, path: "/api/v1/tenants", tag: "tenants", summary: "List tenants (a tenant token sees its own)", handler: s.listTenants, query: listParams, success: 200, respRef: "TenantList"},
 		{method: http.MethodGet, path: "/api/v1/tenants/:tenant", tag: "tenants", summary: "A tenant's quotas and usage", handler: s.getTenant, success: 200, respRef: "Tenant", errors: []int{400, 404}},
 		{method: http.MethodPatch, path: "/api/v1/tenants/:tenant", admin: true, tag: "tenants", summary: "Change a tenant's quotas (applies at once)",
-			handler: s.patchTenant, body: "application/json", bodyRef: "TenantPatch", success: 200, respRef: "Tenant", errors: []int{400, 404}},
+			handler: s.patchTenant, body: "application/json", bodyRef: "TenantPatch", success: 200, respRef: "Tenant", errors: []int{400, 404, 409}},
 		{method: http.MethodPost, path: "/api/v1/tenants/:tenant/token", admin: true, tag: "tenants", summary: "Replace a tenant's token (the old one stops working); the answer holds the new one",
 			handler: s.rotateTenantToken, success: 200, respRef: "TenantCreated", errors: []int{400, 404}},
 

@@ -164,10 +164,14 @@ type runtime struct {
 	lookups  *lookup.Registry
 	mu       sync.Mutex
 	runs     map[string]*run
-	starting map[string]bool
-	closed   bool
-	gates    map[string]*lookupGate   // per tenant
-	shares   map[string]*abi.CPUShare // per tenant: guest_cpu_millicores × capacity
+	starting map[string]string // pipeline id → tenant, while it starts
+	// admitMu serializes the guest CPU budget's check with the starts and quota changes it
+	// depends on (cpubudget.go); taken before mu, and before the control plane's Update.
+	admitMu   sync.Mutex
+	cpuBudget int64 // millicores; 0: no check (cpubudget.go)
+	closed    bool
+	gates     map[string]*lookupGate   // per tenant
+	shares    map[string]*abi.CPUShare // per tenant: guest_cpu_millicores × capacity
 	// shareQuota is each tenant's guest_cpu_millicores, capacity the host's (capacity.go).
 	shareQuota map[string]int64
 	capacity   float64
@@ -179,7 +183,7 @@ type runtime struct {
 
 func newRuntime(s *Server) *runtime {
 	ctx, cancel := context.WithCancel(context.Background())
-	rt := &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]bool{},
+	rt := &runtime{s: s, lookups: lookup.NewRegistry(), runs: map[string]*run{}, starting: map[string]string{}, cpuBudget: defaultCPUBudget(s.cfg.GuestCPUBudget),
 		gates: map[string]*lookupGate{}, shares: map[string]*abi.CPUShare{}, shareQuota: map[string]int64{}, capacity: 1,
 		usage: map[string]*tenantUsage{}, ctx: ctx, cancel: cancel}
 	if !s.cfg.FixedCPUShares {
@@ -251,22 +255,34 @@ func (rt *runtime) openLog(dir string) (*ingest.Log, error) {
 
 // start runs pipeline p from its last committed checkpoint (a fresh start when it has none).
 func (rt *runtime) start(ctx context.Context, p *control.Pipeline) (*run, error) {
+	rt.admitMu.Lock()
 	rt.mu.Lock()
-	if rt.closed {
+	unlock := func() {
 		rt.mu.Unlock()
+		rt.admitMu.Unlock()
+	}
+	if rt.closed {
+		unlock()
 		return nil, errors.New("the server is shutting down")
 	}
 	if r := rt.runs[p.ID]; r != nil && r.running() {
-		rt.mu.Unlock()
+		unlock()
 		return nil, ErrAlreadyRunning
 	}
-	if rt.starting[p.ID] {
-		rt.mu.Unlock()
+	if _, ok := rt.starting[p.ID]; ok {
+		unlock()
 		return nil, ErrAlreadyRunning
 	}
-	rt.starting[p.ID] = true
+	// A pipeline whose record says it runs was admitted (a resume, an upgrade's restart).
+	if !p.Running {
+		if err := rt.admitCPULocked(rt.s.ctl.Snapshot(), p.Tenant); err != nil {
+			unlock()
+			return nil, err
+		}
+	}
+	rt.starting[p.ID] = p.Tenant
 	prev := rt.runs[p.ID]
-	rt.mu.Unlock()
+	unlock()
 	defer func() {
 		rt.mu.Lock()
 		delete(rt.starting, p.ID)
@@ -564,6 +580,7 @@ func (rt *runtime) resume(ctx context.Context) {
 		}
 		rt.s.log.Info("pipeline resumed", "tenant", p.Tenant, "pipeline", p.ID)
 	}
+	rt.warnOvercommitted()
 }
 
 // close stops every run with a savepoint (bounded), keeping their Running flags so that the

@@ -90,6 +90,10 @@ type Config struct {
 	// FixedCPUShares keeps the tenants' guest CPU shares at their quotas whatever the CPU the
 	// host gets; by default they shrink with the pressure on the server's threads (capacity.go).
 	FixedCPUShares bool
+	// GuestCPUBudget is the millicores the CPU shares of the tenants running pipelines may sum
+	// to (cpubudget.go): a start or a quota raise beyond it is refused with 409
+	// cpu_overcommitted. Default: the host's cores (GOMAXPROCS × 1000); negative: no check.
+	GuestCPUBudget int64
 	// StateOptions are extra options for every pipeline's state pool, applied before the
 	// server's own (its logger, retained checkpoints and hot-tier quota, which they cannot
 	// override): tuning, or fault injection in tests (state.WithS3 with an HTTPClient).
@@ -119,6 +123,10 @@ type Server struct {
 
 	uploadsMu sync.Mutex
 	uploads   map[string]chan struct{} // per-tenant upload slot, see uploadSlot
+
+	// observeSink, when set before pipelines start, is called after every write to a preview
+	// sink (ingest.RegisterObserved): benchmarks wait on it instead of polling.
+	observeSink func(sink string, n int)
 }
 
 // New builds a server over ctl. When the catalog has no admin token and cfg.AdminToken is

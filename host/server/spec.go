@@ -25,7 +25,7 @@ func (s *Server) hostedConnectors(log *ingest.Log, previewDir string) *pipeline.
 	gen.Register(c)
 	webhook.Register(c)
 	stdout.Register(c, nil)
-	ingest.Register(c, log, previewDir)
+	ingest.RegisterObserved(c, log, previewDir, s.observeSink)
 	kafka.RegisterHosted(c, s.kafkaHosted())
 	return c
 }

@@ -225,6 +225,10 @@ func (s *Server) patchTenant(c echo.Context) error {
 		return badField("quotas", "send {\"quotas\": {...}} with the quotas to change")
 	}
 	var view TenantView
+	if s.rt != nil {
+		s.rt.admitMu.Lock() // the CPU budget's check and this commit are one step (cpubudget.go)
+		defer s.rt.admitMu.Unlock()
+	}
 	err := s.ctl.Update(c.Request().Context(), func(cat *control.Catalog) error {
 		t, ok := cat.Tenants[name]
 		if !ok {
@@ -233,6 +237,11 @@ func (s *Server) patchTenant(c echo.Context) error {
 		q := req.Quotas.Apply(t.Quotas)
 		if err := q.Validate("quotas."); err != nil {
 			return fieldProblem(err)
+		}
+		if s.rt != nil {
+			if err := s.rt.checkCPUChange(cat, name, t.Quotas.GuestCPUMillicores, q.GuestCPUMillicores); err != nil {
+				return err
+			}
 		}
 		t.Quotas = q
 		t.UpdatedAt = s.ctl.Now()

@@ -47,6 +47,7 @@ type previewSink struct {
 	pending   string
 	maxBytes  int64
 	fsync     bool
+	observe   func(sink string, n int) // RegisterObserved's; nil for none
 
 	mu  sync.Mutex
 	gen int   // the generation last committed
@@ -106,7 +107,7 @@ func (s *previewSink) Open(ctx context.Context, sc pipeline.SinkContext) (pipeli
 	if err := os.MkdirAll(s.pending, 0o755); err != nil {
 		return nil, err
 	}
-	return &previewWriter{pw: file.PartWriter{Dir: s.pending, Subtask: sc.Subtask, Fsync: s.fsync, BufSize: 64 << 10}}, nil
+	return &previewWriter{pw: file.PartWriter{Dir: s.pending, Subtask: sc.Subtask, Fsync: s.fsync, BufSize: 64 << 10}, name: s.name, observe: s.observe}, nil
 }
 
 // previewPrepared is the committer's part of a checkpoint record: the generation file the
@@ -206,11 +207,19 @@ func (s *previewSink) Recover(ctx context.Context, checkpoint uint64, prep []byt
 }
 
 type previewWriter struct {
-	pw file.PartWriter
+	pw      file.PartWriter
+	name    string
+	observe func(sink string, n int)
 }
 
 func (w *previewWriter) Write(ctx context.Context, recs []pipeline.SinkRecord) error {
-	return w.pw.Write(recs)
+	if err := w.pw.Write(recs); err != nil {
+		return err
+	}
+	if w.observe != nil {
+		w.observe(w.name, len(recs))
+	}
+	return nil
 }
 
 func (w *previewWriter) PreCommit(ctx context.Context, checkpoint uint64) ([]byte, error) {
