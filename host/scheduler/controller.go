@@ -437,7 +437,10 @@ func (c *Controller) loop(self *carrier) {
 				continue
 			}
 		} else if c.mayAdmit() {
-			if el, ok := c.nextInput(); ok {
+			// The head of a batch read just now is checked as well (headParks).
+			buffered := len(c.inbuf) > 0
+			if el, ok := c.nextInput(); ok && (buffered || c.mayAdmit()) {
+				c.inbuf = c.inbuf[1:]
 				c.handle(el)
 				c.handleRun()
 				continue
@@ -455,8 +458,9 @@ func (c *Controller) loop(self *carrier) {
 	}
 }
 
-// nextInput takes the next input element without blocking. The element stays in its input
-// batch, which the controller does not modify.
+// nextInput returns the next input element without blocking, reading the next batch if none
+// is buffered; the caller takes it by advancing c.inbuf. The element stays in its input batch,
+// which the controller does not modify.
 func (c *Controller) nextInput() (*Element, bool) {
 	for len(c.inbuf) == 0 {
 		if c.inputDone {
@@ -474,9 +478,7 @@ func (c *Controller) nextInput() (*Element, bool) {
 			return nil, false
 		}
 	}
-	el := &c.inbuf[0]
-	c.inbuf = c.inbuf[1:]
-	return el, true
+	return &c.inbuf[0], true
 }
 
 // handleRun keeps taking elements from the input batch without a full loop iteration each,
