@@ -230,6 +230,7 @@ type Controller struct {
 	ptWake    *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
+	readsPool    [][]pendingRead // delivered batches' reads, for the next ones (recycleReads)
 	fills        []partFill    // completed batches filled in parts (fillPart), oldest first
 	pendingSince time.Time     // when the oldest pending read joined the batch
 	fetchEWMA    time.Duration // observed fetch latency, for the batch wait
