@@ -81,11 +81,15 @@ func (c *Controller) sizePool() error {
 // and paid for the gate's map and the cold tasks on nearly every record). So at the cap it
 // takes a record only if the record would park behind its busy key (the head of the input is
 // checked, headParks), and otherwise leaves the input where it is until a call finishes.
+//
+// Small enough to inline: the all-hits loop (hotRun) asks for every record.
 func (c *Controller) mayAdmit() bool {
-	if c.admitted < c.maxInFlight {
-		return true
-	}
-	ok, decided := c.mayAdmitAtCap()
+	return c.admitted < c.maxInFlight || c.mayAdmitAtCap()
+}
+
+// mayAdmitAtCap is mayAdmit once the admitted tasks reach the cap.
+func (c *Controller) mayAdmitAtCap() bool {
+	ok, decided := c.atCap()
 	return ok || !decided && c.headParks()
 }
 
@@ -94,17 +98,17 @@ func (c *Controller) mayAdmitTimer(key string) bool {
 	if c.admitted < c.maxInFlight {
 		return true
 	}
-	ok, decided := c.mayAdmitAtCap()
+	ok, decided := c.atCap()
 	if !ok && !decided {
 		_, ok = c.gate[key]
 	}
 	return ok
 }
 
-// mayAdmitAtCap is mayAdmit's decision once the admitted tasks reach the cap, as far as it does
-// not depend on the task: undecided means that only a task that parks behind its key may come
-// in (a module that prefetches nothing, its calls filling the cap).
-func (c *Controller) mayAdmitAtCap() (ok, decided bool) {
+// atCap is mayAdmit's decision once the admitted tasks reach the cap, as far as it does not
+// depend on the task: undecided means that only a task that parks behind its key may come in
+// (a module that prefetches nothing, its calls filling the cap).
+func (c *Controller) atCap() (ok, decided bool) {
 	switch {
 	case c.waitBytes >= c.waitLimit:
 		return false, true
