@@ -199,7 +199,7 @@ type Controller struct {
 	waitLimit      int64        // the most waitBytes may reach while more are admitted (mayAdmit)
 	seq            uint64
 
-	gate     map[string]*gateEntry
+	gate     gateTable
 	gatePool []*gateEntry
 	runnable []*task // promoted from the gate, in order
 
@@ -276,7 +276,7 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 		cfg:       cfg,
 		name:      cfg.Module.Name(),
 		log:       cfg.Logger.With("operator", cfg.Module.Name()),
-		gate:      make(map[string]*gateEntry),
+		gate:      newGateTable(),
 		timers:    newTimerService(cfg.TimerLimit),
 		ptimers:   newTimerService(cfg.TimerLimit),
 		maxBatch:  cfg.ReadBatch,
@@ -563,7 +563,7 @@ func (c *Controller) handle(el *Element) {
 		t.ep, t.wm = e, e.startWM
 		e.pending++
 		c.admitted++
-		if len(c.gate) == 0 && c.cfg.Order == OrderPerKey {
+		if c.gate.n == 0 && c.cfg.Order == OrderPerKey {
 			c.execute(t) // no key is busy: submit would run t at once (see execute)
 		} else {
 			c.submit(t, false)

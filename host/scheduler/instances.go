@@ -100,7 +100,7 @@ func (c *Controller) mayAdmitTimer(key string) bool {
 	}
 	ok, decided := c.atCap()
 	if !ok && !decided {
-		_, ok = c.gate[key]
+		ok = c.cfg.Order == OrderPerKey && c.keyBusy([]byte(key))
 	}
 	return ok
 }
@@ -132,11 +132,7 @@ func (c *Controller) headParks() bool {
 	if el.Kind != ElementRecord {
 		return true
 	}
-	if el.KeyByWasm || len(c.gate) == 0 || c.cfg.Order != OrderPerKey {
-		return false
-	}
-	_, busy := c.gate[string(el.Key)]
-	return busy
+	return !el.KeyByWasm && c.cfg.Order == OrderPerKey && c.keyBusy(el.Key)
 }
 
 // capWaitLookahead is how many caps' worth of records wait for room under the cap, at most
@@ -177,7 +173,7 @@ func (c *Controller) waitForCap(t *task, cold bool) {
 	t.prefetched, t.async = false, true // its prefetched values are checked again when it runs
 	if o := c.pendingBatchTask(t.key); o != nil && !t.inGate {
 		c.markKeyBusy(o)
-		c.park(c.gate[string(t.key)], t, false)
+		c.park(c.gate.find(c.taskHash(t), t.key), t, false)
 		c.flushBatch()
 		return
 	}
