@@ -267,23 +267,6 @@ func secretReplacer(rawURL string) *strings.Replacer {
 	return strings.NewReplacer(pairs...)
 }
 
-func logTo(w io.Writer, describe func(int64) string) scheduler.LogFunc {
-	if w == nil {
-		return nil
-	}
-	return func(op string, level abi.LogLevel, msg []byte, src *scheduler.Source) {
-		where := ""
-		if src != nil {
-			if src.Timer {
-				where = fmt.Sprintf(" (timer at %d)", src.TS)
-			} else {
-				where = " (" + describe(src.Pos) + ")"
-			}
-		}
-		fmt.Fprintf(w, "[%s] %s: %s%s\n", op, level, msg, where)
-	}
-}
-
 // lookupLogger logs the endpoints' refusals (naming the rule) and breaker changes to the run's
 // log writer, beside the guest's own log lines.
 func lookupLogger(w io.Writer) *slog.Logger {

@@ -583,5 +583,5 @@ func (e *Env) guestLog(describe func(int64) string) scheduler.LogFunc {
 	if e.GuestLog == nil {
 		return nil
 	}
-	return logTo(e.GuestLog, describe)
+	return scheduler.WriterLog(e.GuestLog, describe)
 }

@@ -189,7 +189,7 @@ func Run(ctx context.Context, dir string, opts Options) (*Report, error) {
 	}
 	ctrl, err := scheduler.New(mod, st, scheduler.SinkFunc(got.write),
 		scheduler.WithLookup(lookupFn), scheduler.WithOrder(order),
-		scheduler.WithGuestLog(logTo(opts.Log, describe)), scheduler.WithDescribe(describe),
+		scheduler.WithGuestLog(scheduler.WriterLog(opts.Log, describe)), scheduler.WithDescribe(describe),
 		scheduler.WithSynchronous(true))
 	if err != nil {
 		return nil, err
@@ -647,21 +647,4 @@ func compare(rep *Report, want, got *outputs, maxDetails int) {
 		diffs = diffs[:maxDetails]
 	}
 	rep.Diffs = diffs
-}
-
-func logTo(w io.Writer, describe func(int64) string) scheduler.LogFunc {
-	if w == nil {
-		return nil
-	}
-	return func(op string, level abi.LogLevel, msg []byte, src *scheduler.Source) {
-		where := ""
-		if src != nil {
-			if src.Timer {
-				where = fmt.Sprintf(" (timer at %d)", src.TS)
-			} else {
-				where = " (" + describe(src.Pos) + ")"
-			}
-		}
-		fmt.Fprintf(w, "[%s] %s: %s%s\n", op, level, msg, where)
-	}
 }

@@ -166,8 +166,12 @@ func (b *Tiered) compactSpills(ctx context.Context) error {
 	}
 	run := slices.Clone(b.mu.spills)
 	tag := fmt.Sprintf("m%019d", b.mu.base.Checkpoint)
+	b.mu.merging = true
 	b.mu.Unlock()
 	outs, err := b.mergeSegments(ctx, run, false, tag)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.mu.merging = false
 	if err != nil {
 		return err
 	}
@@ -175,8 +179,6 @@ func (b *Tiered) compactSpills(ctx context.Context) error {
 	for i, r := range run {
 		names[i] = r.Name
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if b.mu.closed {
 		return nil
 	}

@@ -215,6 +215,9 @@ type Tiered struct {
 		spills []format.SegRef
 		// adopting: a checkpoint's commit is adopting the spills (see compactSpills).
 		adopting bool
+		// merging: compactSpills is merging spills (it reads them back from the pool); the
+		// tests that count a Fetch's GETs wait for it (see waitMerges).
+		merging bool
 		// mem are encoded segments held in memory until a commit makes them durable, newest
 		// first: the deltas in flight (each readable once encoded, see snapshot.readable) and
 		// the carried segments of failed ones. Cold reads see them above everything else.

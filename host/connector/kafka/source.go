@@ -472,28 +472,16 @@ func (s *Source) decode(r *Record) {
 		return
 	}
 	if f := s.cfg.KeyField; f != "" {
-		raw, ok, err := jsonfield.Top(r.Value, f)
-		if err == nil && !ok {
-			err = fmt.Errorf("no key field %q", f)
-		}
-		if err == nil {
-			r.Key, err = jsonfield.Key(raw)
-		}
-		if err != nil {
-			r.Err = fmt.Errorf("key field %q: %w", f, err)
+		var err error
+		if r.Key, err = field(r.Value, f, "key", jsonfield.Key); err != nil {
+			r.Err = err
 			return
 		}
 	}
 	if f := s.cfg.TimeField; f != "" {
-		raw, ok, err := jsonfield.Top(r.Value, f)
-		if err == nil && !ok {
-			err = fmt.Errorf("no time field %q", f)
-		}
-		if err == nil {
-			r.Time, err = jsonfield.Time(raw)
-		}
-		if err != nil {
-			r.Err = fmt.Errorf("time field %q: %w", f, err)
+		var err error
+		if r.Time, err = field(r.Value, f, "time", jsonfield.Time); err != nil {
+			r.Err = err
 		}
 	}
 }
@@ -590,4 +578,21 @@ func (s *Source) Close() {
 		s.cl.Close()
 	}
 	s.adm.Close()
+}
+
+// field parses the top-level field f of the JSON object v with parse; the error names the
+// field and what it is for (the key or the event time).
+func field[T any](v []byte, f, what string, parse func(json.RawMessage) (T, error)) (T, error) {
+	var x T
+	raw, ok, err := jsonfield.Top(v, f)
+	if err == nil && !ok {
+		err = fmt.Errorf("no %s field %q", what, f)
+	}
+	if err == nil {
+		x, err = parse(raw)
+	}
+	if err != nil {
+		return x, fmt.Errorf("%s field %q: %w", what, f, err)
+	}
+	return x, nil
 }
