@@ -199,7 +199,7 @@ type Controller struct {
 	waitLimit      int64        // the most waitBytes may reach while more are admitted (mayAdmit)
 	seq            uint64
 
-	gate     map[string]*gateEntry
+	gate     gateTable
 	gatePool []*gateEntry
 	runnable []*task // promoted from the gate, in order
 
@@ -230,6 +230,7 @@ type Controller struct {
 	ptWake    *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
+	readsPool    [][]pendingRead // delivered batches' reads, for the next ones (recycleReads)
 	fills        []partFill    // completed batches filled in parts (fillPart), oldest first
 	pendingSince time.Time     // when the oldest pending read joined the batch
 	fetchEWMA    time.Duration // observed fetch latency, for the batch wait
@@ -275,7 +276,7 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 		cfg:       cfg,
 		name:      cfg.Module.Name(),
 		log:       cfg.Logger.With("operator", cfg.Module.Name()),
-		gate:      make(map[string]*gateEntry),
+		gate:      newGateTable(),
 		timers:    newTimerService(cfg.TimerLimit),
 		ptimers:   newTimerService(cfg.TimerLimit),
 		maxBatch:  cfg.ReadBatch,
@@ -437,7 +438,10 @@ func (c *Controller) loop(self *carrier) {
 				continue
 			}
 		} else if c.mayAdmit() {
-			if el, ok := c.nextInput(); ok {
+			// The head of a batch read just now is checked as well (headParks).
+			buffered := len(c.inbuf) > 0
+			if el, ok := c.nextInput(); ok && (buffered || c.mayAdmit()) {
+				c.inbuf = c.inbuf[1:]
 				c.handle(el)
 				c.handleRun()
 				continue
@@ -455,8 +459,9 @@ func (c *Controller) loop(self *carrier) {
 	}
 }
 
-// nextInput takes the next input element without blocking. The element stays in its input
-// batch, which the controller does not modify.
+// nextInput returns the next input element without blocking, reading the next batch if none
+// is buffered; the caller takes it by advancing c.inbuf. The element stays in its input batch,
+// which the controller does not modify.
 func (c *Controller) nextInput() (*Element, bool) {
 	for len(c.inbuf) == 0 {
 		if c.inputDone {
@@ -474,9 +479,7 @@ func (c *Controller) nextInput() (*Element, bool) {
 			return nil, false
 		}
 	}
-	el := &c.inbuf[0]
-	c.inbuf = c.inbuf[1:]
-	return el, true
+	return &c.inbuf[0], true
 }
 
 // handleRun keeps taking elements from the input batch without a full loop iteration each,
@@ -560,7 +563,7 @@ func (c *Controller) handle(el *Element) {
 		t.ep, t.wm = e, e.startWM
 		e.pending++
 		c.admitted++
-		if len(c.gate) == 0 && c.cfg.Order == OrderPerKey {
+		if c.gate.n == 0 && c.cfg.Order == OrderPerKey {
 			c.execute(t) // no key is busy: submit would run t at once (see execute)
 		} else {
 			c.submit(t, false)

@@ -39,6 +39,8 @@ type task struct {
 	suspended bool
 	suspIdx   int         // its index in Controller.suspended while suspended
 	inGate    bool        // the task's key has an entry in the gate
+	hashed    bool        // khash is the gate's hash of key (taskHash)
+	khash     uint64
 	gent      *gateEntry  // that entry, while inGate: releaseKey needs no lookup to find it
 	held      *heldOutput // OrderInput: where the task's outputs wait for earlier records
 
@@ -79,7 +81,7 @@ type task struct {
 // of fields: clearing just those keeps the all-hits path cheap.
 func (t *task) reset() {
 	t.key, t.value, t.ep, t.slot = nil, nil, nil, nil
-	t.prefetched, t.inCoro, t.inGate = false, false, false
+	t.prefetched, t.inCoro, t.inGate, t.hashed = false, false, false, false
 	if !t.async {
 		return
 	}
