@@ -197,7 +197,10 @@ type Controller struct {
 	capWait        []*task      // tasks waiting for room under the cap (waitForCap), FIFO
 	waitBytes      int64        // what parked and capWait tasks hold (waitSize summed)
 	waitLimit      int64        // the most waitBytes may reach while more are admitted (mayAdmit)
-	seq            uint64
+	// lookups: the module may make lookups (it declares endpoints and the run sends them), so
+	// the in-flight cap holds during drains too (fetchCap).
+	lookups bool
+	seq     uint64
 
 	gate     gateTable
 	gatePool []*gateEntry
@@ -231,14 +234,14 @@ type Controller struct {
 
 	pendingReads []pendingRead
 	readsPool    [][]pendingRead // delivered batches' reads, for the next ones (recycleReads)
-	fills        []partFill    // completed batches filled in parts (fillPart), oldest first
-	pendingSince time.Time     // when the oldest pending read joined the batch
-	fetchEWMA    time.Duration // observed fetch latency, for the batch wait
-	prefetch     []uint32      // state ids the module prefetches (docs/abi.md, "Fast paths")
-	pfTask       *task         // the task whose prefetched values are in pfHot
-	pfHot        []pfValue     // hot answers of its prefetch check, valid until the backend is used
-	pfNext       int           // the next pfHot answer to hand out (abi gathers in prefetch order)
-	maxBatch     int           // pending reads that trigger a Fetch without waiting for the runner to be stuck
+	fills        []partFill      // completed batches filled in parts (fillPart), oldest first
+	pendingSince time.Time       // when the oldest pending read joined the batch
+	fetchEWMA    time.Duration   // observed fetch latency, for the batch wait
+	prefetch     []uint32        // state ids the module prefetches (docs/abi.md, "Fast paths")
+	pfTask       *task           // the task whose prefetched values are in pfHot
+	pfHot        []pfValue       // hot answers of its prefetch check, valid until the backend is used
+	pfNext       int             // the next pfHot answer to hand out (abi gathers in prefetch order)
+	maxBatch     int             // pending reads that trigger a Fetch without waiting for the runner to be stuck
 	ready        []*task
 	suspended    []*task // the tasks suspended inside their calls, each at its task.suspIdx
 
@@ -293,6 +296,7 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 		c.batch.max = cfg.CallBatch
 	}
 	c.epochs = []*epoch{{startWM: math.MinInt64}}
+	c.lookups = cfg.Lookup != nil && len(cfg.Module.Manifest.Endpoints) > 0
 	if !cfg.Synchronous && cfg.Order == OrderPerKey {
 		c.prefetch = cfg.Module.Manifest.PrefetchIDs()
 		c.holder, _ = cfg.Backend.(state.Holder)

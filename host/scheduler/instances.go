@@ -150,7 +150,15 @@ func (c *Controller) overCap() bool {
 // more, drainCaps caps' worth, so that the records waiting for room (at most
 // capWaitLookahead caps' worth, already admitted and held in memory) send their fetches in
 // one round instead of one cap's worth per GET wait (see waitForCap).
+//
+// Not for a module that makes lookups: a record that fetched goes on to its call, which may
+// send a lookup, and the lookups outstanding must stay within the cap (an endpoint's queue is
+// sized by it: drainCaps caps' worth of lookups at the end of an enrichment job's input
+// overflowed one, "endpoint queue full"; TestLookupsWithinCap).
 func (c *Controller) fetchCap() int {
+	if c.lookups {
+		return c.maxInFlight
+	}
 	if c.barrier != nil || c.inputDone && len(c.inbuf) == 0 {
 		return drainCaps * c.maxInFlight
 	}

@@ -37,9 +37,9 @@ type task struct {
 	slot      *slot    // instance running the task, while in flight
 	carrier   *carrier // carrier parked in the task's guest call, while suspended
 	suspended bool
-	suspIdx   int         // its index in Controller.suspended while suspended
-	inGate    bool        // the task's key has an entry in the gate
-	hashed    bool        // khash is the gate's hash of key (taskHash)
+	suspIdx   int  // its index in Controller.suspended while suspended
+	inGate    bool // the task's key has an entry in the gate
+	hashed    bool // khash is the gate's hash of key (taskHash)
 	khash     uint64
 	gent      *gateEntry  // that entry, while inGate: releaseKey needs no lookup to find it
 	held      *heldOutput // OrderInput: where the task's outputs wait for earlier records
