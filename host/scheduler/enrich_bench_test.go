@@ -108,14 +108,13 @@ func enrichJob(b *testing.B, m *abi.Module, url, transport, algorithm string, el
 
 // enrichJobAt is enrichJob with the endpoint's max_in_flight (0: the default, 256), which is
 // the limit of the "fixed" algorithm and the ceiling of the adaptive ones. The endpoint's
-// queue holds every lookup the scheduler can have in flight whatever the limit: its cap of
-// 512, and once the input has ended drainCaps caps' worth (the records waiting for room then
-// all run, and each suspends on its lookup).
+// queue holds every lookup the scheduler can have in flight whatever the limit: its cap of 512
+// (a module that makes lookups keeps that cap while it drains too, see fetchCap).
 func enrichJobAt(b *testing.B, m *abi.Module, url, transport, algorithm string, maxInFlight int, els []Element) (recPerSec float64, cpuPerRec time.Duration, limit int) {
 	reg := lookup.NewRegistry()
 	ep, err := reg.Open("bench", lookup.EndpointConfig{
 		Name: "svc", BaseURL: url, Transport: transport,
-		MaxInFlight: maxInFlight, MaxQueued: drainCaps * 512,
+		MaxInFlight: maxInFlight, MaxQueued: 512,
 		Egress:      lookup.EgressPolicy{AllowLoopback: true},
 		Concurrency: lookup.ConcurrencyConfig{Algorithm: algorithm},
 	})
