@@ -294,8 +294,8 @@ func closedLoopErrs(tb testing.TB, e *Endpoint, n, total int, strict bool) (time
 // "h2c" are the endpoint with net/http's Transport, the lean HTTP/1.1 transport
 // (internal/h1) and the HTTP/2 cleartext transport (internal/h2, against h2Server);
 // "nethttp-h2c" is net/http's own h2c client (http.Protocols with unencrypted HTTP/2, prior
-// knowledge) against the same h2Server, the figure that justifies internal/h2; "pid"
-// runs the adaptive limiter. The "upstream-process" variants run the upstream in a child
+// knowledge) against the same h2Server, the figure that justifies internal/h2; "pid" and
+// "gradient" run the adaptive limiters. The "upstream-process" variants run the upstream in a child
 // process (procServer), with its own scheduler; their cpu_µs/req is the client's alone and
 // the upstream's CPU shows in other_cores. The "nethttp-server" variants use net/http's
 // server (HTTP/1.1, or h2c), whose own CPU (about twice rawServer's) the ratio then carries.
@@ -317,8 +317,10 @@ func BenchmarkThroughput(b *testing.B) {
 		{"std/fixed", "std", "fixed", "raw"},
 		{"h1/fixed", "h1", "fixed", "raw"},
 		{"h1/pid", "h1", "pid", "raw"},
+		{"h1/gradient", "h1", "gradient", "raw"},
 		{"h2c/fixed", "h2c", "fixed", "h2"},
 		{"h2c/pid", "h2c", "pid", "h2"},
+		{"h2c/gradient", "h2c", "gradient", "h2"},
 		{"nethttp-h2c/fixed", "std-h2c", "fixed", "h2"},
 		{"upstream-process/h1/fixed", "h1", "fixed", "proc-raw"},
 		{"upstream-process/h1/fixed-loopserver", "h1", "fixed", "proc-loop"},
@@ -619,7 +621,7 @@ func BenchmarkAdaptive(b *testing.B) {
 	if d, err := time.ParseDuration(os.Getenv("LOOKUP_ADAPTIVE_RUN")); err == nil {
 		total = d
 	}
-	for _, alg := range []string{"pid", "aimd", "fixed"} {
+	for _, alg := range []string{"gradient", "pid", "aimd", "fixed"} {
 		b.Run(alg, func(b *testing.B) {
 			const workers, service, users = 16, 2 * time.Millisecond, 128
 			for i := 0; i < b.N; i++ {

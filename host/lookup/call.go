@@ -67,7 +67,7 @@ type call struct {
 	syncResp *http.Response // a blocking exchange's outcome
 	syncErr  error
 
-	// Limiter queue linkage and probe epoch; guarded by limiter.mu.
+	// Limiter queue linkage and probe epoch (gradient: phase); guarded by limiter.mu.
 	qprev, qnext *call
 	qAt          time.Time
 	epoch        uint64

@@ -142,7 +142,8 @@ type CacheConfig struct {
 // ConcurrencyConfig configures the adaptive in-flight limit. See limiter.go for the
 // controllers and DESIGN.md for measurements.
 type ConcurrencyConfig struct {
-	// Algorithm: "pid" (default), "aimd", or "fixed" (always MaxInFlight).
+	// Algorithm: "gradient" (default: steers by the delivered rate, see gradient.go), "pid"
+	// or "aimd" (steer by latency against a setpoint), or "fixed" (always MaxInFlight).
 	Algorithm string `json:"algorithm,omitempty"`
 	// MinLimit is the floor of the limit, and the concurrency used while re-measuring the
 	// baseline latency. Default 4 (or MaxInFlight if smaller).
@@ -152,11 +153,12 @@ type ConcurrencyConfig struct {
 	// TargetLatency, if set, is the latency setpoint. Otherwise the setpoint is
 	// Tolerance × the baseline: the attempt latency measured at low concurrency.
 	TargetLatency Duration `json:"target_latency,omitempty"`
-	// Tolerance over the baseline. Default 1.5.
+	// Tolerance over the baseline (pid and aimd). Default 1.5.
 	Tolerance float64 `json:"tolerance,omitempty"`
 	// Window is the controller's sampling period. Default 100ms.
 	Window Duration `json:"window,omitempty"`
-	// ProbeInterval is how often the baseline is re-measured. It is also re-measured early
+	// ProbeInterval is how often pid and aimd re-measure the baseline (gradient measures it
+	// once, at the start: it does not steer by it). It is also re-measured early
 	// when latency stays well above the setpoint for half a second despite a lower limit, which is how
 	// the controller tells a slower upstream from a queue it caused. Default 30s.
 	ProbeInterval Duration `json:"probe_interval,omitempty"`
@@ -290,7 +292,7 @@ func (c *EndpointConfig) EnsureDefaults() {
 	}
 	k := &c.Concurrency
 	if k.Algorithm == "" {
-		k.Algorithm = "pid"
+		k.Algorithm = "gradient"
 	}
 	if k.MinLimit == 0 {
 		k.MinLimit = min(defaultMinLimit, c.MaxInFlight)
@@ -417,9 +419,9 @@ func (c *EndpointConfig) Validate() error {
 	}
 	k := c.Concurrency
 	switch k.Algorithm {
-	case "pid", "aimd", "fixed":
+	case "gradient", "pid", "aimd", "fixed":
 	default:
-		bad("concurrency.algorithm must be pid, aimd or fixed")
+		bad("concurrency.algorithm must be gradient, pid, aimd or fixed")
 	}
 	if k.MinLimit < 1 || k.MinLimit > c.MaxInFlight || k.InitialLimit < k.MinLimit || k.InitialLimit > c.MaxInFlight {
 		bad("concurrency: need 1 <= min_limit <= initial_limit <= max_in_flight")

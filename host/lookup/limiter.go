@@ -16,8 +16,9 @@ import (
 //
 // # Controller
 //
-// Every Window the controller compares the mean attempt latency with a setpoint and moves the
-// limit: "pid" runs the seed's PID controller (with anti-windup and a clamped output) on the
+// The default controller, "gradient", steers by the delivered rate in phases of its own
+// (gradient.go). The latency controllers: every Window the controller compares the mean
+// attempt latency with a setpoint and moves the limit: "pid" runs the seed's PID controller (with anti-windup and a clamped output) on the
 // logarithms, so the gains do not depend on the scale of latency or limit; "aimd" adds one
 // per round trip's worth of fast responses and multiplies by 0.9 per slow window.
 //
@@ -30,8 +31,8 @@ import (
 // setpoint for a second although the limit has come down: if the upstream itself slowed,
 // the probe sees it, the setpoint moves, and the limit climbs back.
 //
-// INVARIANT: inflight counts slots handed out and not yet released; inflight ≤ cap(limit)
-// except transiently after the limit drops, when releases do not dispatch.
+// INVARIANT: inflight counts slots handed out and not yet released; inflight ≤ capacity()
+// except transiently after the capacity drops, when releases do not dispatch.
 type limiter struct {
 	mu sync.Mutex
 
@@ -73,6 +74,7 @@ type limiter struct {
 	sched        schedLatency  // the client's own run-queue wait, taken out of each window's mean
 	lastSched    time.Duration // its mean over the last window, for per-sample decisions
 	slowStart    bool          // from the start until the first slow or overloaded window
+	grad         gradient      // the "gradient" controller's phases (gradient.go)
 }
 
 const (
@@ -104,16 +106,22 @@ func newLimiter(cfg *EndpointConfig) *limiter {
 	l.pid.integral = math.Log(l.limit)
 	now := time.Now()
 	l.winStart = now
-	if l.algorithm != "fixed" && l.target == 0 {
+	if (l.algorithm == "pid" || l.algorithm == "aimd") && l.target == 0 {
 		l.startProbe(now) // measure the baseline before steering by it
 	}
-	l.slowStart = l.algorithm != "fixed"
+	l.slowStart = l.algorithm == "pid" || l.algorithm == "aimd"
+	if l.algorithm == "gradient" {
+		l.grad.init(l, now)
+	}
 	return l
 }
 
 func (l *limiter) capacity() int {
 	if l.probing {
 		return int(l.minLimit)
+	}
+	if l.algorithm == "gradient" {
+		return l.grad.cap
 	}
 	return int(l.limit)
 }
@@ -156,8 +164,11 @@ func (l *limiter) take(c *call) {
 	l.inflight++
 	l.winPeak = max(l.winPeak, l.inflight)
 	c.epoch = 0
-	if l.probing {
+	switch {
+	case l.probing:
 		c.epoch = l.probeEpoch
+	case l.algorithm == "gradient":
+		c.epoch = l.grad.seq // the phase it was sent in
 	}
 }
 
@@ -264,6 +275,10 @@ func (l *limiter) observeLocked(s sample, now time.Time) {
 		if len(l.probeSamples) >= probeSamples || now.Sub(l.probeStart) > probeMaxTime {
 			l.endProbe(now)
 		}
+		return
+	}
+	if l.algorithm == "gradient" {
+		l.observeGradient(s, now)
 		return
 	}
 	if s.overload {
@@ -409,7 +424,13 @@ func (l *limiter) stats() limiterStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := limiterStats{limit: l.capacity(), inflight: l.inflight, queued: l.queued, baseline: l.baseline, changes: l.changes}
-	if l.algorithm != "fixed" {
+	switch {
+	case l.algorithm == "gradient":
+		s.setpoint = l.target // steering by throughput; a configured latency is its ceiling
+		if !l.probing {
+			s.limit = int(l.limit) // the limit its probing phases move the capacity around
+		}
+	case l.algorithm != "fixed":
 		s.setpoint = l.setpoint()
 	}
 	return s

@@ -144,7 +144,7 @@ func formatSeries(pts []adaptPoint) string {
 // and return there within a few seconds, with throughput at the pool's new capacity.
 func TestAdaptiveConcurrency(t *testing.T) {
 	fakeClockSched(t)
-	for _, alg := range []string{"pid", "aimd"} {
+	for _, alg := range []string{"gradient", "pid", "aimd"} {
 		t.Run(alg, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const workers, service = 8, 20 * time.Millisecond
@@ -175,6 +175,9 @@ func TestAdaptiveConcurrency(t *testing.T) {
 				check(5*time.Second, 15*time.Second, workers/service.Seconds())
 				check(20*time.Second, 30*time.Second, workers/(2*service).Seconds()) // within 5 s of the step
 				m := e.Metrics()
+				if alg == "gradient" {
+					return // it steers by throughput: its baseline is measured once, at the start
+				}
 				if math.Abs(float64(m.BaselineRTT-2*service)) > float64(service/10) {
 					t.Errorf("baseline %v after the step, want ~%v", m.BaselineRTT, 2*service)
 				}
@@ -188,7 +191,7 @@ func TestAdaptiveConcurrency(t *testing.T) {
 // bringing the upstream's latency back to the setpoint, with throughput at the new capacity.
 func TestAdaptiveOverload(t *testing.T) {
 	fakeClockSched(t)
-	for _, alg := range []string{"pid", "aimd"} {
+	for _, alg := range []string{"gradient", "pid", "aimd"} {
 		t.Run(alg, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				const workers, service = 8, 20 * time.Millisecond
@@ -236,5 +239,76 @@ func TestPIDAntiWindup(t *testing.T) {
 	// After a long saturation, a reversed error acts at once instead of unwinding first.
 	if out := p.update(-0.5, 0.1); out >= 1 {
 		t.Fatalf("wound up: output %v after the error reversed", out)
+	}
+}
+
+// sharedCPU is an upstream without a worker pool, whose requests share a CPU: each one's
+// latency grows with the requests in flight when it arrives, by base × (1 + n/per), so its
+// throughput keeps growing with the concurrency, ever more slowly (d ln rate / d ln n =
+// 1 / (1 + n/per)).
+type sharedCPU struct {
+	base   time.Duration
+	per    float64
+	active atomic.Int64
+}
+
+func (u *sharedCPU) handle(w http.ResponseWriter, r *http.Request) {
+	n := u.active.Add(1)
+	time.Sleep(time.Duration(float64(u.base) * (1 + float64(n)/u.per)))
+	u.active.Add(-1)
+}
+
+// rate is the upstream's throughput at n in flight.
+func (u *sharedCPU) rate(n float64) float64 {
+	return n / (u.base.Seconds() * (1 + n/u.per))
+}
+
+// TestAdaptiveSharedCPU is issue 11's h2c case in fake time: an upstream whose latency at 64
+// in flight is 5 × its unloaded latency but still gives 1.7 × the throughput of 16 in flight
+// (its gradient at 64 is 0.2). The latency controllers stop where latency crosses 1.5 × the
+// baseline (about 8 in flight, half the throughput of 64); the gradient controller goes on to
+// MaxInFlight, within 5% of the fixed limit's throughput. With MaxInFlight 512 it must still
+// stop where more concurrency buys too little (its gradient floor, 0.1: at about 144 in
+// flight), not queue 512 requests in the upstream.
+func TestAdaptiveSharedCPU(t *testing.T) {
+	fakeClockSched(t)
+	for _, tc := range []struct {
+		maxInFlight    int
+		lo, hi         int     // the limit's range over the second half
+		minShareOfBest float64 // throughput over the second half ÷ the upstream's rate at lo..hi's best
+	}{
+		{maxInFlight: 64, lo: 48, hi: 64, minShareOfBest: 0.95},
+		{maxInFlight: 512, lo: 96, hi: 288, minShareOfBest: 0.85},
+	} {
+		t.Run(fmt.Sprint(tc.maxInFlight), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				u := &sharedCPU{base: 20 * time.Millisecond, per: 16}
+				mn := newMemNet(t, u.handle)
+				cfg := memConfig()
+				cfg.MaxInFlight = tc.maxInFlight
+				cfg.MaxQueued = 4 * tc.maxInFlight
+				cfg.SingleFlight = "off"
+				e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+				pool := newWorkerPool(1, 0) // runAdaptive's capacity column only
+				pts := runAdaptive(t, e, pool, tc.maxInFlight, 60*time.Second, 500*time.Millisecond, func() {})
+				t.Logf("gradient, shared CPU 20ms × (1 + n/16), max_in_flight %d\n%s", tc.maxInFlight, formatSeries(pts))
+				var sum float64
+				var n int
+				for _, p := range pts {
+					if p.at <= 30*time.Second {
+						continue
+					}
+					if p.limit < tc.lo || p.limit > tc.hi {
+						t.Errorf("t=%v: limit %d outside [%d, %d]", p.at, p.limit, tc.lo, tc.hi)
+					}
+					sum += p.throughput
+					n++
+				}
+				best := u.rate(float64(tc.hi))
+				if got := sum / float64(n); got < tc.minShareOfBest*best {
+					t.Errorf("throughput %.0f/s over the second half < %.2f × %.0f/s (the rate at %d in flight)", got, tc.minShareOfBest, best, tc.hi)
+				}
+			})
+		})
 	}
 }

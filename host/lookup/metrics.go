@@ -30,8 +30,8 @@ type Metrics struct {
 	Limit        int                // current concurrency limit
 	InFlight     int                // attempts in flight
 	Queued       int                // requests waiting for a slot
-	BaselineRTT  time.Duration      // latency baseline measured at low concurrency
-	Setpoint     time.Duration      // latency the controller steers towards
+	BaselineRTT  time.Duration      // latency baseline measured at low concurrency (gradient: once, at the start)
+	Setpoint     time.Duration      // latency the controller steers towards (gradient: TargetLatency, its ceiling)
 	LimitChanges uint64             // controller updates that changed the limit
 	_            [0]func()          // not comparable: may grow
 }

@@ -91,7 +91,7 @@ func (c *Controller) batchAdd(t *task) bool {
 			// runnable, and the runner takes it before more input, so that outputs keep the
 			// order of the input on this path, as they do without batches.
 			c.markKeyBusy(o)
-			c.park(c.gate[string(t.key)], t, false)
+			c.park(c.gate.find(c.taskHash(t), t.key), t, false)
 			c.flushBatch()
 			return true
 		}

@@ -250,7 +250,11 @@ func (c *Controller) captureInput(id uint64) bool {
 	ok := true
 	if c.admitted > 0 {
 		tasks = make([]*task, 0, c.admitted)
-		for _, g := range c.gate {
+		for i := range c.gate.slots {
+			g := c.gate.slots[i].g
+			if g == nil {
+				continue
+			}
 			if t := g.owner; t != nil {
 				tasks = append(tasks, t)
 			}

@@ -65,6 +65,7 @@ func (c *Controller) complete(cp completion) {
 		if b.err != nil {
 			c.fail(fmt.Errorf("state backend: %w", b.err))
 			c.deliver(b, 0, len(b.reads), cp.at)
+			c.recycleReads(b)
 			return
 		}
 		if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
@@ -75,6 +76,7 @@ func (c *Controller) complete(cp completion) {
 		if c.holder == nil || len(b.reads) <= fillPartKeys {
 			c.fill(b, 0, len(b.reads))
 			c.deliver(b, 0, len(b.reads), cp.at)
+			c.recycleReads(b)
 			return
 		}
 		c.fills = append(c.fills, partFill{b: b, at: cp.at}) // the runner fills it (fillPart)
@@ -123,6 +125,9 @@ func (c *Controller) fillPart() {
 		c.fills = c.fills[1:]
 	}
 	c.deliver(b, from, to, at)
+	if to == len(b.reads) {
+		c.recycleReads(b)
+	}
 }
 
 // deliver hands the results b.results[from:to], filled, to their tasks: a prefetching task

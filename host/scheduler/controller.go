@@ -200,9 +200,12 @@ type Controller struct {
 	capWait        []*task      // tasks waiting for room under the cap (waitForCap), FIFO
 	waitBytes      int64        // what parked and capWait tasks hold (waitSize summed)
 	waitLimit      int64        // the most waitBytes may reach while more are admitted (mayAdmit)
-	seq            uint64
+	// lookups: the module may make lookups (it declares endpoints and the run sends them), so
+	// the in-flight cap holds during drains too (fetchCap).
+	lookups bool
+	seq     uint64
 
-	gate     map[string]*gateEntry
+	gate     gateTable
 	gatePool []*gateEntry
 	runnable []*task // promoted from the gate, in order
 
@@ -244,14 +247,15 @@ type Controller struct {
 	ptWake       *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
-	fills        []partFill    // completed batches filled in parts (fillPart), oldest first
-	pendingSince time.Time     // when the oldest pending read joined the batch
-	fetchEWMA    time.Duration // observed fetch latency, for the batch wait
-	prefetch     []uint32      // state ids the module prefetches (docs/abi.md, "Fast paths")
-	pfTask       *task         // the task whose prefetched values are in pfHot
-	pfHot        []pfValue     // hot answers of its prefetch check, valid until the backend is used
-	pfNext       int           // the next pfHot answer to hand out (abi gathers in prefetch order)
-	maxBatch     int           // pending reads that trigger a Fetch without waiting for the runner to be stuck
+	readsPool    [][]pendingRead // delivered batches' reads, for the next ones (recycleReads)
+	fills        []partFill      // completed batches filled in parts (fillPart), oldest first
+	pendingSince time.Time       // when the oldest pending read joined the batch
+	fetchEWMA    time.Duration   // observed fetch latency, for the batch wait
+	prefetch     []uint32        // state ids the module prefetches (docs/abi.md, "Fast paths")
+	pfTask       *task           // the task whose prefetched values are in pfHot
+	pfHot        []pfValue       // hot answers of its prefetch check, valid until the backend is used
+	pfNext       int             // the next pfHot answer to hand out (abi gathers in prefetch order)
+	maxBatch     int             // pending reads that trigger a Fetch without waiting for the runner to be stuck
 	ready        []*task
 	suspended    []*task // the tasks suspended inside their calls, each at its task.suspIdx
 
@@ -289,7 +293,7 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 		cfg:       cfg,
 		name:      cfg.Module.Name(),
 		log:       cfg.Logger.With("operator", cfg.Module.Name()),
-		gate:      make(map[string]*gateEntry),
+		gate:      newGateTable(),
 		timers:    newTimerService(cfg.TimerLimit),
 		ptimers:   newTimerService(cfg.TimerLimit),
 		maxBatch:  cfg.ReadBatch,
@@ -306,6 +310,7 @@ func New(module *abi.Module, backend state.Backend, sink Sink, opts ...Option) (
 		c.batch.max = cfg.CallBatch
 	}
 	c.epochs = []*epoch{{startWM: math.MinInt64}}
+	c.lookups = cfg.Lookup != nil && len(cfg.Module.Manifest.Endpoints) > 0
 	if !cfg.Synchronous && cfg.Order == OrderPerKey {
 		c.prefetch = cfg.Module.Manifest.PrefetchIDs()
 		c.holder, _ = cfg.Backend.(state.Holder)
@@ -463,7 +468,10 @@ func (c *Controller) loop(self *carrier) {
 				continue
 			}
 		} else if c.mayAdmit() {
-			if el, ok := c.nextInput(); ok {
+			// The head of a batch read just now is checked as well (headParks).
+			buffered := len(c.inbuf) > 0
+			if el, ok := c.nextInput(); ok && (buffered || c.mayAdmit()) {
+				c.inbuf = c.inbuf[1:]
 				c.handle(el)
 				c.handleRun()
 				continue
@@ -481,8 +489,9 @@ func (c *Controller) loop(self *carrier) {
 	}
 }
 
-// nextInput takes the next input element without blocking. The element stays in its input
-// batch, which the controller does not modify.
+// nextInput returns the next input element without blocking, reading the next batch if none
+// is buffered; the caller takes it by advancing c.inbuf. The element stays in its input batch,
+// which the controller does not modify.
 func (c *Controller) nextInput() (*Element, bool) {
 	for len(c.inbuf) == 0 {
 		if c.inputDone {
@@ -500,9 +509,7 @@ func (c *Controller) nextInput() (*Element, bool) {
 			return nil, false
 		}
 	}
-	el := &c.inbuf[0]
-	c.inbuf = c.inbuf[1:]
-	return el, true
+	return &c.inbuf[0], true
 }
 
 // handleRun keeps taking elements from the input batch without a full loop iteration each,
@@ -586,7 +593,7 @@ func (c *Controller) handle(el *Element) {
 		t.ep, t.wm = e, e.startWM
 		e.pending++
 		c.admitted++
-		if len(c.gate) == 0 && c.cfg.Order == OrderPerKey {
+		if c.gate.n == 0 && c.cfg.Order == OrderPerKey {
 			c.execute(t) // no key is busy: submit would run t at once (see execute)
 		} else {
 			c.submit(t, false)

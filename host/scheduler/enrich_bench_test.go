@@ -108,12 +108,13 @@ func enrichJob(b *testing.B, m *abi.Module, url, transport, algorithm string, el
 
 // enrichJobAt is enrichJob with the endpoint's max_in_flight (0: the default, 256), which is
 // the limit of the "fixed" algorithm and the ceiling of the adaptive ones. The endpoint's
-// queue holds the scheduler's 512 in flight whatever the limit.
+// queue holds every lookup the scheduler can have in flight whatever the limit: its cap of 512
+// (a module that makes lookups keeps that cap while it drains too, see fetchCap).
 func enrichJobAt(b *testing.B, m *abi.Module, url, transport, algorithm string, maxInFlight int, els []Element) (recPerSec float64, cpuPerRec time.Duration, limit int) {
 	reg := lookup.NewRegistry()
 	ep, err := reg.Open("bench", lookup.EndpointConfig{
 		Name: "svc", BaseURL: url, Transport: transport,
-		MaxInFlight: maxInFlight, MaxQueued: 1024,
+		MaxInFlight: maxInFlight, MaxQueued: 512,
 		Egress:      lookup.EgressPolicy{AllowLoopback: true},
 		Concurrency: lookup.ConcurrencyConfig{Algorithm: algorithm},
 	})
@@ -132,7 +133,7 @@ func enrichJobAt(b *testing.B, m *abi.Module, url, transport, algorithm string, 
 		})
 	}
 	sink := &discardSink{}
-	// Twice the endpoint's 256 in flight: enough to keep it full, within its queue (4 × 256).
+	// Twice the endpoint's 256 in flight: enough to keep it full, within its queue.
 	c, err := New(m, state.NewMemory(), sink, WithLookup(lookupFn), WithMaxInFlight(512))
 	if err != nil {
 		b.Fatal(err)

@@ -42,10 +42,10 @@ func (c *Controller) releaseStep() bool {
 		}
 	}
 	if len(e.due) > 0 {
-		if !c.mayAdmit() {
+		te := e.due[0]
+		if !c.mayAdmitTimer(te.key) {
 			return false
 		}
-		te := e.due[0]
 		e.due = e.due[1:]
 		t := c.newTask()
 		t.kind = kindTimer

@@ -103,8 +103,9 @@ func (c *Controller) hotRun() bool {
 		// path while others wait for their values: at a tenth of the state hot most records
 		// hit while some key is always busy, and the general path cost them 2.1 µs of the
 		// runner's CPU a record against 0.45 here (issue 10).
-		if len(c.gate) > 0 {
-			if _, busy := c.gate[string(el.Key)]; busy {
+		var h uint64
+		if c.gate.n > 0 {
+			if h = c.gate.hash(el.Key); c.gate.find(h, el.Key) != nil {
 				break
 			}
 		}
@@ -118,6 +119,7 @@ func (c *Controller) hotRun() bool {
 		}
 		t.kind = kindRecord
 		t.key, t.value, t.ts, t.pos = el.Key, el.Value, el.TS, el.Pos
+		t.khash, t.hashed = h, c.gate.n > 0 // the probe's hash, if the gate was probed
 		t.ep, t.wm = e, e.startWM
 		e.pending++
 		c.admitted++

@@ -8,15 +8,14 @@ import (
 	"unsafe"
 )
 
-// gateEntry is a busy key's place in the gate. Its map key is a string over key, the entry's
-// own copy of the key's bytes, so entering a key does not allocate a string: key is written
-// only while the entry is out of the map (markKeyBusy) and the map drops the string when the
-// entry is deleted. inline is the queue's first backing array: most keys park one or two
-// records, if any.
+// gateEntry is a busy key's place in the gate. key is the entry's own copy of the key's bytes,
+// written only while the entry is out of the gate (markKeyBusy). inline is the queue's first
+// backing array: most keys park one or two records, if any.
 type gateEntry struct {
 	queue  []*task
 	key    []byte
-	owner  *task // the task holding the key (a barrier's capture finds it here, capture.go)
+	owner  *task  // the task holding the key (a barrier's capture finds it here, capture.go)
+	hash   uint64 // of key, its place in the gate (gateTable)
 	inline [2]*task
 }
 
@@ -40,11 +39,11 @@ func (c *Controller) submit(t *task, front bool) {
 	// The gate holds only keys whose task suspended: while nothing is suspended or parked (the
 	// all-hits path) it is empty and the lookup is skipped (handle checks this before the
 	// call).
-	if len(c.gate) == 0 {
+	if c.gate.n == 0 {
 		c.execute(t)
 		return
 	}
-	if g, ok := c.gate[string(t.key)]; ok {
+	if g := c.gate.find(c.taskHash(t), t.key); g != nil {
 		c.park(g, t, front)
 		return
 	}
@@ -88,8 +87,22 @@ func (c *Controller) markKeyBusy(t *task) {
 		g.queue = g.inline[:0]
 	}
 	g.key = append(g.key[:0], t.key...)
-	c.gate[unsafe.String(unsafe.SliceData(g.key), len(g.key))] = g
+	g.hash = c.taskHash(t)
+	c.gate.insert(g)
 	t.gent, g.owner = g, t
+}
+
+// taskHash is the gate's hash of t's key, computed once per task.
+func (c *Controller) taskHash(t *task) uint64 {
+	if !t.hashed {
+		t.khash, t.hashed = c.gate.hash(t.key), true
+	}
+	return t.khash
+}
+
+// keyBusy reports whether key's gate entry exists: a record of it would park.
+func (c *Controller) keyBusy(key []byte) bool {
+	return c.gate.n > 0 && c.gate.find(c.gate.hash(key), key) != nil
 }
 
 // keyDone releases t's key: the next parked task of the key becomes runnable, keeping the key.
@@ -128,7 +141,7 @@ func (c *Controller) releaseKey(t *task) {
 		c.runnable = append(c.runnable, next)
 		return
 	}
-	delete(c.gate, string(t.key))
+	c.gate.remove(g)
 	g.queue, g.owner = g.queue[:0], nil
 	if cap(g.queue) > gateQueueKeep {
 		g.queue = g.inline[:0] // a hot key's long queue is not kept for the next key

@@ -72,12 +72,71 @@ func (c *Controller) sizePool() error {
 // module's cold path (ColdPath/as) 2.4-2.8 µs against 1.6-2.0 with this bound, at the same
 // share of the Little's-law bound; BenchmarkDisaggregated's Zipf and uniform figures did not
 // move (parked records, which the Zipf case needs, are bounded by their bytes only).
+//
+// A module that prefetches nothing keeps no record waiting for room at all: each of its records
+// may suspend, so one that waited could only take the place of a call that finished, which the
+// runner can as well fill from its input then. Admitted early, every such record entered the
+// gate and left it, and its task and key went cold while thousands of others waited
+// (ColdPath/wat-suspend had ~1,200 records waiting for room on average, one gate entry each,
+// and paid for the gate's map and the cold tasks on nearly every record). So at the cap it
+// takes a record only if the record would park behind its busy key (the head of the input is
+// checked, headParks), and otherwise leaves the input where it is until a call finishes.
+//
+// Small enough to inline: the all-hits loop (hotRun) asks for every record.
 func (c *Controller) mayAdmit() bool {
-	return c.admitted < c.maxInFlight || c.waitBytes < c.waitLimit && len(c.capWait) < capWaitLookahead*c.maxInFlight
+	return c.admitted < c.maxInFlight || c.mayAdmitAtCap()
+}
+
+// mayAdmitAtCap is mayAdmit once the admitted tasks reach the cap.
+func (c *Controller) mayAdmitAtCap() bool {
+	ok, decided := c.atCap()
+	return ok || !decided && c.headParks()
+}
+
+// mayAdmitTimer is mayAdmit for a fired timer of key instead of the next input element.
+func (c *Controller) mayAdmitTimer(key string) bool {
+	if c.admitted < c.maxInFlight {
+		return true
+	}
+	ok, decided := c.atCap()
+	if !ok && !decided {
+		ok = c.cfg.Order == OrderPerKey && c.keyBusy([]byte(key))
+	}
+	return ok
+}
+
+// atCap is mayAdmit's decision once the admitted tasks reach the cap, as far as it does not
+// depend on the task: undecided means that only a task that parks behind its key may come in
+// (a module that prefetches nothing, its calls filling the cap).
+func (c *Controller) atCap() (ok, decided bool) {
+	switch {
+	case c.waitBytes >= c.waitLimit:
+		return false, true
+	case len(c.prefetch) > 0:
+		return len(c.capWait) < capWaitLookahead*c.maxInFlight, true
+	case c.admitted-c.parked-len(c.capWait) < c.maxInFlight:
+		return true, true
+	}
+	return false, false
+}
+
+// headParks reports whether the next input element, taken now, would hold no place under the
+// cap: a record whose key is busy (it parks), or no record. With nothing buffered it reports
+// true, since reading the next input batch admits nothing (the loop checks its head before
+// taking it).
+func (c *Controller) headParks() bool {
+	if len(c.inbuf) == 0 {
+		return true
+	}
+	el := &c.inbuf[0]
+	if el.Kind != ElementRecord {
+		return true
+	}
+	return !el.KeyByWasm && c.cfg.Order == OrderPerKey && c.keyBusy(el.Key)
 }
 
 // capWaitLookahead is how many caps' worth of records wait for room under the cap, at most
-// (see mayAdmit).
+// (see mayAdmit), for a module that prefetches.
 const capWaitLookahead = 4
 
 // overCap reports whether the admitted tasks that count against the cap (all but the waiting
@@ -92,10 +151,18 @@ func (c *Controller) overCap() bool {
 // capWaitLookahead caps' worth, already admitted and held in memory) send their fetches in
 // one round instead of one cap's worth per GET wait (see waitForCap).
 //
+// Not for a module that makes lookups: a record that fetched goes on to its call, which may
+// send a lookup, and the lookups outstanding must stay within the cap (an endpoint's queue is
+// sized by it: drainCaps caps' worth of lookups at the end of an enrichment job's input
+// overflowed one, "endpoint queue full"; TestLookupsWithinCap).
+//
 // The records a barrier captured instead of draining (capture.go) keep that cap until they have
 // run: a drain would have sent their fetches at it, and they are admitted and held already,
 // so it holds no more than the drain did (and admission, mayAdmit, is bounded as always).
 func (c *Controller) fetchCap() int {
+	if c.lookups {
+		return c.maxInFlight
+	}
 	if c.barrier != nil || c.capturedLeft > 0 || c.inputDone && len(c.inbuf) == 0 {
 		return drainCaps * c.maxInFlight
 	}
@@ -118,7 +185,7 @@ func (c *Controller) waitForCap(t *task, cold bool) {
 	t.prefetched, t.async = false, true // its prefetched values are checked again when it runs
 	if o := c.pendingBatchTask(t.key); o != nil && !t.inGate {
 		c.markKeyBusy(o)
-		c.park(c.gate[string(t.key)], t, false)
+		c.park(c.gate.find(c.taskHash(t), t.key), t, false)
 		c.flushBatch()
 		return
 	}

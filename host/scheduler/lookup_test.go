@@ -178,3 +178,45 @@ func TestLookupsUnordered(t *testing.T) {
 		t.Error("unordered mode produced input order: the test proves nothing")
 	}
 }
+
+// TestLookupsWithinCap: the in-flight cap bounds the lookups outstanding, also while the runner
+// drains at the end of the input (when records waiting for room may fetch beyond the cap, see
+// fetchCap): an endpoint's queue sized for the cap must never overflow. 2,000 records of
+// distinct keys, cap 16, over a tier where every key is cold: enrich reads state it does not
+// prefetch, enrichpf prefetches it (so at the cap its records wait for room, then fetch).
+func TestLookupsWithinCap(t *testing.T) {
+	for _, mod := range []string{"enrich", "enrichpf"} {
+		t.Run(mod, func(t *testing.T) {
+			m := loadModule(t, "testdata/"+mod+".wasm")
+			synctest.Test(t, func(t *testing.T) {
+				fl := &fakeLookup{rng: rand.New(rand.NewPCG(7, 7))}
+				sink := &collectSink{}
+				var els []Element
+				for i := range 2000 {
+					k := fmt.Sprint("k", i)
+					els = append(els, Element{Kind: ElementRecord, Key: []byte(k), Value: []byte("GET /" + k), Pos: int64(i + 1)})
+				}
+				els = append(els, Element{Kind: ElementWatermark, TS: math.MaxInt64})
+				tier := newFakeTier(7, time.Millisecond, 3*time.Millisecond, 0)
+				c, err := New(m, tier, sink, WithLookup(fl.do), WithMaxInFlight(16))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Run(context.Background(), feed(els, 64)); err != nil {
+					t.Fatal(err)
+				}
+				fl.wg.Wait()
+				tier.pending.Wait()
+				if n := fl.calls.Load(); n != 2000 {
+					t.Fatalf("%d lookups for 2000 records", n)
+				}
+				if tier.fetches.Load() == 0 {
+					t.Fatal("no fetches: the tier's keys were meant to be cold")
+				}
+				if m := fl.maxSeen.Load(); m > 16 || m < 8 {
+					t.Fatalf("at most %d lookups were outstanding at once; the cap is 16", m)
+				}
+			})
+		})
+	}
+}

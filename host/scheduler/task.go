@@ -37,8 +37,10 @@ type task struct {
 	slot      *slot    // instance running the task, while in flight
 	carrier   *carrier // carrier parked in the task's guest call, while suspended
 	suspended bool
-	suspIdx   int         // its index in Controller.suspended while suspended
-	inGate    bool        // the task's key has an entry in the gate
+	suspIdx   int  // its index in Controller.suspended while suspended
+	inGate    bool // the task's key has an entry in the gate
+	hashed    bool // khash is the gate's hash of key (taskHash)
+	khash     uint64
 	gent      *gateEntry  // that entry, while inGate: releaseKey needs no lookup to find it
 	held      *heldOutput // OrderInput: where the task's outputs wait for earlier records
 
@@ -81,7 +83,7 @@ type task struct {
 // of fields: clearing just those keeps the all-hits path cheap.
 func (t *task) reset() {
 	t.key, t.value, t.ep, t.slot = nil, nil, nil, nil
-	t.prefetched, t.inCoro, t.inGate = false, false, false
+	t.prefetched, t.inCoro, t.inGate, t.hashed = false, false, false, false
 	if !t.async {
 		return
 	}
