@@ -95,6 +95,8 @@ fuzz:
 # records, twice, under -race) take about an hour on a loaded 2-core machine: hence 150m.
 soak:
 	CLINK_SOAK=1 $(GO) test -race -count=1 -run 'TestProperties' -timeout 150m ./host/scheduler/
+	# Barrier capture: 300 seeds of a crash at a barrier that captured records, restored from a copy.
+	CLINK_SOAK=1 $(GO) test -count=1 -run 'TestCaptureRestore' -timeout 60m ./host/scheduler/
 	CLINK_STATE_SOAK=1 AWS_EC2_METADATA_DISABLED=true scripts/with-s3.sh $(GO) test -count=1 -run 'TestCrashRecovery' -timeout 60m ./host/state/
 	CLINK_MEM_SOAK=1 $(GO) test -count=1 -run 'TestRunawayGuestRSS' -timeout 10m ./host/abi/
 	# Pipelines: 60 crash rounds (>= 60 SIGKILLs) of `run --pipeline`, one and two operators.
