@@ -63,6 +63,7 @@ wasm-check:
 # Every fuzz target, one after the other, FUZZTIME each.
 FUZZ_TARGETS := \
 	./host/abi:FuzzImports \
+	./host/scheduler:FuzzCapturedInput \
 	./host/pipeline:FuzzTopLevelField \
 	./host/pipeline:FuzzSourceCSV \
 	./host/pipeline:FuzzIsJSONNumber \
