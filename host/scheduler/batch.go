@@ -76,7 +76,7 @@ func (c *Controller) batchAdd(t *task) bool {
 		// were it to wait on this carrier's stack instead, a suspension in the batch's call
 		// would leave it where a later record of its key could overtake it.
 		c.markKeyBusy(t)
-		c.runnable = append(c.runnable, t)
+		c.runnable.push(t)
 		c.flushBatch()
 		return true
 	}

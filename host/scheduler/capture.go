@@ -228,7 +228,7 @@ func (c *Controller) barrierDrained() bool {
 	if c.admitted == 0 {
 		return true
 	}
-	return c.freezing() && c.running == 0 && len(c.ready) == 0 && len(c.suspended) == 0
+	return c.freezing() && c.running == 0 && c.ready.len() == 0 && len(c.suspended) == 0
 }
 
 // captureInput stores the records admitted and not started in the backend's operator state,
@@ -308,7 +308,7 @@ func (c *Controller) captureInput(id uint64) bool {
 // unfreeze lets the frozen tasks start their calls (after the capture, or when it fell back
 // to a drain). They hold their keys: any order among them keeps per-key order.
 func (c *Controller) unfreeze() {
-	c.runnable = append(c.runnable, c.frozen...)
+	c.runnable.pushAll(c.frozen)
 	clear(c.frozen)
 	c.frozen = c.frozen[:0]
 }

@@ -65,7 +65,7 @@ func (c *Controller) complete(cp completion) {
 		if b.err != nil {
 			c.fail(fmt.Errorf("state backend: %w", b.err))
 			c.deliver(b, 0, len(b.reads), cp.at)
-			c.recycleReads(b)
+			c.recycleBatch(b)
 			return
 		}
 		if lat := cp.at.Sub(b.issued); c.fetchEWMA == 0 {
@@ -76,7 +76,7 @@ func (c *Controller) complete(cp completion) {
 		if c.holder == nil || len(b.reads) <= fillPartKeys {
 			c.fill(b, 0, len(b.reads))
 			c.deliver(b, 0, len(b.reads), cp.at)
-			c.recycleReads(b)
+			c.recycleBatch(b)
 			return
 		}
 		c.fills = append(c.fills, partFill{b: b, at: cp.at}) // the runner fills it (fillPart)
@@ -86,7 +86,7 @@ func (c *Controller) complete(cp completion) {
 		return
 	}
 	cp.task.waitFrom = cp.at
-	c.ready = append(c.ready, cp.task)
+	c.ready.push(cp.task)
 }
 
 // fillPartKeys is the most results of a completed batch that are filled (and, for prefetched
@@ -126,7 +126,7 @@ func (c *Controller) fillPart() {
 	}
 	c.deliver(b, from, to, at)
 	if to == len(b.reads) {
-		c.recycleReads(b)
+		c.recycleBatch(b)
 	}
 }
 
@@ -144,13 +144,13 @@ func (c *Controller) deliver(b *readBatch, from, to int, at time.Time) {
 				t.holds |= 1 << slices.Index(c.prefetch, uint32(r.key.State)) // FillHold held it
 			}
 			if t.prefetchWait--; t.prefetchWait == 0 {
-				c.runnable = append(c.runnable, t)
+				c.runnable.push(t)
 			}
 			continue
 		}
 		t.fetched = b.results[i]
 		t.waitFrom = at
-		c.ready = append(c.ready, t)
+		c.ready.push(t)
 	}
 }
 
@@ -170,11 +170,11 @@ func (c *Controller) delivered(t *task) bool {
 }
 
 func (c *Controller) nextReady() *task {
-	if len(c.ready) == 0 {
+	if c.ready.len() == 0 {
 		return nil
 	}
-	if c.cfg.ResumeOrder == ResumePriority && len(c.ready) > 1 {
-		slices.SortStableFunc(c.ready, func(a, b *task) int {
+	if c.cfg.ResumeOrder == ResumePriority && c.ready.len() > 1 {
+		slices.SortStableFunc(c.ready.live(), func(a, b *task) int {
 			switch {
 			case a.order < b.order:
 				return -1
@@ -184,10 +184,7 @@ func (c *Controller) nextReady() *task {
 			return 0
 		})
 	}
-	t := c.ready[0]
-	c.ready[0] = nil
-	c.ready = c.ready[1:]
-	return t
+	return c.ready.pop()
 }
 
 func (c *Controller) anySuspended() *task {

@@ -207,7 +207,7 @@ type Controller struct {
 
 	gate     gateTable
 	gatePool []*gateEntry
-	runnable []*task // promoted from the gate, in order
+	runnable taskQueue // promoted from the gate, in order
 
 	pool      []*slot
 	instances int
@@ -247,17 +247,17 @@ type Controller struct {
 	ptWake       *time.Timer   // wakes an idle runner at the earliest processing-time timer
 
 	pendingReads []pendingRead
-	readsPool    [][]pendingRead // delivered batches' reads, for the next ones (recycleReads)
-	fills        []partFill      // completed batches filled in parts (fillPart), oldest first
-	pendingSince time.Time       // when the oldest pending read joined the batch
-	fetchEWMA    time.Duration   // observed fetch latency, for the batch wait
-	prefetch     []uint32        // state ids the module prefetches (docs/abi.md, "Fast paths")
-	pfTask       *task           // the task whose prefetched values are in pfHot
-	pfHot        []pfValue       // hot answers of its prefetch check, valid until the backend is used
-	pfNext       int             // the next pfHot answer to hand out (abi gathers in prefetch order)
-	maxBatch     int             // pending reads that trigger a Fetch without waiting for the runner to be stuck
-	ready        []*task
-	suspended    []*task // the tasks suspended inside their calls, each at its task.suspIdx
+	batchPool    []*readBatch  // delivered batches, for the next ones (recycleBatch)
+	fills        []partFill    // completed batches filled in parts (fillPart), oldest first
+	pendingSince time.Time     // when the oldest pending read joined the batch
+	fetchEWMA    time.Duration // observed fetch latency, for the batch wait
+	prefetch     []uint32      // state ids the module prefetches (docs/abi.md, "Fast paths")
+	pfTask       *task         // the task whose prefetched values are in pfHot
+	pfHot        []pfValue     // hot answers of its prefetch check, valid until the backend is used
+	pfNext       int           // the next pfHot answer to hand out (abi gathers in prefetch order)
+	maxBatch     int           // pending reads that trigger a Fetch without waiting for the runner to be stuck
+	ready        taskQueue     // suspended calls whose value is in, in arrival order
+	suspended    []*task       // the tasks suspended inside their calls, each at its task.suspIdx
 
 	comp completions // the only cross-goroutine surface
 	// outstanding counts async operations (lookups sent, batched Fetches issued) whose
@@ -441,11 +441,8 @@ func (c *Controller) loop(self *carrier) {
 			c.execute(t)
 			continue
 		}
-		if len(c.runnable) > 0 {
-			t := c.runnable[0]
-			c.runnable[0] = nil
-			c.runnable = c.runnable[1:]
-			c.execute(t)
+		if c.runnable.len() > 0 {
+			c.execute(c.runnable.pop())
 			continue
 		}
 		if len(c.fills) > 0 {
@@ -518,7 +515,7 @@ func (c *Controller) nextInput() (*Element, bool) {
 // go through hotRun.
 func (c *Controller) handleRun() {
 	for len(c.inbuf) > 0 && c.mayAdmit() && c.err == nil && c.barrier == nil &&
-		len(c.ready) == 0 && len(c.runnable) == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0 {
+		c.ready.len() == 0 && c.runnable.len() == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0 {
 		if c.hotReady() && c.hotRun() {
 			continue
 		}

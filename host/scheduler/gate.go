@@ -138,7 +138,7 @@ func (c *Controller) releaseKey(t *task) {
 		c.waitBytes -= waitSize(next)
 		c.metrics.GateWaits.Add(1)
 		c.metrics.GateWaitNanos.Add(int64(time.Since(next.waitFrom)))
-		c.runnable = append(c.runnable, next)
+		c.runnable.push(next)
 		return
 	}
 	c.gate.remove(g)

@@ -295,3 +295,49 @@ func (s *slot) SetResumeOrder(order int64) {
 		s.t.order = order
 	}
 }
+
+// taskQueue is a FIFO of tasks that keeps its backing array: a pop advances the head, and
+// the queue starts again at the array's front whenever it empties, or moves its live part
+// there when an append would otherwise grow it. (The ready and runnable queues had been
+// slices popped by reslicing, whose appends reallocated once the consumed front had used up
+// the array: an allocation every few suspended records, issue 11.)
+type taskQueue struct {
+	q    []*task
+	head int
+}
+
+func (tq *taskQueue) len() int { return len(tq.q) - tq.head }
+
+func (tq *taskQueue) push(t *task) {
+	if len(tq.q) == cap(tq.q) && tq.head > 0 {
+		tq.compact()
+	}
+	tq.q = append(tq.q, t)
+}
+
+func (tq *taskQueue) pushAll(ts []*task) {
+	if len(tq.q)+len(ts) > cap(tq.q) && tq.head > 0 {
+		tq.compact()
+	}
+	tq.q = append(tq.q, ts...)
+}
+
+// compact moves the queued tasks to the array's front.
+func (tq *taskQueue) compact() {
+	n := copy(tq.q, tq.q[tq.head:])
+	clear(tq.q[n:])
+	tq.q, tq.head = tq.q[:n], 0
+}
+
+// pop takes the task at the front; the queue must not be empty.
+func (tq *taskQueue) pop() *task {
+	t := tq.q[tq.head]
+	tq.q[tq.head] = nil
+	if tq.head++; tq.head == len(tq.q) {
+		tq.q, tq.head = tq.q[:0], 0
+	}
+	return t
+}
+
+// live returns the queued tasks, front first, for a reorder in place.
+func (tq *taskQueue) live() []*task { return tq.q[tq.head:] }

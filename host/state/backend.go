@@ -67,7 +67,8 @@ type Backend interface {
 
 	// Fetch loads keys that Get reported cold, as one batched request where the tier allows.
 	// It returns at once; done is called exactly once, on any goroutine, with one result per
-	// key in order, or an error if the durable tier failed after its retries.
+	// key in order, or an error if the durable tier failed after its retries. The slice keys
+	// is the caller's again once done is called (the scheduler reuses it for a later Fetch).
 	Fetch(keys []Key, done func([]Fetched, error))
 
 	// Fill installs fetched values into the hot tier (runner side), unless the key was written
