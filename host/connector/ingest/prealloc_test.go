@@ -15,6 +15,21 @@ func settle(l *Log) {
 	l.mu.Unlock()
 }
 
+// openWithOne opens a new log, appends one batch and waits for its zeros ahead.
+func openWithOne(t *testing.T) (*Log, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "log")
+	l, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append("k1", []byte(`{"a":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	settle(l)
+	return l, path
+}
+
 // zerosAfter fails unless every byte of the file at path from off on is zero.
 func zerosAfter(t *testing.T, path string, off int64) int64 {
 	t.Helper()
@@ -34,15 +49,7 @@ func zerosAfter(t *testing.T, path string, off int64) int64 {
 // Appends land in zeros written ahead of the durable length (so they need only fdatasync): the
 // file does not grow with each one, and a reopen finds exactly the batches.
 func TestLogPreallocated(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "log")
-	l, err := Open(path, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Append("k1", []byte(`{"a":1}`)); err != nil {
-		t.Fatal(err)
-	}
-	settle(l)
+	l, path := openWithOne(t)
 	size := zerosAfter(t, path, l.Durable())
 	if size < l.Durable()+PreallocBytes/2 {
 		t.Fatalf("file of %d bytes: nothing allocated past the durable length %d", size, l.Durable())
@@ -58,7 +65,7 @@ func TestLogPreallocated(t *testing.T) {
 	durable := l.Durable()
 	l.Close()
 
-	l, err = Open(path, Options{})
+	l, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,15 +96,7 @@ func TestLogTornInPreallocated(t *testing.T) {
 		{"first page missing", 8192, strings.Repeat(`{"a":9}`+"\n", 100)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "log")
-			l, err := Open(path, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := l.Append("k1", []byte(`{"a":1}`)); err != nil {
-				t.Fatal(err)
-			}
-			settle(l)
+			l, path := openWithOne(t)
 			durable := l.Durable()
 			l.Close()
 			f, err := os.OpenFile(path, os.O_WRONLY, 0)
