@@ -144,3 +144,33 @@ func TestConformanceBatchFault(t *testing.T) {
 		})
 	}
 }
+
+// TestConformanceBatchFlushKeepsFrames: a record whose outputs overflow the output area
+// flushes it in the middle of a batch, which delivers the earlier records' outputs then; their
+// prefetch frames are still applied when the call returns, and so are the later records'.
+func TestConformanceBatchFlushKeepsFrames(t *testing.T) {
+	for _, path := range conformanceModules {
+		t.Run(strings.TrimSuffix(path[strings.LastIndexByte(path, '/')+1:], ".wasm"), func(t *testing.T) {
+			if strings.HasSuffix(path, "-go.wasm") && testing.Short() {
+				t.Skip("-short: skipping the Go module")
+			}
+			bh, _, inst := loadBatch(t, path)
+			outs, done, err := bh.batch(t, inst.in, [][2]string{{"p1", "pcount"}, {"e", "emitmany 1000 200"}, {"p2", "pcount"}})
+			if err != nil || done != 3 {
+				t.Fatalf("%d of 3 done: %v", done, err)
+			}
+			if len(outs[1]) != 1000 || len(outs[0]) != 1 || len(outs[2]) != 1 {
+				t.Fatalf("outputs per record: %d, %d, %d; want 1, 1000, 1", len(outs[0]), len(outs[1]), len(outs[2]))
+			}
+			for _, k := range []string{"p1", "p2"} {
+				out, err := inst.process(k, "pcount", 8)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := `{"pf":2,"pf2":20}`; len(out) != 1 || out[0].value != want {
+					t.Errorf("%s after the batch: %q, want %q (the batch's frame write-back applied)", k, out, want)
+				}
+			}
+		})
+	}
+}
