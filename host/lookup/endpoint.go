@@ -209,6 +209,11 @@ func (e *Endpoint) Close() error {
 // timers. Cancelling ctx abandons the request (KindCancelled, or KindTimeout for a deadline);
 // the upstream call itself is cancelled once no request is waiting for it.
 func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
+	e.do(ctx, req, nil, done)
+}
+
+// do is Do; c is the call to fill (DoRaw's, which req may view), or nil.
+func (e *Endpoint) do(ctx context.Context, req Request, c *call, done func(Response)) {
 	start := time.Now()
 	e.m.requests.Add(1)
 	e.closeMu.RLock()
@@ -230,7 +235,7 @@ func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
 		e.deliverAsync(done, start, Response{Err: ctxError(err)}, true)
 		return
 	}
-	c, rerr := e.prepare(req)
+	c, rerr := e.prepare(req, c)
 	if rerr != nil {
 		e.deliverAsync(done, start, Response{Err: rerr}, true)
 		return
@@ -270,14 +275,25 @@ func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
 // DoRaw is Do for a request in the guest's bytes (docs/abi.md, "Lookup request format"): a
 // malformed one is refused by rule RuleRequestFormat, counted and logged like every other
 // refusal, and reported to done (never before DoRaw returns).
+//
+// raw is the caller's again when DoRaw returns. A small request is copied into the call's own
+// room and parsed in place, which saves ParseRequest's copies.
 func (e *Endpoint) DoRaw(ctx context.Context, raw []byte, done func(Response)) {
-	req, err := ParseRequest(raw)
+	c := new(call)
+	var req Request
+	var err error
+	if b := c.arena.take(len(raw)); b != nil {
+		copy(b, raw)
+		req, err = parseRequest(b, true)
+	} else {
+		req, err = ParseRequest(raw)
+	}
 	if err != nil {
 		e.m.requests.Add(1)
 		e.deliverAsync(done, time.Now(), Response{Err: err}, false)
 		return
 	}
-	e.Do(ctx, req, done)
+	e.do(ctx, req, c, done)
 }
 
 // named returns err with the endpoint's name filled in.

@@ -6,10 +6,12 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"unsafe"
 )
 
 // prepare applies the endpoint's policy to req and builds the call.
-func (e *Endpoint) prepare(req Request) (*call, *Error) {
+// c is the call to fill (DoRaw's, whose arena req may view), or nil for a new one.
+func (e *Endpoint) prepare(req Request, c *call) (*call, *Error) {
 	mi := methodIndex(req.Method)
 	if mi < 0 || !e.allowed[mi] {
 		return nil, refused(RuleMethods, "method "+req.Method+" not allowed")
@@ -20,7 +22,10 @@ func (e *Endpoint) prepare(req Request) (*call, *Error) {
 		errors.As(err, &le)
 		return nil, le
 	}
-	c := &call{e: e, method: req.Method, body: req.Body, idempotent: idempotent(req.Method)}
+	if c == nil {
+		c = new(call)
+	}
+	c.e, c.method, c.body, c.idempotent = e, req.Method, req.Body, idempotent(req.Method)
 	c.url = *e.base
 	c.url.RawPath = escaped
 	c.url.Path = escaped
@@ -49,7 +54,12 @@ func (e *Endpoint) prepare(req Request) (*call, *Error) {
 	c.shared = e.sfAll || (e.sfSafe && safe(req.Method))
 	c.cacheable = e.cache != nil && e.cache.cacheable(req.Method)
 	if c.shared || c.cacheable {
-		c.key = requestKey(req, escaped, query)
+		// A cached response outlives its call: its key must not keep the call alive.
+		a := &c.arena
+		if c.cacheable {
+			a = nil
+		}
+		c.key = requestKey(a, req, escaped, query)
 	}
 	return c, nil
 }
@@ -73,13 +83,18 @@ func validHeader(h HeaderField) bool {
 }
 
 // requestKey identifies a request for single-flight and the cache: the normalised path, so
-// that "/a/../b" and "/b" share, plus method, guest headers in order, and body.
-func requestKey(req Request, escaped, query string) string {
+// that "/a/../b" and "/b" share, plus method, guest headers in order, and body. It is built
+// in a's room when it fits (a may be nil), else in a buffer of its own; either is never
+// written again, so the string views it.
+func requestKey(a *arena, req Request, escaped, query string) string {
 	n := len(req.Method) + len(escaped) + len(query) + len(req.Body) + 4
 	for _, h := range req.Header {
 		n += len(h.Name) + len(h.Value) + 2
 	}
-	b := make([]byte, 0, n)
+	b := a.take(n)[:0]
+	if b == nil {
+		b = make([]byte, 0, n)
+	}
 	b = append(b, req.Method...)
 	b = append(b, ' ')
 	b = append(b, escaped...)
@@ -87,12 +102,18 @@ func requestKey(req Request, escaped, query string) string {
 	b = append(b, query...)
 	b = append(b, '\n')
 	for _, h := range req.Header {
-		b = append(b, strings.ToLower(h.Name)...)
+		for i := 0; i < len(h.Name); i++ { // ASCII: a token
+			c := h.Name[i]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			b = append(b, c)
+		}
 		b = append(b, ':')
 		b = append(b, h.Value...)
 		b = append(b, '\n')
 	}
 	b = append(b, '\n')
 	b = append(b, req.Body...)
-	return string(b)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }

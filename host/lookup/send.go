@@ -133,7 +133,11 @@ func (c *call) attemptEnd(t0 time.Time, resp *http.Response, err error) (next *c
 	var r Response
 	if err == nil {
 		r.Status = resp.StatusCode
-		r.Body, err = c.e.readBody(resp, c.method)
+		a := &c.arena
+		if c.cacheable {
+			a = nil // the cache keeps the body: it must not keep the call
+		}
+		r.Body, err = c.e.readBody(resp, c.method, a)
 		resp.Body.Close()
 	}
 	if err != nil {
@@ -205,8 +209,9 @@ func (c *call) fillRequest(r *http.Request) {
 	}
 }
 
-// readBody reads the whole body, failing as soon as it exceeds the endpoint's limit.
-func (e *Endpoint) readBody(resp *http.Response, method string) ([]byte, error) {
+// readBody reads the whole body, failing as soon as it exceeds the endpoint's limit. A body of
+// known length that fits in a's room (a may be nil) is read there.
+func (e *Endpoint) readBody(resp *http.Response, method string, a *arena) ([]byte, error) {
 	if method == http.MethodHead || resp.Body == http.NoBody {
 		return nil, nil
 	}
@@ -224,7 +229,10 @@ func (e *Endpoint) readBody(resp *http.Response, method string) ([]byte, error) 
 		return nil, tooLarge()
 	}
 	if resp.ContentLength >= 0 {
-		b := make([]byte, resp.ContentLength)
+		b := a.take(int(resp.ContentLength))
+		if b == nil {
+			b = make([]byte, resp.ContentLength)
+		}
 		if _, err := io.ReadFull(resp.Body, b); err != nil {
 			return nil, err
 		}
