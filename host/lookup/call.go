@@ -71,32 +71,6 @@ type call struct {
 	qprev, qnext *call
 	qAt          time.Time
 	epoch        uint64
-
-	arena arena // room for a small request's bytes, key and response body
-}
-
-// arenaSize is a call's room for what a small lookup would otherwise allocate apiece: the
-// guest's request (DoRaw), the single-flight key and the response body.
-const arenaSize = 384
-
-// arena hands out pieces of a call's room, each once: a piece is written by its taker
-// only, before anything reads it, and never again, so strings may view it. The call is never
-// reused, so whatever views a piece (a response body a waiter keeps) keeps the whole call
-// alive; a cacheable call's key and body, which the cache keeps, are not taken from it.
-type arena struct {
-	buf  [arenaSize]byte
-	used int
-}
-
-// take returns a piece of n bytes (length and capacity n), or nil if the room left is
-// smaller or a is nil.
-func (a *arena) take(n int) []byte {
-	if a == nil || n > len(a.buf)-a.used {
-		return nil
-	}
-	b := a.buf[a.used : a.used+n : a.used+n]
-	a.used += n
-	return b
 }
 
 type callState uint8

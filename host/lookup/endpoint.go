@@ -1,6 +1,7 @@
 package lookup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -209,11 +210,6 @@ func (e *Endpoint) Close() error {
 // timers. Cancelling ctx abandons the request (KindCancelled, or KindTimeout for a deadline);
 // the upstream call itself is cancelled once no request is waiting for it.
 func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
-	e.do(ctx, req, nil, done)
-}
-
-// do is Do; c is the call to fill (DoRaw's, which req may view), or nil.
-func (e *Endpoint) do(ctx context.Context, req Request, c *call, done func(Response)) {
 	start := time.Now()
 	e.m.requests.Add(1)
 	e.closeMu.RLock()
@@ -235,7 +231,7 @@ func (e *Endpoint) do(ctx context.Context, req Request, c *call, done func(Respo
 		e.deliverAsync(done, start, Response{Err: ctxError(err)}, true)
 		return
 	}
-	c, rerr := e.prepare(req, c)
+	c, rerr := e.prepare(req)
 	if rerr != nil {
 		e.deliverAsync(done, start, Response{Err: rerr}, true)
 		return
@@ -276,24 +272,16 @@ func (e *Endpoint) do(ctx context.Context, req Request, c *call, done func(Respo
 // malformed one is refused by rule RuleRequestFormat, counted and logged like every other
 // refusal, and reported to done (never before DoRaw returns).
 //
-// raw is the caller's again when DoRaw returns. A small request is copied into the call's own
-// room and parsed in place, which saves ParseRequest's copies.
+// raw is the caller's again when DoRaw returns: it is copied once, and the request parsed in
+// place over the copy (ParseRequest copies the head, the header fields and the body apiece).
 func (e *Endpoint) DoRaw(ctx context.Context, raw []byte, done func(Response)) {
-	c := new(call)
-	var req Request
-	var err error
-	if b := c.arena.take(len(raw)); b != nil {
-		copy(b, raw)
-		req, err = parseRequest(b, true)
-	} else {
-		req, err = ParseRequest(raw)
-	}
+	req, err := parseRequest(bytes.Clone(raw), true)
 	if err != nil {
 		e.m.requests.Add(1)
 		e.deliverAsync(done, time.Now(), Response{Err: err}, false)
 		return
 	}
-	e.do(ctx, req, c, done)
+	e.Do(ctx, req, done)
 }
 
 // named returns err with the endpoint's name filled in.

@@ -10,8 +10,7 @@ import (
 )
 
 // prepare applies the endpoint's policy to req and builds the call.
-// c is the call to fill (DoRaw's, whose arena req may view), or nil for a new one.
-func (e *Endpoint) prepare(req Request, c *call) (*call, *Error) {
+func (e *Endpoint) prepare(req Request) (*call, *Error) {
 	mi := methodIndex(req.Method)
 	if mi < 0 || !e.allowed[mi] {
 		return nil, refused(RuleMethods, "method "+req.Method+" not allowed")
@@ -22,10 +21,7 @@ func (e *Endpoint) prepare(req Request, c *call) (*call, *Error) {
 		errors.As(err, &le)
 		return nil, le
 	}
-	if c == nil {
-		c = new(call)
-	}
-	c.e, c.method, c.body, c.idempotent = e, req.Method, req.Body, idempotent(req.Method)
+	c := &call{e: e, method: req.Method, body: req.Body, idempotent: idempotent(req.Method)}
 	c.url = *e.base
 	c.url.RawPath = escaped
 	c.url.Path = escaped
@@ -54,12 +50,7 @@ func (e *Endpoint) prepare(req Request, c *call) (*call, *Error) {
 	c.shared = e.sfAll || (e.sfSafe && safe(req.Method))
 	c.cacheable = e.cache != nil && e.cache.cacheable(req.Method)
 	if c.shared || c.cacheable {
-		// A cached response outlives its call: its key must not keep the call alive.
-		a := &c.arena
-		if c.cacheable {
-			a = nil
-		}
-		c.key = requestKey(a, req, escaped, query)
+		c.key = requestKey(req, escaped, query)
 	}
 	return c, nil
 }
@@ -84,17 +75,13 @@ func validHeader(h HeaderField) bool {
 
 // requestKey identifies a request for single-flight and the cache: the normalised path, so
 // that "/a/../b" and "/b" share, plus method, guest headers in order, and body. It is built
-// in a's room when it fits (a may be nil), else in a buffer of its own; either is never
-// written again, so the string views it.
-func requestKey(a *arena, req Request, escaped, query string) string {
+// in one buffer, never written again, which the string views.
+func requestKey(req Request, escaped, query string) string {
 	n := len(req.Method) + len(escaped) + len(query) + len(req.Body) + 4
 	for _, h := range req.Header {
 		n += len(h.Name) + len(h.Value) + 2
 	}
-	b := a.take(n)[:0]
-	if b == nil {
-		b = make([]byte, 0, n)
-	}
+	b := make([]byte, 0, n)
 	b = append(b, req.Method...)
 	b = append(b, ' ')
 	b = append(b, escaped...)

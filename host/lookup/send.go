@@ -133,11 +133,7 @@ func (c *call) attemptEnd(t0 time.Time, resp *http.Response, err error) (next *c
 	var r Response
 	if err == nil {
 		r.Status = resp.StatusCode
-		a := &c.arena
-		if c.cacheable {
-			a = nil // the cache keeps the body: it must not keep the call
-		}
-		r.Body, err = c.e.readBody(resp, c.method, a)
+		r.Body, err = c.e.readBody(resp, c.method)
 		resp.Body.Close()
 	}
 	if err != nil {
@@ -209,9 +205,8 @@ func (c *call) fillRequest(r *http.Request) {
 	}
 }
 
-// readBody reads the whole body, failing as soon as it exceeds the endpoint's limit. A body of
-// known length that fits in a's room (a may be nil) is read there.
-func (e *Endpoint) readBody(resp *http.Response, method string, a *arena) ([]byte, error) {
+// readBody reads the whole body, failing as soon as it exceeds the endpoint's limit.
+func (e *Endpoint) readBody(resp *http.Response, method string) ([]byte, error) {
 	if method == http.MethodHead || resp.Body == http.NoBody {
 		return nil, nil
 	}
@@ -229,10 +224,7 @@ func (e *Endpoint) readBody(resp *http.Response, method string, a *arena) ([]byt
 		return nil, tooLarge()
 	}
 	if resp.ContentLength >= 0 {
-		b := a.take(int(resp.ContentLength))
-		if b == nil {
-			b = make([]byte, resp.ContentLength)
-		}
+		b := make([]byte, resp.ContentLength)
 		if _, err := io.ReadFull(resp.Body, b); err != nil {
 			return nil, err
 		}
