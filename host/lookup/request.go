@@ -68,7 +68,7 @@ func safe(m string) bool { return m == http.MethodGet || m == http.MethodHead }
 func ParseRequest(b []byte) (Request, error) { return parseRequest(b, false) }
 
 // parseRequest is ParseRequest; with alias set, the result's strings and body view b instead
-// of copies, for a caller that owns b and never writes it again (DoRaw's call arena).
+// of copies, for a caller that owns b and never writes it again (DoRaw's copy).
 func parseRequest(b []byte, alias bool) (Request, error) {
 	var r Request
 	line, rest, _ := cutLF(b)
