@@ -1,6 +1,7 @@
 package lookup
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -270,8 +271,11 @@ func (e *Endpoint) Do(ctx context.Context, req Request, done func(Response)) {
 // DoRaw is Do for a request in the guest's bytes (docs/abi.md, "Lookup request format"): a
 // malformed one is refused by rule RuleRequestFormat, counted and logged like every other
 // refusal, and reported to done (never before DoRaw returns).
+//
+// raw is the caller's again when DoRaw returns: it is copied once, and the request parsed in
+// place over the copy (ParseRequest copies the head, the header fields and the body apiece).
 func (e *Endpoint) DoRaw(ctx context.Context, raw []byte, done func(Response)) {
-	req, err := ParseRequest(raw)
+	req, err := parseRequest(bytes.Clone(raw), true)
 	if err != nil {
 		e.m.requests.Add(1)
 		e.deliverAsync(done, time.Now(), Response{Err: err}, false)

@@ -6,6 +6,7 @@ import (
 	"net/textproto"
 	"net/url"
 	"strings"
+	"unsafe"
 )
 
 // prepare applies the endpoint's policy to req and builds the call.
@@ -73,7 +74,8 @@ func validHeader(h HeaderField) bool {
 }
 
 // requestKey identifies a request for single-flight and the cache: the normalised path, so
-// that "/a/../b" and "/b" share, plus method, guest headers in order, and body.
+// that "/a/../b" and "/b" share, plus method, guest headers in order, and body. It is built
+// in one buffer, never written again, which the string views.
 func requestKey(req Request, escaped, query string) string {
 	n := len(req.Method) + len(escaped) + len(query) + len(req.Body) + 4
 	for _, h := range req.Header {
@@ -87,12 +89,18 @@ func requestKey(req Request, escaped, query string) string {
 	b = append(b, query...)
 	b = append(b, '\n')
 	for _, h := range req.Header {
-		b = append(b, strings.ToLower(h.Name)...)
+		for i := 0; i < len(h.Name); i++ { // ASCII: a token
+			c := h.Name[i]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			b = append(b, c)
+		}
 		b = append(b, ':')
 		b = append(b, h.Value...)
 		b = append(b, '\n')
 	}
 	b = append(b, '\n')
 	b = append(b, req.Body...)
-	return string(b)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }

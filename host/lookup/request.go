@@ -3,6 +3,7 @@ package lookup
 import (
 	"bytes"
 	"net/http"
+	"unsafe"
 )
 
 // Request is a guest's lookup request, relative to an endpoint: docs/abi.md, "Lookup request
@@ -64,7 +65,11 @@ func safe(m string) bool { return m == http.MethodGet || m == http.MethodHead }
 //
 // The result does not alias b: the head is copied into one string that Path and the header
 // fields slice, and the body into one new slice, so b may be reused at once.
-func ParseRequest(b []byte) (Request, error) {
+func ParseRequest(b []byte) (Request, error) { return parseRequest(b, false) }
+
+// parseRequest is ParseRequest; with alias set, the result's strings and body view b instead
+// of copies, for a caller that owns b and never writes it again (DoRaw's copy).
+func parseRequest(b []byte, alias bool) (Request, error) {
 	var r Request
 	line, rest, _ := cutLF(b)
 	sp := bytes.IndexByte(line, ' ')
@@ -112,11 +117,21 @@ func ParseRequest(b []byte) (Request, error) {
 		}
 	}
 
-	head := string(b[:headStart]) // request line, copied once
+	var all string // the head, copied once (or viewed, with alias)
+	if alias {
+		all = unsafe.String(unsafe.SliceData(b), bodyAt)
+	} else {
+		all = string(b[:headStart])
+	}
 	r.Method = m
-	r.Path = head[sp+1 : sp+1+len(path)]
+	r.Path = all[sp+1 : sp+1+len(path)]
 	if nh > 0 {
-		hs := string(b[headStart:bodyAt])
+		var hs string
+		if alias {
+			hs = all[headStart:bodyAt]
+		} else {
+			hs = string(b[headStart:bodyAt])
+		}
 		r.Header = make([]HeaderField, 0, nh)
 		for len(hs) > 0 {
 			i := indexLF(hs)
@@ -134,7 +149,11 @@ func ParseRequest(b []byte) (Request, error) {
 		}
 	}
 	if bodyAt < len(b) {
-		r.Body = bytes.Clone(b[bodyAt:])
+		if alias {
+			r.Body = b[bodyAt:len(b):len(b)]
+		} else {
+			r.Body = bytes.Clone(b[bodyAt:])
+		}
 	}
 	return r, nil
 }

@@ -109,6 +109,14 @@ func FuzzParseRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := ParseRequest(b)
+		// DoRaw's in-place parse (over its own copy) yields what the copying one does.
+		ra, aerr := parseRequest(bytes.Clone(b), true)
+		if (err == nil) != (aerr == nil) || err != nil && err.Error() != aerr.Error() {
+			t.Fatalf("in place: error %v, copying: %v", aerr, err)
+		}
+		if !reflect.DeepEqual(ra, r) {
+			t.Fatalf("in place: %+v, copying: %+v", ra, r)
+		}
 		if err != nil {
 			if Kind(err) != KindRefused {
 				t.Fatalf("error of kind %v: %v", Kind(err), err)

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 
@@ -26,6 +27,7 @@ type LookupGate interface {
 // gateLookups puts g in front of fn.
 func gateLookups(g LookupGate, fn scheduler.LookupFunc) scheduler.LookupFunc {
 	return func(ctx context.Context, endpoint uint32, req []byte, done func(int, []byte, error)) {
+		req = bytes.Clone(req) // the guest's bytes are ours only until we return; Admit may wait
 		g.Admit(ctx, func(err error) {
 			if err != nil {
 				done(0, nil, err)

@@ -347,6 +347,7 @@ func (r *Recorder) Lookup(fn scheduler.LookupFunc, declared []string) scheduler.
 			fn(ctx, idx, req, done) // refused by the host itself, the same way in a replay
 			return
 		}
+		req = bytes.Clone(req) // the guest's bytes are ours only until we return; done comes later
 		fn(ctx, idx, req, func(status int, body []byte, err error) {
 			r.mu.Lock()
 			l := &Lookup{Endpoint: names[idx], Request: r.scrub(req)}

@@ -235,14 +235,25 @@ func BenchmarkEnrichLimits(b *testing.B) {
 					}
 				}
 				best := make([]float64, len(rates[0]))
+				bestMedian := 0.0
 				for j := 1; j < len(rates); j++ {
 					b.ReportMetric(median(rates[j]), fmt.Sprintf("fixed%d-rec/s", fixed[j-1]))
+					bestMedian = max(bestMedian, median(rates[j]))
 					for r, x := range rates[j] {
 						best[r] = max(best[r], x)
 					}
 				}
 				b.ReportMetric(median(rates[0]), "default-rec/s")
 				b.ReportMetric(medianRatio(rates[0], best), "default/best-fixed")
+				// "The best of three" is the largest of three noisy runs, so a fixed limit
+				// scores below 1 against it too when the limits deliver alike (h1 on a
+				// CPU-bound host): fixed256/best-fixed is that statistic's floor, and
+				// default/best-median-fixed compares the default with the limit whose median
+				// rate is the highest, which takes no maximum per round.
+				for j := 1; j < len(rates); j++ {
+					b.ReportMetric(medianRatio(rates[j], best), fmt.Sprintf("fixed%d/best-fixed", fixed[j-1]))
+				}
+				b.ReportMetric(median(rates[0])/bestMedian, "default/best-median-fixed")
 				b.ReportMetric(median(defLimit), "default-final-limit")
 			}
 		})

@@ -3,14 +3,15 @@ package scheduler
 // Lookups: HTTP enrichment calls, suspending the calling task until the answer arrives.
 
 import (
-	"bytes"
 	"context"
 	"time"
 )
 
 // LookupFunc sends an ABI-framed lookup request through an endpoint and calls done exactly once,
 // from any goroutine (or synchronously, for a cached response). A guest-visible failure is an
-// abi.Code error; any other error fails the pipeline.
+// abi.Code error; any other error fails the pipeline. request is a view of the guest's memory,
+// valid only until LookupFunc returns: a function that needs it later copies it
+// (lookup.Endpoint.DoRaw parses it before returning).
 type LookupFunc func(ctx context.Context, endpoint uint32, request []byte, done func(status int, body []byte, err error))
 
 // lookupAsync sends a lookup and suspends t until it answers (or returns at once for a response
@@ -38,7 +39,7 @@ func (c *Controller) lookupAsync(t *task, endpoint uint32, req []byte) (int, []b
 			c.comp.post(completion{task: t, at: time.Now()})
 		}
 	}
-	c.cfg.Lookup(ctx, endpoint, bytes.Clone(req), t.lookupDone)
+	c.cfg.Lookup(ctx, endpoint, req, t.lookupDone)
 	if t.done.CompareAndSwap(0, 1) {
 		c.suspend(t)
 		if t.aborted != nil {
@@ -69,7 +70,7 @@ func (c *Controller) lookupContext(t *task) context.Context {
 
 func (c *Controller) lookupBlocking(ctx context.Context, endpoint uint32, req []byte) (int, []byte, error) {
 	ch := make(chan lookupResult, 1)
-	c.cfg.Lookup(ctx, endpoint, bytes.Clone(req), func(status int, body []byte, err error) {
+	c.cfg.Lookup(ctx, endpoint, req, func(status int, body []byte, err error) {
 		ch <- lookupResult{status, body, err}
 	})
 	r := <-ch
