@@ -870,6 +870,9 @@ func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 		size += len(k.Record) + len(k.Entry)
 	}
 	buf := make([]byte, 0, size)
+	// The durable keys share one buffer too: a key group, the state's name and two lengths
+	// beside the key's bytes.
+	var dks []byte
 	for i, k := range keys {
 		off := len(buf)
 		buf = append(buf, k.Record...)
@@ -878,7 +881,14 @@ func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 		ent := buf[off+len(k.Record) : len(buf) : len(buf)]
 		out[i] = Fetched{Key: Key{State: k.State, Record: rec, Entry: ent}, gen: stamp}
 		kg := KeyGroupOf(k.Record, b.numKG)
-		dk := format.AppendDurableKey(nil, kg, b.stateName(k.State), k.Record, k.Entry)
+		name := b.stateName(k.State)
+		if n := format.DurableKeyLen(name, k.Record, k.Entry); cap(dks)-len(dks) < n {
+			// Room for the rest at this key's size (one more buffer if a later one is longer).
+			dks = make([]byte, 0, (len(keys)-i)*n)
+		}
+		off = len(dks)
+		dks = format.AppendDurableKey(dks, kg, name, k.Record, k.Entry)
+		dk := dks[off:len(dks):len(dks)]
 		reqs[i] = fetchReq{idx: i, kg: kg, dk: dk, h: format.Hash64(dk)}
 	}
 	b.cnt.fetchKeys.Add(int64(len(keys)))
