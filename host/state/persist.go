@@ -1072,9 +1072,24 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 		}
 		walks := make([]walk, 0, len(open))
 		var order []blockRef
+		var candBuf []blockRef // the walks' candidates, one after the other
 		for _, r := range open {
 			w := walk{r: r}
+			// A filter generation that rules the key out does so for all its segments at once
+			// (bloomgen.go), as in mayBeDurable.
+			var no uint8
+			for j := range v.gens {
+				if !v.gens[j].MayContain(r.h) {
+					no |= 1 << j
+				}
+			}
+			start := len(candBuf)
 			for i := from[r.idx]; i < len(v.segs); i++ {
+				if no != 0 {
+					if g := v.segGen[i]; g >= 0 && no&(1<<g) != 0 {
+						continue
+					}
+				}
 				seg := v.segs[i]
 				if !in(seg, r) {
 					continue
@@ -1084,9 +1099,10 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 					continue
 				}
 				if bi := m.Find(r.dk); bi >= 0 {
-					w.cands = append(w.cands, blockRef{i, bi})
+					candBuf = append(candBuf, blockRef{i, bi})
 				}
 			}
+			w.cands = candBuf[start:len(candBuf):len(candBuf)]
 			if len(w.cands) == 0 {
 				answered(r.idx) // no segment may hold it: absent, out[idx] stays not found
 				continue
