@@ -240,7 +240,7 @@ func (s coldSample) String() string {
 	if s.lookups > 0 {
 		perLookup = float64(s.lookupKeysTotal) / float64(s.lookups)
 	}
-	return fmt.Sprintf("cold path (%d samples): keys out mean %.0f (max %d), lookups running mean %.2f (all 2 busy %.0f%% of the time), keys in running lookups mean %.0f, parked mean %.0f; %d lookups, %.1f keys/lookup",
+	return fmt.Sprintf("cold path (%d samples): keys out mean %.0f (max %d), lookups running mean %.2f (the lookup slot busy %.0f%% of the time), keys in running lookups mean %.0f, parked mean %.0f; %d lookups, %.1f keys/lookup",
 		s.samples, s.keysOut, s.maxKeysOut, s.lookupsRunning, 100*s.atMaxLookups, s.lookupKeys, s.parked, s.lookups, perLookup) +
 		fmt.Sprintf("; admitted mean %.0f, at the in-flight cap %.0f%% of the time, waiting for room under it mean %.0f, waiting records' bytes max %d", s.admitted, 100*s.atCap, s.capWaiting, s.maxWaitingBytes)
 }
@@ -279,7 +279,7 @@ func sampleColdPath(be *state.Tiered, c *Controller) func() coldSample {
 			s.maxKeysOut = max(s.maxKeysOut, m.FetchKeysOut)
 			s.lookupsRunning += float64(m.LookupsRunning)
 			s.lookupKeys += float64(m.LookupKeysRunning)
-			if m.LookupsRunning >= 2 { // state.maxLookups
+			if m.LookupsRunning >= 1 { // state.maxLookups
 				s.atMaxLookups++
 			}
 			sm := c.Metrics()
