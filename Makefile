@@ -75,6 +75,7 @@ FUZZ_TARGETS := \
 	./host/lookup/internal/h1:FuzzResponse \
 	./host/lookup/internal/h2:FuzzServerFrames \
 	./host/state:FuzzSegmentDecode \
+	./host/state/internal/format:FuzzSeek \
 	./host/state:FuzzManifestDecode \
 	./host/replay:FuzzReadLines \
 	./host/replay:FuzzBytes \

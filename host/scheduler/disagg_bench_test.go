@@ -240,7 +240,7 @@ func (s coldSample) String() string {
 	if s.lookups > 0 {
 		perLookup = float64(s.lookupKeysTotal) / float64(s.lookups)
 	}
-	return fmt.Sprintf("cold path (%d samples): keys out mean %.0f (max %d), lookups running mean %.2f (all 2 busy %.0f%% of the time), keys in running lookups mean %.0f, parked mean %.0f; %d lookups, %.1f keys/lookup",
+	return fmt.Sprintf("cold path (%d samples): keys out mean %.0f (max %d), lookups running mean %.2f (the lookup slot busy %.0f%% of the time), keys in running lookups mean %.0f, parked mean %.0f; %d lookups, %.1f keys/lookup",
 		s.samples, s.keysOut, s.maxKeysOut, s.lookupsRunning, 100*s.atMaxLookups, s.lookupKeys, s.parked, s.lookups, perLookup) +
 		fmt.Sprintf("; admitted mean %.0f, at the in-flight cap %.0f%% of the time, waiting for room under it mean %.0f, waiting records' bytes max %d", s.admitted, 100*s.atCap, s.capWaiting, s.maxWaitingBytes)
 }
@@ -279,7 +279,7 @@ func sampleColdPath(be *state.Tiered, c *Controller) func() coldSample {
 			s.maxKeysOut = max(s.maxKeysOut, m.FetchKeysOut)
 			s.lookupsRunning += float64(m.LookupsRunning)
 			s.lookupKeys += float64(m.LookupKeysRunning)
-			if m.LookupsRunning >= 2 { // state.maxLookups
+			if m.LookupsRunning >= 1 { // state.maxLookups
 				s.atMaxLookups++
 			}
 			sm := c.Metrics()
@@ -428,6 +428,7 @@ func disaggRun(b *testing.B, m *abi.Module, pool string, hotBytes int64, ckpt ti
 	r.detail = fmt.Sprintf("GETs %d (%d blocks; %d metas; %d retry rounds), PUTs %d (mean %v); fetched keys %d, found %d; %d segments, %d compactions, %d spill merges; runner backpressure %v, barrier drains %v, wall %v (input sent by %v, run done at %v, then the final checkpoint; runner idle %v, %v of it with input it could not admit); index %d B, in-memory segments %d B",
 		gets, bm.FetchBlocks, bm.MetaLoads, bm.FetchRetryRounds, after.RemotePuts-before.RemotePuts, after.RemotePutLatency.Round(time.Millisecond),
 		bm.FetchKeys, bm.FetchFound, bm.Segments, bm.Compactions, bm.SpillMerges, bm.Backpressure.Round(time.Millisecond), sm.BarrierDrain.Round(time.Millisecond), d.Round(time.Millisecond), time.Duration(sent.Load()).Round(time.Millisecond), ran.Round(time.Millisecond), sm.Idle.Round(time.Millisecond), sm.IdleFull.Round(time.Millisecond), bm.IndexBytes, bm.MemSegmentBytes)
+	r.detail += fmt.Sprintf("; %d records on the all-hits loop, %d waited for prefetched values, %d for room under the cap", c.hotRuns, sm.PrefetchWaits, sm.CapWaits)
 	r.drainShare = sm.BarrierDrain.Seconds() / d.Seconds()
 	r.captured, r.maxCaptured = sm.CapturedRecords, sm.MaxCaptured
 	r.detail += fmt.Sprintf("; barrier drains %.1f%% of the wall time, captures (the input captured, the timers, the state's Capture) %v (the input %v), %d records captured (at most %d at a barrier, %d bytes in all)",

@@ -1019,10 +1019,11 @@ func (b *Tiered) restore(ctx context.Context, ckpt uint64) (*format.Manifest, ma
 
 // fetchReq is one key of a Fetch, encoded on the runner.
 type fetchReq struct {
-	idx int
-	kg  int
-	dk  []byte
-	h   uint64
+	idx  int
+	kg   int
+	dk   []byte
+	h    uint64
+	done bool // resolveBlock found it (a value or a tombstone)
 }
 
 // lookup resolves reqs against version v: each key is found in the newest segment that holds
@@ -1071,9 +1072,24 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 		}
 		walks := make([]walk, 0, len(open))
 		var order []blockRef
+		var candBuf []blockRef // the walks' candidates, one after the other
 		for _, r := range open {
 			w := walk{r: r}
+			// A filter generation that rules the key out does so for all its segments at once
+			// (bloomgen.go), as in mayBeDurable.
+			var no uint8
+			for j := range v.gens {
+				if !v.gens[j].MayContain(r.h) {
+					no |= 1 << j
+				}
+			}
+			start := len(candBuf)
 			for i := from[r.idx]; i < len(v.segs); i++ {
+				if no != 0 {
+					if g := v.segGen[i]; g >= 0 && no&(1<<g) != 0 {
+						continue
+					}
+				}
 				seg := v.segs[i]
 				if !in(seg, r) {
 					continue
@@ -1083,9 +1099,10 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 					continue
 				}
 				if bi := m.Find(r.dk); bi >= 0 {
-					w.cands = append(w.cands, blockRef{i, bi})
+					candBuf = append(candBuf, blockRef{i, bi})
 				}
 			}
+			w.cands = candBuf[start:len(candBuf):len(candBuf)]
 			if len(w.cands) == 0 {
 				answered(r.idx) // no segment may hold it: absent, out[idx] stays not found
 				continue
@@ -1191,17 +1208,12 @@ func (b *Tiered) lookup(ctx context.Context, v *version, reqs []fetchReq, out []
 					rs[i] = w.r
 				}
 				seg := v.segs[c.seg]
-				hit, err := resolveBlock(seg.object, seg.meta.Load().Blocks[c.block], read[c], rs, out)
-				if err != nil {
+				if err := resolveBlock(seg.object, seg.meta.Load().Blocks[c.block], read[c], rs, out); err != nil {
 					b.cnt.corruptions.Add(1)
 					return err
 				}
-				found := make(map[int]bool, len(hit))
-				for _, h := range hit {
-					found[h] = true
-				}
 				for _, w := range ws {
-					if found[w.r.idx] || len(w.cands) == 1 {
+					if w.r.done || len(w.cands) == 1 {
 						answered(w.r.idx)
 						continue
 					}
@@ -1338,35 +1350,35 @@ func (b *Tiered) fetchBlocks(ctx context.Context, seg *liveSeg, bhs []format.Blo
 	}
 }
 
-// resolveBlock resolves the sorted requests found in a verified block, returning their idx.
-func resolveBlock(object string, bh format.BlockHandle, data []byte, rs []*fetchReq, out []Fetched) ([]int, error) {
-	it, err := format.OpenBlock(object, bh.Off, data)
+// resolveBlock resolves the sorted requests found in a block that fetchBlocks verified: each
+// one the block holds (a value or a tombstone) is marked done, and a value is copied into out,
+// the block's values sharing one allocation.
+func resolveBlock(object string, bh format.BlockHandle, data []byte, rs []*fetchReq, out []Fetched) error {
+	it, err := format.OpenVerifiedBlock(object, bh.Off, data)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var hit []int
-	i := 0
-	for i < len(rs) && it.Next() {
-		for i < len(rs) {
-			c := bytes.Compare(rs[i].dk, it.Key)
-			if c > 0 {
-				break
+	var vals []byte
+	for _, r := range rs {
+		if !it.Seek(r.dk) {
+			break // past the block's last key: the rest are not in it
+		}
+		if !bytes.Equal(it.Key, r.dk) {
+			continue
+		}
+		r.done = true
+		f := &out[r.idx]
+		f.Found = !it.Tomb
+		if f.Found {
+			if cap(vals)-len(vals) < len(it.Value) {
+				vals = make([]byte, 0, max(len(it.Value), 8*len(rs)))
 			}
-			if c == 0 {
-				f := &out[rs[i].idx]
-				f.Found = !it.Tomb
-				if f.Found {
-					f.Value = append([]byte(nil), it.Value...)
-				}
-				hit = append(hit, rs[i].idx)
-			}
-			i++
+			n := len(vals)
+			vals = append(vals, it.Value...)
+			f.Value = vals[n:len(vals):len(vals)]
 		}
 	}
-	if it.Err != nil {
-		return nil, it.Err
-	}
-	return hit, nil
+	return it.Err
 }
 
 // loadMeta returns a segment's index and filter, reading them (one ranged GET) on first use.

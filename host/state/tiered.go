@@ -870,6 +870,9 @@ func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 		size += len(k.Record) + len(k.Entry)
 	}
 	buf := make([]byte, 0, size)
+	// The durable keys share one buffer too: a key group, the state's name and two lengths
+	// beside the key's bytes.
+	var dks []byte
 	for i, k := range keys {
 		off := len(buf)
 		buf = append(buf, k.Record...)
@@ -878,7 +881,14 @@ func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 		ent := buf[off+len(k.Record) : len(buf) : len(buf)]
 		out[i] = Fetched{Key: Key{State: k.State, Record: rec, Entry: ent}, gen: stamp}
 		kg := KeyGroupOf(k.Record, b.numKG)
-		dk := format.AppendDurableKey(nil, kg, b.stateName(k.State), k.Record, k.Entry)
+		name := b.stateName(k.State)
+		if n := format.DurableKeyLen(name, k.Record, k.Entry); cap(dks)-len(dks) < n {
+			// Room for the rest at this key's size (one more buffer if a later one is longer).
+			dks = make([]byte, 0, (len(keys)-i)*n)
+		}
+		off = len(dks)
+		dks = format.AppendDurableKey(dks, kg, name, k.Record, k.Entry)
+		dk := dks[off:len(dks):len(dks)]
 		reqs[i] = fetchReq{idx: i, kg: kg, dk: dk, h: format.Hash64(dk)}
 	}
 	b.cnt.fetchKeys.Add(int64(len(keys)))
@@ -899,13 +909,19 @@ func (b *Tiered) Fetch(keys []Key, done func([]Fetched, error)) {
 // wait, and the next lookup to start takes all of them at once: under load the keys of many
 // Fetches share each block read (and each ranged GET), which is what makes a miss cheap on a
 // pool whose requests cost CPU and latency rather than bytes, and under light load a Fetch
-// starts at once. Two lookups of any size keep the pool busy (each is one round of parallel
-// GETs), and one slow GET holds back only the Fetches queued behind it and the other lookup's.
-// With four, issue 10's benchmark made 1.5-1.6x the GETs (Zipf a tenth hot, 1M records: 0.0015
-// a record against 0.00097; uniform a third 0.0039 against 0.0025) for no more throughput, and
-// on versitygw without added latency a GET costs both ends about 1.3 ms of CPU; with one, fewer
-// still (0.00074, 0.0015), but every Fetch then waits for the slowest GET of the one before.
-const maxLookups = 2
+// starts at once. One lookup at a time: a lookup's GETs are one round in parallel, so one keeps
+// the pool busy, and the Fetches queued meanwhile share the next one's GETs. A second lookup
+// beside it costs GETs (each lookup reads every segment its keys are in: the GETs of a lookup
+// are about the segments it touches, whatever its keys), and on a machine whose CPU the S3
+// requests bound (issue 10's benchmark: versitygw ~1 ms a request, this process ~0.2 ms) a GET
+// costs more than the wait. Issue 10, session 11, two sets of 4 alternating runs of the long
+// cases: two lookups against one made 1.5-2.0x the GETs (Zipf a tenth hot 0.00102-0.00127
+// against 0.00065-0.00068 a record, uniform a third 0.00150-0.00155 against 0.00092-0.00098)
+// and 1.05-1.18x this process's CPU a record, at a lower rate. What one costs is the wait of a
+// Fetch issued while a lookup runs, up to that lookup's slowest GET: the share of the
+// Little's-law bound was 0.29-0.30 against 0.30-0.36 (Zipf), 0.43-0.47 against 0.47-0.48.
+// Sessions 6 and 8 measured 8, 4 and 2 (4 made 1.5-1.6x the GETs of 2).
+const maxLookups = 1
 
 // fetchJob is one Fetch waiting for, or in, a lookup.
 type fetchJob struct {

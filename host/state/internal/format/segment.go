@@ -38,6 +38,19 @@ func AppendDurableKey(dst []byte, kg int, name string, record, entry []byte) []b
 	return append(dst, entry...)
 }
 
+// DurableKeyLen is the length of AppendDurableKey's encoding.
+func DurableKeyLen(name string, record, entry []byte) int {
+	return 2 + uvarintLen(uint64(len(name))) + len(name) + uvarintLen(uint64(len(record))) + len(record) + len(entry)
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
 // DurableKeyGroup returns the key group of durable key k.
 func DurableKeyGroup(k []byte) int { return int(binary.BigEndian.Uint16(k)) }
 
@@ -288,6 +301,7 @@ type BlockIter struct {
 	Value  []byte
 	Tomb   bool
 	Err    error
+	valid  bool // Key, Value and Tomb are an entry's (Next or Seek returned true)
 }
 
 // OpenBlock verifies a block's checksum and returns an iterator over its entries.
@@ -302,17 +316,52 @@ func OpenBlock(object string, off int64, b []byte) (*BlockIter, error) {
 	return &BlockIter{object: object, off: off, d: decoder{b: body}}, nil
 }
 
+// OpenVerifiedBlock returns an iterator over the entries of a block whose checksum OpenBlock
+// has verified already (the same bytes, kept since): a cold read verifies a block as its GET
+// arrives and walks it later, and a second checksum of 16 KiB cost more than the walk of the
+// few keys asked of it.
+func OpenVerifiedBlock(object string, off int64, b []byte) (*BlockIter, error) {
+	if len(b) < 5 {
+		return nil, Corruptf(object, off, "block too short")
+	}
+	return &BlockIter{object: object, off: off, d: decoder{b: b[:len(b)-4]}}, nil
+}
+
 // Next advances to the next entry; it returns false at the end or on error (see Err).
 func (it *BlockIter) Next() bool {
+	_, ok := it.advance()
+	return ok
+}
+
+// advance decodes the next entry and returns the length of the prefix its key shares with the
+// previous one, as the entry states it.
+func (it *BlockIter) advance() (int, bool) {
+	it.valid = false
 	if it.Err != nil || len(it.d.b) == 0 {
-		return false
+		return 0, false
 	}
-	shared, unshared, vl := it.d.uvarint(), it.d.uvarint(), it.d.uvarint()
+	var shared, unshared, vl uint64
+	if b := it.d.b; len(b) >= 3 && b[0]|b[1]|b[2] < 0x80 {
+		// Three one-byte lengths: nearly every entry of a block of small values.
+		shared, unshared, vl = uint64(b[0]), uint64(b[1]), uint64(b[2])
+		it.d.b = b[3:]
+	} else {
+		shared, unshared, vl = it.d.uvarint(), it.d.uvarint(), it.d.uvarint()
+	}
 	if it.d.err != nil || shared > uint64(len(it.Key)) || unshared > uint64(len(it.d.b)) || shared+unshared > maxSegKeyLen {
 		it.Err = Corruptf(it.object, it.off, "malformed block entry")
-		return false
+		return 0, false
 	}
-	it.Key = append(it.Key[:shared], it.d.b[:unshared]...)
+	if k := it.Key[:shared]; unshared <= 8 && cap(k)-len(k) >= int(unshared) {
+		// A few bytes, copied in place: a call of memmove costs more than they do.
+		k = k[:shared+unshared]
+		for i, c := range it.d.b[:unshared] {
+			k[int(shared)+i] = c
+		}
+		it.Key = k
+	} else {
+		it.Key = append(it.Key[:shared], it.d.b[:unshared]...)
+	}
 	it.d.b = it.d.b[unshared:]
 	it.Tomb = vl&1 == 1
 	it.Value = nil
@@ -320,15 +369,57 @@ func (it *BlockIter) Next() bool {
 		n := vl >> 1
 		if n > uint64(len(it.d.b)) {
 			it.Err = Corruptf(it.object, it.off, "value overruns block")
-			return false
+			return 0, false
 		}
 		it.Value = it.d.b[:n:n]
 		it.d.b = it.d.b[n:]
 	} else if vl != 1 {
 		it.Err = Corruptf(it.object, it.off, "bad tombstone")
+		return 0, false
+	}
+	it.valid = true
+	return int(shared), true
+}
+
+// Seek moves to the first entry, at or after the current one (or the first, before any Next),
+// whose key is at least key, and reports whether there is one (it.Key, it.Value and it.Tomb are
+// then its; false at the end of the block or on error, see Err). Seeks of keys in increasing
+// order walk the block once, as Next does.
+//
+// Most entries are passed without comparing keys. m is the length of the prefix the current
+// key shares with key, and the current key is less than key: either it differs from key at m
+// by a smaller byte, and an entry that shares more than m bytes with it has that byte too, so
+// it is less than key as well; or it ends at m, and no entry shares more than m bytes with it.
+// Only an entry that shares at most m bytes is compared, from its shared prefix on. This holds
+// for any shared prefix the writer states, longest or not.
+func (it *BlockIter) Seek(key []byte) bool {
+	if !it.valid && !it.Next() {
 		return false
 	}
-	return true
+	m := commonPrefix(it.Key, key, 0)
+	for {
+		if m == len(key) || m < len(it.Key) && it.Key[m] > key[m] {
+			return true // it.Key >= key
+		}
+		shared, ok := it.advance()
+		if !ok {
+			return false
+		}
+		if shared > m {
+			continue // it.Key[m] is the previous key's, below key[m]
+		}
+		m = commonPrefix(it.Key, key, shared)
+	}
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b, which share their
+// first from bytes.
+func commonPrefix(a, b []byte, from int) int {
+	n := min(len(a), len(b))
+	for from < n && a[from] == b[from] {
+		from++
+	}
+	return from
 }
 
 // decoder reads uvarints and length-prefixed bytes, remembering the first error.
@@ -340,6 +431,11 @@ type decoder struct {
 func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
 		return 0
+	}
+	if len(d.b) > 0 && d.b[0] < 0x80 { // one byte: nearly every length in a block
+		v := uint64(d.b[0])
+		d.b = d.b[1:]
+		return v
 	}
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 {
