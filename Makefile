@@ -74,9 +74,9 @@ FUZZ_TARGETS := \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
 	./host/lookup/internal/h2:FuzzServerFrames \
-	./host/state:FuzzSegmentDecode \
+	./host/state/internal/format:FuzzSegmentDecode \
 	./host/state/internal/format:FuzzSeek \
-	./host/state:FuzzManifestDecode \
+	./host/state/internal/format:FuzzManifestDecode \
 	./host/replay:FuzzReadLines \
 	./host/replay:FuzzBytes \
 	./internal/wasmbin:FuzzInstrument \
