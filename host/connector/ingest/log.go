@@ -37,6 +37,15 @@
 // that did reach the disk, so the invariant holds: past the durable length there are only
 // zeros, and a later torn write cannot expose an older one's bytes.
 //
+// # Pumped reads
+//
+// The http source's reader is a pipeline.PumpedReader: while its subtask runs, Append, once
+// its batch is durable and the log's lock released, calls the subtask's pump, which reads the
+// batch (Next, from the file as any read) and routes it to the pipeline's first operator in
+// the appender's goroutine. Only when the pump did not read up to the durable length (it
+// refused, or the batch was larger than one read) are the readers woken; Next does not wait
+// while a pump is set, the subtask's goroutine waits in waitRecords between its turns.
+//
 // The idempotency keys of the newest MaxKeys batches are kept in memory (rebuilt from the
 // headers on open): a retried batch with a known key is answered as the first was, without
 // appending.
