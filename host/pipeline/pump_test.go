@@ -19,6 +19,10 @@ type pushSource struct {
 	recs   []SourceRecord
 	reader *pushReader
 	avail  chan struct{} // a token after a push the pump did not take (the goroutine's wake)
+	// gate, while set and open, keeps the subtask's goroutine at the end of its Wait (out of
+	// its turns) until closed; atGate, when set, gets a token as it arrives there.
+	gate   atomic.Pointer[chan struct{}]
+	atGate chan struct{}
 }
 
 func newPushSource() *pushSource { return &pushSource{avail: make(chan struct{}, 1)} }
@@ -99,6 +103,15 @@ func (r *pushReader) Wait(ctx context.Context, wake <-chan struct{}) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+	if r.s.atGate != nil {
+		select {
+		case r.s.atGate <- struct{}{}:
+		default:
+		}
+	}
+	if g := r.s.gate.Load(); g != nil {
+		<-*g
+	}
 }
 
 func (r *pushReader) Read(_ context.Context, buf []SourceRecord) (int, error) {
@@ -126,21 +139,25 @@ func (r *pushReader) Close() error { return nil }
 // every 5 ms, and waits until the source is open.
 func startPushJob(t *testing.T, src *pushSource, onMalformed string) (*Job, *memSink) {
 	t.Helper()
+	return startPushJobSink(t, src, onMalformed, "checkpoints: {interval: 5ms}", &memSink{})
+}
+
+func startPushJobSink(t *testing.T, src *pushSource, onMalformed, checkpoints string, out Sink) (*Job, *memSink) {
+	t.Helper()
 	mod, err := filepath.Abs("../abi/testdata/fast.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &memSink{}
 	conns := &Connectors{}
 	conns.RegisterSource("push", func(*SourceSpec, *ConnectorOptions, *Env) (Source, error) { return src, nil })
 	conns.RegisterSink("out", func(*SinkSpec, *ConnectorOptions, *Env) (Sink, error) { return out, nil })
 	spec, err := ParseSpec(fmt.Appendf(nil, `
 name: pump
-checkpoints: {interval: 5ms}
+%s
 sources: [{name: in, type: push, on_malformed: %s}]
 operators: [{name: fast, module: %s, inputs: [in], key: {source: true}}]
 sinks: [{name: out, type: out, inputs: [fast]}]
-`, onMalformed, mod))
+`, checkpoints, onMalformed, mod))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +172,8 @@ sinks: [{name: out, type: out, inputs: [fast]}]
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return j, out
+	ms, _ := out.(*memSink)
+	return j, ms
 }
 
 func (s *memSink) count() int {
@@ -307,5 +325,88 @@ func TestRouterRoom(t *testing.T) {
 	r2 := &router{main: []*edgeOut{{sink: &chainedSink{}}}}
 	if r2.room(1) {
 		t.Fatal("a chained sink: room(1)")
+	}
+}
+
+// preCommitSink counts the records written and, at each pre-commit, how many came before it.
+type preCommitSink struct {
+	mu     sync.Mutex
+	n      int
+	before map[uint64]int
+}
+
+func (s *preCommitSink) Committer() SinkCommitter                              { return nil }
+func (s *preCommitSink) Open(context.Context, SinkContext) (SinkWriter, error) { return s, nil }
+func (s *preCommitSink) Write(_ context.Context, recs []SinkRecord) error {
+	s.mu.Lock()
+	s.n += len(recs)
+	s.mu.Unlock()
+	return nil
+}
+func (s *preCommitSink) PreCommit(_ context.Context, id uint64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.before[id] = s.n
+	return nil, nil
+}
+func (s *preCommitSink) Close(context.Context) error { return nil }
+
+// TestPumpedSourcePendingBeforeBarrier: a read a pump left for the subtask's goroutine (it
+// held a malformed record) is routed before a barrier that was already waiting: the reader's
+// positions count its records, so the barrier must come after them. The goroutine is held out
+// of its turns (the reader's gate) while the pump leaves the read and the savepoint's trigger
+// arrives.
+func TestPumpedSourcePendingBeforeBarrier(t *testing.T) {
+	src := newPushSource()
+	src.atGate = make(chan struct{}, 1)
+	sink := &preCommitSink{before: map[uint64]int{}}
+	j, _ := startPushJobSink(t, src, "skip", "", sink)
+	j.mu.Lock()
+	task := j.cur.srcTasks[0]
+	j.mu.Unlock()
+	gate := make(chan struct{})
+	src.gate.Store(&gate)
+	select { // a token from before the gate was held
+	case <-src.atGate:
+	default:
+	}
+	<-src.atGate // the goroutine is at the gate: no turn of its own until it opens
+	var recs []SourceRecord
+	for i := range 10 {
+		recs = append(recs, SourceRecord{Key: []byte("k"), Value: []byte("c"), Pos: int64(i)})
+	}
+	recs[4].Malformed = errors.New("a bad record")
+	if src.push(recs...) {
+		t.Fatal("the pump routed a read holding a malformed record")
+	}
+	type result struct {
+		id  uint64
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		id, err := j.Savepoint(context.Background())
+		done <- result{id, err}
+	}()
+	for i := 0; len(task.trig) == 0; i++ { // the savepoint's trigger waits at the source
+		if i > 10000 {
+			t.Fatal("no trigger reached the source")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(gate)
+	res := <-done
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	cp, err := j.latest(context.Background())
+	if err != nil || cp == nil || cp.ID != res.id {
+		t.Fatalf("no savepoint %d: %v", res.id, err)
+	}
+	sink.mu.Lock()
+	before := sink.before[res.id]
+	sink.mu.Unlock()
+	if pos := string(cp.Sources["in"].Splits[0].Position); pos != "10" || before != 9 {
+		t.Fatalf("the savepoint covers position %s with %d records written before it, want 10 and 9", pos, before)
 	}
 }

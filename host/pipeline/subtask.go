@@ -129,25 +129,27 @@ func (t *sourceTask) run() error {
 	}
 }
 
-// step is one turn of the subtask: a waiting barrier trigger answered, then one read (or the
-// read a pump left) routed. Called with mu held; done ends the subtask, with err.
+// step is one turn of the subtask: the read a pump left routed, or a waiting barrier trigger
+// answered and then one read routed. Called with mu held; done ends the subtask, with err.
 func (t *sourceTask) step(ctx context.Context, buf []SourceRecord) (done bool, err error) {
-	// Barriers first: a trigger is answered between two reads.
-	select {
-	case tr := <-t.trig:
-		if done, err := t.barrier(ctx, tr); done || err != nil {
-			return true, err
-		}
-	case <-ctx.Done():
-		return true, nil
-	default:
-	}
 	var n int
 	var rerr error
 	if t.pending {
+		// Before any barrier: the reader's positions already count these records, so a
+		// barrier answered now would cover records sent after it.
 		n, rerr = t.pendN, t.pendErr
 		t.pending, t.pendN, t.pendErr = false, 0, nil
 	} else {
+		// Barriers first: a trigger is answered between two reads.
+		select {
+		case tr := <-t.trig:
+			if done, err := t.barrier(ctx, tr); done || err != nil {
+				return true, err
+			}
+		case <-ctx.Done():
+			return true, nil
+		default:
+		}
 		n, rerr = t.r.Read(ctx, buf)
 	}
 	for i := range n {
