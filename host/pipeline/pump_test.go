@@ -19,8 +19,8 @@ type pushSource struct {
 	recs   []SourceRecord
 	reader *pushReader
 	avail  chan struct{} // a token after a push the pump did not take (the goroutine's wake)
-	// gate, while set and open, keeps the subtask's goroutine at the end of its Wait (out of
-	// its turns) until closed; atGate, when set, gets a token as it arrives there.
+	// gate, once set, keeps the subtask's goroutine at the end of its Wait (out of its turns)
+	// until it is closed; atGate gets a token as the goroutine arrives there.
 	gate   atomic.Pointer[chan struct{}]
 	atGate chan struct{}
 }
@@ -103,13 +103,11 @@ func (r *pushReader) Wait(ctx context.Context, wake <-chan struct{}) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	if r.s.atGate != nil {
+	if g := r.s.gate.Load(); g != nil {
 		select {
 		case r.s.atGate <- struct{}{}:
 		default:
 		}
-	}
-	if g := r.s.gate.Load(); g != nil {
 		<-*g
 	}
 }
@@ -366,10 +364,6 @@ func TestPumpedSourcePendingBeforeBarrier(t *testing.T) {
 	j.mu.Unlock()
 	gate := make(chan struct{})
 	src.gate.Store(&gate)
-	select { // a token from before the gate was held
-	case <-src.atGate:
-	default:
-	}
 	<-src.atGate // the goroutine is at the gate: no turn of its own until it opens
 	var recs []SourceRecord
 	for i := range 10 {
