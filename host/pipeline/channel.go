@@ -279,23 +279,6 @@ func (r *router) mark(el scheduler.Element) error {
 	return nil
 }
 
-// room reports whether every output channel has room for n more batches, so that a turn
-// sending at most n batches to each cannot block (the router's owner is the only sender), and
-// no edge writes to a chained sink (whose writes may block).
-func (r *router) room(n int) bool {
-	for _, e := range r.all() {
-		if e.sink != nil {
-			return false
-		}
-		for _, c := range e.chans {
-			if cap(c.ch)-len(c.ch) < n {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // flush sends every partial batch.
 func (r *router) flush() error {
 	if r.routed > 0 {

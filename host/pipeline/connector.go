@@ -82,33 +82,6 @@ type SourceReader interface {
 	Close() error
 }
 
-// PumpedReader is a SourceReader whose records are written by another goroutine of the
-// process (the ingest log's appends, host/connector/ingest), which can then read them into the
-// pipeline itself instead of waking the source subtask's goroutine to do it: one goroutine
-// hand-off fewer on the way from the writer to the first operator (docs/DESIGN.md, "Pumped
-// sources").
-//
-// The runtime calls SetPump once the subtask runs. From then on Read must not block (it
-// returns 0 records when there are none), and the subtask's goroutine calls Wait between its
-// reads instead. The writer calls pump after its records are readable, in its own goroutine:
-// pump runs one read of the subtask (Read, then the records routed to the subtask's outputs)
-// under the subtask's lock, the one its own goroutine holds for each of its reads, for its
-// barriers and positions, so the two never read at once and a barrier still falls between
-// two reads. pump never blocks: it does nothing, and reports false, when the subtask's
-// goroutine holds the lock, when an output channel is full, or when what it read is not simple
-// to route (then the subtask's goroutine routes it at its next turn); the writer must then
-// wake the goroutine (end its Wait). pump may be called from any goroutine, and Wait runs
-// outside the lock, concurrently with pumps; every other method keeps SourceReader's
-// one-goroutine contract (the lock orders them).
-type PumpedReader interface {
-	SourceReader
-	// SetPump gives the reader its subtask's pump (nil: none any more, Read may block again).
-	SetPump(pump func() bool)
-	// Wait blocks until there may be records to read or wake has a token, for tens of
-	// milliseconds at most, or until ctx ends.
-	Wait(ctx context.Context, wake <-chan struct{})
-}
-
 // SinkRecord is one record a sink writes.
 type SinkRecord struct {
 	Key   []byte

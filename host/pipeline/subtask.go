@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -50,20 +49,6 @@ type sourceTask struct {
 	splitMax []int64 // per split: largest event time seen
 	lastSeen []time.Time
 	sinceWM  int
-	eof      bool // every split is finished
-
-	// mu serialises the subtask's turns (a read routed, a barrier), wherever they run: in its
-	// own goroutine, or in a writer's through pump (PumpedReader). Every field above that a
-	// turn uses is guarded by it once the subtask runs.
-	mu      sync.Mutex
-	buf     []SourceRecord // the reads' buffer (a pump's too)
-	stopped bool           // the goroutine has finished: pump does nothing
-	// pending: a pump read pendN records into buf (and got pendErr) and left them for the
-	// goroutine to route; it put a token in kick, which ends the goroutine's Wait.
-	kick    chan struct{}
-	pending bool
-	pendN   int
-	pendErr error
 }
 
 func (t *sourceTask) name() string { return fmt.Sprintf("source %s[%d]", t.spec.Name, t.subtask) }
@@ -86,30 +71,14 @@ func (t *sourceTask) run() error {
 		fan = max(fan, len(e.chans))
 	}
 	buf := make([]SourceRecord, batchRecords*min(fan, 8))
-	t.eof = len(t.splits) == 0
-	// A pumped reader (PumpedReader): its writer may run this subtask's reads. Not with event
-	// time, whose watermarks a pump would have to send too.
-	pr, pumped := t.r.(PumpedReader)
-	pumped = pumped && !t.eof && t.spec.EventTime == nil
-	if pumped {
-		t.buf, t.kick = buf, make(chan struct{}, 1)
-		pr.SetPump(t.pump)
-		defer pr.SetPump(nil)
-	}
-	defer func() {
-		t.mu.Lock()
-		t.stopped = true
-		t.mu.Unlock()
-	}()
+	eof := len(t.splits) == 0
+	c := t.a.coord
 	for {
-		if t.eof {
-			// Barriers only (a pump never reads past the end).
+		// Barriers first: a trigger is answered between two reads.
+		if eof {
 			select {
 			case tr := <-t.trig:
-				t.mu.Lock()
-				done, err := t.barrier(ctx, tr)
-				t.mu.Unlock()
-				if done || err != nil {
+				if done, err := t.barrier(ctx, tr); done || err != nil {
 					return err
 				}
 				continue
@@ -117,131 +86,49 @@ func (t *sourceTask) run() error {
 				return nil
 			}
 		}
-		if pumped {
-			pr.Wait(ctx, t.kick)
-		}
-		t.mu.Lock()
-		done, err := t.step(ctx, buf)
-		t.mu.Unlock()
-		if done {
-			return err
-		}
-	}
-}
-
-// step is one turn of the subtask: the read a pump left routed, or a waiting barrier trigger
-// answered and then one read routed. Called with mu held; done ends the subtask, with err.
-func (t *sourceTask) step(ctx context.Context, buf []SourceRecord) (done bool, err error) {
-	var n int
-	var rerr error
-	if t.pending {
-		// Before any barrier: the reader's positions already count these records, so a
-		// barrier answered now would cover records sent after it.
-		n, rerr = t.pendN, t.pendErr
-		t.pending, t.pendN, t.pendErr = false, 0, nil
-	} else {
-		// Barriers first: a trigger is answered between two reads.
 		select {
 		case tr := <-t.trig:
 			if done, err := t.barrier(ctx, tr); done || err != nil {
-				return true, err
+				return err
 			}
 		case <-ctx.Done():
-			return true, nil
+			return nil
 		default:
 		}
-		n, rerr = t.r.Read(ctx, buf)
-	}
-	for i := range n {
-		if err := t.record(&buf[i]); err != nil {
-			return true, err
+		n, err := t.r.Read(ctx, buf)
+		for i := range n {
+			if err := t.record(&buf[i]); err != nil {
+				return err
+			}
+			if err := t.maybeWatermark(1); err != nil {
+				return nil // cancelled
+			}
 		}
-		if err := t.maybeWatermark(1); err != nil {
-			return true, nil // cancelled
+		t.records.Add(t.read) // published once a read, not once a record
+		t.read = 0
+		if n == 0 {
+			if err := t.maybeWatermark(0); err != nil { // idle splits
+				return nil
+			}
 		}
-	}
-	t.records.Add(t.read) // published once a read, not once a record
-	t.read = 0
-	if n == 0 {
-		if err := t.maybeWatermark(0); err != nil { // idle splits
-			return true, nil
+		if err := t.out.flush(); err != nil {
+			return nil // cancelled
 		}
-	}
-	if err := t.out.flush(); err != nil {
-		return true, nil // cancelled
-	}
-	if errors.Is(rerr, io.EOF) {
-		t.eof = true
-		if err := t.out.mark(scheduler.Element{Kind: scheduler.ElementWatermark, TS: math.MaxInt64}); err != nil {
-			return true, nil
+		if errors.Is(err, io.EOF) {
+			eof = true
+			if err := t.out.mark(scheduler.Element{Kind: scheduler.ElementWatermark, TS: math.MaxInt64}); err != nil {
+				return nil
+			}
+			c.send(ctx, ack{kind: ackEOF, node: t.spec.Name, subtask: t.subtask})
+			continue
 		}
-		t.a.coord.send(ctx, ack{kind: ackEOF, node: t.spec.Name, subtask: t.subtask})
-		return false, nil
-	}
-	if rerr != nil {
-		if ctx.Err() != nil {
-			return true, nil
-		}
-		return true, fmt.Errorf("%s: %w", t.name(), rerr)
-	}
-	return false, nil
-}
-
-// leave leaves a pump's read for the goroutine (pending) and wakes it.
-func (t *sourceTask) leave(n int, err error) {
-	t.pending, t.pendN, t.pendErr = true, n, err
-	select {
-	case t.kick <- struct{}{}:
-	default: // a token waits already
-	}
-}
-
-// pumpBytes bounds the bytes of a read that a pump routes itself: with at most batchRecords
-// records, keys and values at most twice this, every output channel then gets at most one
-// batch (a batch's arena grows to maxBatchArena before it is sent early).
-const pumpBytes = maxBatchArena / 4
-
-// pump runs one read of the subtask in the caller's goroutine (PumpedReader), when it can do
-// so without blocking: the subtask's goroutine is not in a turn of its own, and every output
-// channel has room for a batch. A read whose records it cannot route simply (a malformed
-// record, which goes to a side output; more than pumpBytes; an error or the end) is left for
-// the goroutine, which routes it at its next turn, before reading again. It reports whether it
-// routed its read, so that the writer knows whether it must wake the goroutine.
-func (t *sourceTask) pump() bool {
-	if !t.mu.TryLock() {
-		return false
-	}
-	defer t.mu.Unlock()
-	if t.stopped || t.eof || t.pending || !t.out.room(1) {
-		return false
-	}
-	ctx := t.out.ctx
-	buf := t.buf[:batchRecords]
-	n, err := t.r.Read(ctx, buf)
-	simple := err == nil
-	size := 0
-	for i := 0; i < n && simple; i++ {
-		size += len(buf[i].Value) + len(buf[i].Key)
-		simple = buf[i].Malformed == nil && size <= pumpBytes
-	}
-	if !simple {
-		t.leave(n, err)
-		return false
-	}
-	for i := range n {
-		if err := t.record(&buf[i]); err != nil {
-			// Cannot be a malformed record (checked above) nor, without event time, a
-			// timestamp's: a routing error (a guest key's), the subtask's to return.
-			t.leave(0, err)
-			return false
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("%s: %w", t.name(), err)
 		}
 	}
-	t.records.Add(t.read)
-	t.read = 0
-	if t.out.flush() != nil {
-		return false // cancelled: the goroutine sees it too
-	}
-	return true
 }
 
 // barrier records positions, acknowledges them and sends the barrier. A final barrier ends

@@ -114,20 +114,6 @@ func (r *reader) Read(ctx context.Context, buf []pipeline.SourceRecord) (int, er
 	return n, err
 }
 
-// SetPump and Wait make the reader a pipeline.PumpedReader: the log's appends run the source
-// subtask's read themselves (Log.Append), and Read does not wait while a pump is set.
-func (r *reader) SetPump(pump func() bool) {
-	if r.r != nil {
-		r.r.setPump(pump)
-	}
-}
-
-func (r *reader) Wait(ctx context.Context, wake <-chan struct{}) {
-	if r.r != nil {
-		r.r.waitRecords(ctx, wake)
-	}
-}
-
 func (r *reader) Positions() []pipeline.Split {
 	if r.r == nil {
 		return nil

@@ -37,15 +37,6 @@
 // that did reach the disk, so the invariant holds: past the durable length there are only
 // zeros, and a later torn write cannot expose an older one's bytes.
 //
-// # Pumped reads
-//
-// The http source's reader is a pipeline.PumpedReader: while its subtask runs, Append, once
-// its batch is durable and the log's lock released, calls the subtask's pump, which reads the
-// batch (Next, from the file as any read) and routes it to the pipeline's first operator in
-// the appender's goroutine. Only when the pump did not read up to the durable length (it
-// refused, or the batch was larger than one read) are the readers woken; Next does not wait
-// while a pump is set, the subtask's goroutine waits in waitRecords between its turns.
-//
 // The idempotency keys of the newest MaxKeys batches are kept in memory (rebuilt from the
 // headers on open): a retried batch with a known key is answered as the first was, without
 // appending.
@@ -122,13 +113,8 @@ type Log struct {
 	read    int64   // the newest reader position reported (Consumed)
 	keys    map[string]Result
 	order   []string
-	notify  chan struct{} // closed and replaced on every append a pump did not take
+	notify  chan struct{} // closed and replaced on every append
 	closed  bool
-	// pump, set by the pumped reader (Reader.setPump), runs the source subtask's read in the
-	// appender's goroutine once a batch is durable (pipeline.PumpedReader); pumper is that
-	// reader.
-	pump   func() bool
-	pumper *Reader
 	// alloc is the allocated length: [durable, alloc) is zeros, written and fsynced with the
 	// file's size, so an append ending at or before it needs only fdatasync.
 	alloc int64
@@ -437,54 +423,25 @@ func Frame(body []byte) ([]byte, int, error) {
 
 // Append makes body's records durable (see Frame for the format) and returns once they are
 // fsynced. A key seen before returns the first result with Duplicate set and appends nothing.
-//
-// With a pumped reader (Reader.setPump), Append then runs the source subtask's read itself,
-// in the caller's goroutine (pipeline.PumpedReader): the records reach the pipeline's first
-// operator without waking the source's goroutine. When the pump cannot take them (the
-// subtask is busy, its outputs full), or did not read them all, the readers are woken as
-// without a pump.
 func (l *Log) Append(key string, body []byte) (Result, error) {
-	res, pump, err := l.append(key, body)
-	if err != nil || res.Duplicate || res.Records == 0 {
-		return res, err
-	}
-	took := pump != nil && pump()
-	l.mu.Lock()
-	if !took || l.read < l.durable {
-		l.wake()
-	}
-	l.mu.Unlock()
-	return res, nil
-}
-
-// wake wakes the readers waiting for an append. Called with mu held.
-func (l *Log) wake() {
-	if !l.closed {
-		close(l.notify)
-		l.notify = make(chan struct{})
-	}
-}
-
-// append is Append up to the batch being durable; it returns the pump to run.
-func (l *Log) append(key string, body []byte) (Result, func() bool, error) {
 	if key != "" && !ValidKey(key) {
-		return Result{}, nil, fmt.Errorf("ingest: bad idempotency key %q", key)
+		return Result{}, fmt.Errorf("ingest: bad idempotency key %q", key)
 	}
 	framed, n, err := Frame(body)
 	if err != nil {
-		return Result{}, nil, err
+		return Result{}, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return Result{}, nil, ErrClosed
+		return Result{}, ErrClosed
 	}
 	if r, ok := l.keys[key]; ok && key != "" {
 		r.Duplicate = true
-		return r, nil, nil
+		return r, nil
 	}
 	if n == 0 {
-		return Result{Offset: l.durable, End: l.durable}, nil, nil
+		return Result{Offset: l.durable, End: l.durable}, nil
 	}
 	k := key
 	if k == "" {
@@ -492,7 +449,7 @@ func (l *Log) append(key string, body []byte) (Result, func() bool, error) {
 	}
 	hdr := fmt.Sprintf("#b %s %d %d\n", k, len(framed), n)
 	if lag := l.durable - l.read; lag > 0 && lag+int64(len(hdr)+len(framed)) > l.maxLag {
-		return Result{}, nil, ErrBackpressure
+		return Result{}, ErrBackpressure
 	}
 	buf := make([]byte, 0, len(hdr)+len(framed))
 	buf = append(append(buf, hdr...), framed...)
@@ -501,7 +458,7 @@ func (l *Log) append(key string, body []byte) (Result, func() bool, error) {
 	inside := end <= l.alloc
 	if _, err := l.f.WriteAt(buf, l.durable); err != nil {
 		l.undo()
-		return Result{}, nil, fmt.Errorf("ingest: writing the log: %w", err)
+		return Result{}, fmt.Errorf("ingest: writing the log: %w", err)
 	}
 	if inside {
 		err = fdatasync(l.f)
@@ -512,7 +469,7 @@ func (l *Log) append(key string, body []byte) (Result, func() bool, error) {
 		// The bytes may or may not be durable: refuse the batch, and drop what was written so
 		// that a retry does not find it twice.
 		l.undo()
-		return Result{}, nil, fmt.Errorf("ingest: fsync: %w", err)
+		return Result{}, fmt.Errorf("ingest: fsync: %w", err)
 	}
 	res := Result{Records: n, Offset: l.durable, End: end}
 	l.batches = append(l.batches, l.durable)
@@ -522,7 +479,9 @@ func (l *Log) append(key string, body []byte) (Result, func() bool, error) {
 		l.extend()
 	}
 	l.remember(key, res)
-	return res, l.pump, nil
+	close(l.notify)
+	l.notify = make(chan struct{})
+	return res, nil
 }
 
 // undo drops what a failed append wrote after the durable length, and the allocated space with
@@ -569,7 +528,6 @@ func (l *Log) Close() error {
 	}
 	l.closed = true
 	close(l.notify)
-	l.pump, l.pumper = nil, nil
 	l.harvest(true)
 	return l.f.Close()
 }
@@ -585,8 +543,6 @@ type Reader struct {
 	end   int64 // the durable length r's section ends at
 	wait  time.Duration
 	arena []byte
-	// pumped: a pump is set (setPump), so Next does not wait; waitRecords does.
-	pumped bool
 }
 
 // NewReader reads l from pos (0, or an offset a Reader reported).
@@ -614,52 +570,13 @@ type Record struct {
 	Pos   int64  // the offset of its line
 }
 
-// setPump makes pump the log's (nil: none): every append runs it once its batch is durable
-// (Append). While a pump is set, Next does not wait for records; waitRecords does.
-func (r *Reader) setPump(pump func() bool) {
-	l := r.log
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	r.pumped = pump != nil
-	switch {
-	case pump != nil && !l.closed:
-		l.pump, l.pumper = pump, r
-	case l.pumper == r:
-		l.pump, l.pumper = nil, nil
-	}
-}
-
-// waitRecords blocks until the log has records past the reader's position (or is closed), wake has
-// a token, the reader's wait (20ms) has passed or ctx ends. It may run while a pump reads
-// (it reads the log's copy of the position, under the log's lock).
-func (r *Reader) waitRecords(ctx context.Context, wake <-chan struct{}) {
-	l := r.log
-	l.mu.Lock()
-	ready, notify := l.read < l.durable || l.closed, l.notify
-	l.mu.Unlock()
-	if ready {
-		return
-	}
-	t := time.NewTimer(r.wait)
-	defer t.Stop()
-	select {
-	case <-notify:
-	case <-wake:
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
-
 // Next fills recs with up to len(recs) records; it waits briefly (20ms) when there is none and
-// returns 0 then (at once, with a pump set). The values are valid until the next call.
+// returns 0 then. The values are valid until the next call.
 func (r *Reader) Next(ctx context.Context, recs []Record) (int, error) {
 	durable, notify, closed := r.log.snapshot()
 	if r.pos >= durable {
 		if closed {
 			return 0, ErrClosed
-		}
-		if r.pumped {
-			return 0, nil
 		}
 		t := time.NewTimer(r.wait)
 		defer t.Stop()
@@ -720,8 +637,5 @@ func (r *Reader) Next(ctx context.Context, recs []Record) (int, error) {
 // records of the current batch follow it (a reader resumes there with NewReader(pos, left)).
 func (r *Reader) Pos() (int64, int) { return r.pos, r.left }
 
-// Close releases the reader (and its pump).
-func (r *Reader) Close() error {
-	r.setPump(nil)
-	return r.f.Close()
-}
+// Close releases the reader.
+func (r *Reader) Close() error { return r.f.Close() }
