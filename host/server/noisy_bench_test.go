@@ -395,3 +395,51 @@ func noisyNeighbour(b *testing.B, opts ...func(*Config)) {
 		}
 	}
 }
+
+// BenchmarkIngestOneProcessor: tenant b's closed loop (as in BenchmarkNoisyNeighbour) alone,
+// in alternating segments on one Go processor and on two (runtime.GOMAXPROCS), rotating the
+// order each round. One processor is what b has while tenant a's guest holds the other at its
+// one-core share, without a's other effects (its GC, the kernel's CPU shared with a's thread):
+// b-1p/2p is the part of b's throughput that its hand-offs between goroutines cost when they
+// cannot overlap, the part of the noisy neighbour's loss that b's own path decides.
+func BenchmarkIngestOneProcessor(b *testing.B) {
+	const (
+		segDur = 300 * time.Millisecond
+		rounds = 8
+	)
+	procs := goruntime.GOMAXPROCS(0)
+	defer goruntime.GOMAXPROCS(procs)
+	for range b.N {
+		s := newBenchServer(b)
+		tokB := s.tenant("b", map[string]any{"api_requests_per_second": 1000000})
+		idB := s.pipeline(tokB, "counter", map[string]any{
+			"checkpoints": map[string]any{"interval": "1s"},
+			"sources":     []any{map[string]any{"name": "in", "type": "http"}},
+			"operators":   []any{map[string]any{"name": "count", "module": "counter", "inputs": []any{"in"}, "key": "user"}},
+			"sinks":       []any{map[string]any{"name": "out", "type": "preview", "inputs": []any{"count"}}},
+		})
+		watch := s.watchSinks()
+		s.call("POST", "/api/v1/pipelines/"+idB+"/start", tokB, "", nil, 202)
+		const keys, perKey = 50, 4
+		batch := records(keys, perKey, 0)
+		s.segment(tokB, idB, watch, batch, keys*perKey, segDur) // warm up
+		var g [2]segments                                       // by processors - 1
+		for r := range rounds {
+			for i := range 2 {
+				p := (i + r) % 2
+				goruntime.GOMAXPROCS(p + 1)
+				u0 := s.sample("a")
+				n, el, lats := s.segment(tokB, idB, watch, batch, keys*perKey, segDur)
+				g[p].add(n, el, lats, u0, s.sample("a"))
+			}
+		}
+		goruntime.GOMAXPROCS(procs)
+		b.ReportMetric(g[0].thr()/g[1].thr(), "b-1p/2p")
+		b.ReportMetric(g[0].thr(), "b-1p-rec/s")
+		b.ReportMetric(g[1].thr(), "b-2p-rec/s")
+		b.ReportMetric(float64(g[0].p50())/1e3, "b-1p-p50-µs")
+		b.ReportMetric(float64(g[1].p50())/1e3, "b-2p-p50-µs")
+		report(b, "1p", g[0].u[0], g[0].u[1])
+		report(b, "2p", g[1].u[0], g[1].u[1])
+	}
+}
