@@ -138,10 +138,11 @@ func TestSuspensionAllocatesNothing(t *testing.T) {
 			b := testing.AllocsPerRun(3, func() { run(long) })
 			perRecord := (b - a) / float64(len(long)-len(short))
 			t.Logf("%.0f allocations for %d records, %.0f for %d: %.4f a record", a, len(short), b, len(long), perRecord)
-			// A run's fixed costs vary by a few tens of allocations (how many carriers it
-			// spawned, a GC's timing): the bound allows for that, not for a per-record cost
-			// (main had 0.5 a record).
-			if perRecord > 0.05 {
+			// A run's fixed costs vary (how many carriers it spawned, a GC's timing): by a few
+			// tens of allocations on a quiet machine, by ~500 under -race on a loaded one (0.06
+			// a record seen once). The bound allows for that, not for a per-record cost: before
+			// the pooled batches and queues it was 0.5 a record.
+			if perRecord > 0.15 {
 				t.Errorf("%.4f allocations per suspended record, want none", perRecord)
 			}
 		})
