@@ -43,6 +43,12 @@ import (
 //     1.0-1.25 × the knee; against a shared CPU it goes on up to MaxInFlight while the rate
 //     keeps growing, and stops where it no longer does.
 //
+// At MaxInFlight (where the ramp leaves an upstream whose latency did not grow 4-fold) a down
+// phase waits for a hold: 1 s after the limit got there, then twice the last hold, up to 4 s,
+// after each verdict to stay; until then the phase at the limit is measured again. A down phase
+// there costs the rate its gradient gives up at 0.8 × (about a tenth for ~0.1 s in issue 11's
+// 0.7 s enrichment job over h1), for nothing when the ceiling is right (holdCeiling).
+//
 // A phase whose peak in-flight count stayed below its capacity measured the demand, not the
 // upstream, and moves nothing. Overload signals (timeouts, 429, 503) in 5% of a phase's
 // samples cut the limit to 0.7 × at once; a mean latency above a configured TargetLatency

@@ -405,3 +405,53 @@ func TestGradientHoldsAtCeiling(t *testing.T) {
 		})
 	})
 }
+
+// TestGradientShortJob is issue 11's enrichment job in fake time: 20k requests from 512
+// closed-loop callers against an upstream that shares a CPU, sized like the job's h1 figures
+// on this machine (about 31k requests/s at 256 in flight, and a fixed 128 delivering 0.69 of
+// that). The default limiter must finish within 5% of a fixed 256's time.
+func TestGradientShortJob(t *testing.T) {
+	fakeClockSched(t)
+	job := func(algorithm string) time.Duration {
+		var took time.Duration
+		synctest.Test(t, func(t *testing.T) {
+			u := &sharedCPU{base: 3700 * time.Microsecond, per: 209}
+			mn := newMemNet(t, u.handle)
+			cfg := memConfig()
+			cfg.MaxInFlight = 256
+			cfg.MaxQueued = 512
+			cfg.SingleFlight = "off"
+			cfg.Concurrency.Algorithm = algorithm
+			e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+			req, _ := ParseRequest([]byte("GET /x"))
+			const total, callers = 20_000, 512
+			var issued, completed atomic.Int64
+			done := make(chan struct{})
+			var loop func(Response)
+			loop = func(r Response) {
+				if r.Err != nil {
+					t.Errorf("request failed: %v", r.Err)
+				}
+				if completed.Add(1) == total {
+					close(done)
+				}
+				if issued.Add(1) <= total {
+					e.Do(context.Background(), req, loop)
+				}
+			}
+			start := time.Now()
+			for range callers {
+				issued.Add(1)
+				e.Do(context.Background(), req, loop)
+			}
+			<-done
+			took = time.Since(start)
+		})
+		return took
+	}
+	fixed, def := job("fixed"), job("")
+	t.Logf("20k requests: fixed 256 %v, default %v (%.3f of fixed's rate)", fixed, def, fixed.Seconds()/def.Seconds())
+	if def.Seconds() > fixed.Seconds()/0.95 {
+		t.Errorf("the default took %v, fixed 256 %v: under 0.95 of its rate", def, fixed)
+	}
+}
