@@ -46,8 +46,9 @@ import (
 // At MaxInFlight (where the ramp leaves an upstream whose latency did not grow 4-fold) a down
 // phase waits for a hold: 1 s after the limit got there, then twice the last hold, up to 4 s,
 // after each verdict to stay; until then the phase at the limit is measured again. A down phase
-// there costs the rate its gradient gives up at 0.8 × (about a tenth for ~0.1 s in issue 11's
-// 0.7 s enrichment job over h1), for nothing when the ceiling is right (holdCeiling).
+// there costs the rate its gradient gives up at 0.8 × (a tenth to a quarter for ~0.1 s in
+// issue 11's 0.7 s enrichment job over h1), for nothing when the ceiling is right
+// (holdCeiling).
 //
 // A phase whose peak in-flight count stayed below its capacity measured the demand, not the
 // upstream, and moves nothing. Overload signals (timeouts, 429, 503) in 5% of a phase's
@@ -266,7 +267,7 @@ func (l *limiter) observeGradient(s sample, now time.Time) {
 // holdCeiling defers the next down phase while the limit is at MaxInFlight: by ceilingHold
 // after the limit got there, and by twice the last hold (up to ceilingHoldMax) after each
 // down phase whose verdict was to stay. A down phase costs its ~0.1 s the rate that its
-// gradient gives up at 0.8 × (about 10% for issue 11's enrichment job over h1, which lasts
+// gradient gives up at 0.8 × (10-25% for issue 11's enrichment job over h1, which lasts
 // 0.7 s); when a limit at the ceiling is right, each one is that cost for nothing, and the
 // ceiling is where the ramp leaves an upstream whose latency did not grow 4-fold, so no
 // queue is clearly its. A limit that should come down waits at most ceilingHoldMax for its
