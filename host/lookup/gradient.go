@@ -43,6 +43,13 @@ import (
 //     1.0-1.25 × the knee; against a shared CPU it goes on up to MaxInFlight while the rate
 //     keeps growing, and stops where it no longer does.
 //
+// At MaxInFlight (where the ramp leaves an upstream whose latency did not grow 4-fold) a down
+// phase waits for a hold: 1 s after the limit got there, then twice the last hold, up to 4 s,
+// after each verdict to stay; until then the phase at the limit is measured again. A down phase
+// there costs the rate its gradient gives up at 0.8 × (a tenth to a quarter for ~0.1 s in
+// issue 11's 0.7 s enrichment job over h1), for nothing when the ceiling is right
+// (holdCeiling).
+//
 // A phase whose peak in-flight count stayed below its capacity measured the demand, not the
 // upstream, and moves nothing. Overload signals (timeouts, 429, 503) in 5% of a phase's
 // samples cut the limit to 0.7 × at once; a mean latency above a configured TargetLatency
@@ -71,6 +78,10 @@ type gradient struct {
 	highGrad float64 // the first of those cycles' gradient
 	downs    int     // moves down in a row: the next one goes 0.8^downs × below the down phase
 
+	// At MaxInFlight no down phase starts before holdUntil (see holdCeiling).
+	holdUntil time.Time
+	holdFor   time.Duration // the next hold: ceilingHold, doubled per verdict to stay, up to ceilingHoldMax
+
 	// the previous measured phase, to compare with
 	prevX   float64 // its completions per second
 	prevCap int
@@ -90,6 +101,9 @@ const (
 	gradientUp    = 1.25 // the cycle's up phase, × the limit; the down phase is its inverse
 	gradientCut   = 0.7  // the limit after an overloaded phase, × the limit
 	rampLatency   = 4    // a ramp stops when a round trip's latency reaches this × the lowest
+
+	ceilingHold    = time.Second     // at MaxInFlight: the first hold before a down phase
+	ceilingHoldMax = 4 * time.Second // the longest, after verdicts to stay there
 )
 
 func (g *gradient) init(l *limiter, now time.Time) {
@@ -177,6 +191,7 @@ func (l *limiter) observeGradient(s sample, now time.Time) {
 		have = true
 	}
 	next := g.phase + 1
+	probed := g.phase == 1 // a down phase
 	switch {
 	case g.warmup:
 		g.warmup, next, ok = false, g.phase, false // measure this phase again
@@ -231,8 +246,35 @@ func (l *limiter) observeGradient(s sample, now time.Time) {
 	if int(l.limit) != before {
 		l.changes++
 	}
-	g.phase = next % 4
+	switch {
+	case l.limit < l.maxLimit:
+		g.holdFor = 0 // off the ceiling: the next arrival there starts with the first hold
+	case before < int(l.maxLimit) || (probed && g.low == 0):
+		// Arrived at the ceiling, or a down phase's verdict was to stay there (not a first
+		// verdict to leave it, which the next cycle confirms or not).
+		g.holdCeiling(now)
+	}
+	next %= 4
+	if next == 1 && l.limit >= l.maxLimit && now.Before(g.holdUntil) {
+		// Held at the ceiling: measure at the limit again instead of probing below it (in
+		// a cycle, phase 0 is at the limit there: it cannot go higher).
+		next = 0
+	}
+	g.phase = next
 	g.begin(l, now)
+}
+
+// holdCeiling defers the next down phase while the limit is at MaxInFlight: by ceilingHold
+// after the limit got there, and by twice the last hold (up to ceilingHoldMax) after each
+// down phase whose verdict was to stay. A down phase costs its ~0.1 s the rate that its
+// gradient gives up at 0.8 × (10-25% for issue 11's enrichment job over h1, which lasts
+// 0.7 s); when a limit at the ceiling is right, each one is that cost for nothing, and the
+// ceiling is where the ramp leaves an upstream whose latency did not grow 4-fold, so no
+// queue is clearly its. A limit that should come down waits at most ceilingHoldMax for its
+// next verdict; overload signals still cut it at once.
+func (g *gradient) holdCeiling(now time.Time) {
+	g.holdFor = min(max(2*g.holdFor, ceilingHold), ceilingHoldMax)
+	g.holdUntil = now.Add(g.holdFor)
 }
 
 // rampGradient is the ramp: one more per response while the demand fills half the limit.
@@ -270,6 +312,8 @@ func (l *limiter) rampGradient(s sample, now time.Time) {
 		if l.limit >= l.maxLimit {
 			g.enter(l, gradDescent, now)
 			g.warmup = true
+			g.holdFor = 0
+			g.holdCeiling(now)
 		}
 		return
 	}

@@ -312,3 +312,146 @@ func TestAdaptiveSharedCPU(t *testing.T) {
 		})
 	}
 }
+
+// TestGradientHoldsAtCeiling: at max_in_flight the gradient controller probes below the
+// limit rarely (holdCeiling), because there each down phase costs the rate that its
+// gradient gives up, for nothing when the ceiling is right; and it still comes down from
+// the ceiling when the upstream is a worker pool past its knee.
+func TestGradientHoldsAtCeiling(t *testing.T) {
+	fakeClockSched(t)
+	// capacities samples the limiter's capacity at the ceiling (−1 below it) every 5 ms while
+	// runAdaptive drives it.
+	capacities := func(e *Endpoint, users int, total time.Duration) (caps []int, limits []adaptPoint) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			start := time.Now()
+			for time.Since(start) < total {
+				l := e.limiter
+				l.mu.Lock()
+				c := l.capacity()
+				if l.limit < l.maxLimit {
+					c = -1
+				}
+				caps = append(caps, c)
+				l.mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+		limits = runAdaptive(t, e, newWorkerPool(1, 0), users, total, 500*time.Millisecond, func() {})
+		<-done
+		return caps, limits
+	}
+	t.Run("stay", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// TestAdaptiveSharedCPU's upstream: its gradient at 64 is 0.2, so 64 is right.
+			u := &sharedCPU{base: 20 * time.Millisecond, per: 16}
+			mn := newMemNet(t, u.handle)
+			cfg := memConfig()
+			cfg.MaxInFlight = 64
+			cfg.MaxQueued = 256
+			cfg.SingleFlight = "off"
+			e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+			caps, pts := capacities(e, 64, 30*time.Second)
+			t.Logf("shared CPU 20ms × (1 + n/16), max_in_flight 64\n%s", formatSeries(pts))
+			first := -1
+			below, at, early := 0, 0, false
+			for i, c := range caps {
+				if first < 0 {
+					if c == 64 {
+						first = i
+					}
+					continue
+				}
+				if c >= 0 {
+					at++
+				}
+				if c >= 0 && c < 64 {
+					below++
+					if at := time.Duration(i-first) * 5 * time.Millisecond; at < ceilingHold && !early {
+						t.Errorf("capacity %d %v after the ramp reached the ceiling: a down phase within the hold", c, at)
+						early = true
+					}
+				}
+			}
+			if first < 0 {
+				t.Fatal("the ramp never reached max_in_flight")
+			}
+			// A cycle without holds spends one phase in four below the limit (0.27 of the
+			// samples here); with them 0.15: this upstream's phases last 0.56 s.
+			if share := float64(below) / float64(at); at == 0 || share > 0.2 {
+				t.Errorf("with the limit at the ceiling, %d samples of %d below it, want ≤ 0.2 of them", below, at)
+			}
+		})
+	})
+	t.Run("leave", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// 8 workers under a ceiling of 16: latency at 16 is twice the unloaded one, under
+			// the ramp's 4 ×, so the ramp ends at the ceiling, and the limit must come down.
+			const workers = 8
+			pool := newWorkerPool(workers, 20*time.Millisecond)
+			mn := newMemNet(t, pool.handle)
+			cfg := memConfig()
+			cfg.MaxInFlight = 2 * workers
+			cfg.SingleFlight = "off"
+			e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+			pts := runAdaptive(t, e, pool, 2*workers, 20*time.Second, 500*time.Millisecond, func() {})
+			t.Logf("8 workers, max_in_flight 16\n%s", formatSeries(pts))
+			for _, p := range pts {
+				if p.at > 10*time.Second && (p.limit < workers || p.limit > workers*5/4) {
+					t.Errorf("t=%v: limit %d outside [%d, %d]", p.at, p.limit, workers, workers*5/4)
+				}
+			}
+		})
+	})
+}
+
+// TestGradientShortJob is issue 11's enrichment job in fake time: 20k requests from 512
+// closed-loop callers against an upstream that shares a CPU, sized like the job's h1 figures
+// on this machine (about 31k requests/s at 256 in flight, and a fixed 128 delivering 0.69 of
+// that). The default limiter must finish within 5% of a fixed 256's time.
+func TestGradientShortJob(t *testing.T) {
+	fakeClockSched(t)
+	job := func(algorithm string) time.Duration {
+		var took time.Duration
+		synctest.Test(t, func(t *testing.T) {
+			u := &sharedCPU{base: 3700 * time.Microsecond, per: 209}
+			mn := newMemNet(t, u.handle)
+			cfg := memConfig()
+			cfg.MaxInFlight = 256
+			cfg.MaxQueued = 512
+			cfg.SingleFlight = "off"
+			cfg.Concurrency.Algorithm = algorithm
+			e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+			req, _ := ParseRequest([]byte("GET /x"))
+			const total, callers = 20_000, 512
+			var issued, completed atomic.Int64
+			done := make(chan struct{})
+			var loop func(Response)
+			loop = func(r Response) {
+				if r.Err != nil {
+					t.Errorf("request failed: %v", r.Err)
+				}
+				if completed.Add(1) == total {
+					close(done)
+				}
+				if issued.Add(1) <= total {
+					e.Do(context.Background(), req, loop)
+				}
+			}
+			start := time.Now()
+			for range callers {
+				issued.Add(1)
+				e.Do(context.Background(), req, loop)
+			}
+			<-done
+			took = time.Since(start)
+		})
+		return took
+	}
+	fixed, def := job("fixed"), job("")
+	t.Logf("20k requests: fixed 256 %v, default %v (%.3f of fixed's rate)", fixed, def, fixed.Seconds()/def.Seconds())
+	if def.Seconds() > fixed.Seconds()/0.95 {
+		t.Errorf("the default took %v, fixed 256 %v: under 0.95 of its rate", def, fixed)
+	}
+}
