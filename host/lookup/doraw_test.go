@@ -22,13 +22,7 @@ func doRaw(t testing.TB, e *Endpoint, raw string) Response {
 	for i := range b {
 		b[i] = 'x'
 	}
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(20 * time.Second):
-		t.Fatalf("no response to %q", raw)
-		return Response{}
-	}
+	return awaitResponse(t, ch, raw)
 }
 
 // TestDoRaw: requests parsed in place over DoRaw's copy arrive intact although the caller

@@ -91,6 +91,13 @@ func do(t testing.TB, e *Endpoint, ctx context.Context, raw string) Response {
 		ch <- r
 	})
 	mu.Unlock()
+	return awaitResponse(t, ch, raw)
+}
+
+// awaitResponse waits for the response to raw on ch, failing the test after 20 s (a hang,
+// not a timing assertion).
+func awaitResponse(t testing.TB, ch <-chan Response, raw string) Response {
+	t.Helper()
 	select {
 	case r := <-ch:
 		return r

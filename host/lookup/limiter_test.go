@@ -283,12 +283,7 @@ func TestAdaptiveSharedCPU(t *testing.T) {
 		t.Run(fmt.Sprint(tc.maxInFlight), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				u := &sharedCPU{base: 20 * time.Millisecond, per: 16}
-				mn := newMemNet(t, u.handle)
-				cfg := memConfig()
-				cfg.MaxInFlight = tc.maxInFlight
-				cfg.MaxQueued = 4 * tc.maxInFlight
-				cfg.SingleFlight = "off"
-				e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+				e := openSharedCPU(t, u, tc.maxInFlight, 4*tc.maxInFlight, "")
 				pool := newWorkerPool(1, 0) // runAdaptive's capacity column only
 				pts := runAdaptive(t, e, pool, tc.maxInFlight, 60*time.Second, 500*time.Millisecond, func() {})
 				t.Logf("gradient, shared CPU 20ms × (1 + n/16), max_in_flight %d\n%s", tc.maxInFlight, formatSeries(pts))
@@ -345,13 +340,7 @@ func TestGradientHoldsAtCeiling(t *testing.T) {
 	t.Run("stay", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			// TestAdaptiveSharedCPU's upstream: its gradient at 64 is 0.2, so 64 is right.
-			u := &sharedCPU{base: 20 * time.Millisecond, per: 16}
-			mn := newMemNet(t, u.handle)
-			cfg := memConfig()
-			cfg.MaxInFlight = 64
-			cfg.MaxQueued = 256
-			cfg.SingleFlight = "off"
-			e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+			e := openSharedCPU(t, &sharedCPU{base: 20 * time.Millisecond, per: 16}, 64, 256, "")
 			caps, pts := capacities(e, 64, 30*time.Second)
 			t.Logf("shared CPU 20ms × (1 + n/16), max_in_flight 64\n%s", formatSeries(pts))
 			first := -1
@@ -415,14 +404,7 @@ func TestGradientShortJob(t *testing.T) {
 	job := func(algorithm string) time.Duration {
 		var took time.Duration
 		synctest.Test(t, func(t *testing.T) {
-			u := &sharedCPU{base: 3700 * time.Microsecond, per: 209}
-			mn := newMemNet(t, u.handle)
-			cfg := memConfig()
-			cfg.MaxInFlight = 256
-			cfg.MaxQueued = 512
-			cfg.SingleFlight = "off"
-			cfg.Concurrency.Algorithm = algorithm
-			e := open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
+			e := openSharedCPU(t, &sharedCPU{base: 3700 * time.Microsecond, per: 209}, 256, 512, algorithm)
 			req, _ := ParseRequest([]byte("GET /x"))
 			const total, callers = 20_000, 512
 			var issued, completed atomic.Int64
@@ -454,4 +436,19 @@ func TestGradientShortJob(t *testing.T) {
 	if def.Seconds() > fixed.Seconds()/0.95 {
 		t.Errorf("the default took %v, fixed 256 %v: under 0.95 of its rate", def, fixed)
 	}
+}
+
+// openSharedCPU opens an endpoint on an in-memory upstream u, with single-flight off, the
+// given in-flight and queue limits and concurrency algorithm ("" keeps memConfig's).
+func openSharedCPU(t *testing.T, u *sharedCPU, maxInFlight, maxQueued int, algorithm string) *Endpoint {
+	t.Helper()
+	mn := newMemNet(t, u.handle)
+	cfg := memConfig()
+	cfg.MaxInFlight = maxInFlight
+	cfg.MaxQueued = maxQueued
+	cfg.SingleFlight = "off"
+	if algorithm != "" {
+		cfg.Concurrency.Algorithm = algorithm
+	}
+	return open(t, NewRegistry(WithDialer(mn.dial)), "t1", cfg)
 }
