@@ -28,6 +28,7 @@ type Engine struct {
 	owns   bool   // whether Close closes cache
 	dir    string // the on-disk cache's directory, when the engine opened it (cache.go)
 	wd     *watchdog
+	rel    *releaser // closes closed instances' modules off the caller's path (release.go)
 
 	// The live limits (SetLiveLimits): every instance reads them at each check, so a change
 	// reaches instances already running. 0 = the engine's limits.
@@ -136,6 +137,7 @@ func NewEngine(ctx context.Context, opts ...EngineOption) (*Engine, error) {
 		period = min(period, cpuSharePeriod)
 	}
 	e.wd = newWatchdog(period)
+	e.rel = newReleaser()
 	return e, nil
 }
 
@@ -156,6 +158,7 @@ func (e *Engine) Close(ctx context.Context) error {
 	var err error
 	e.closeOnce.Do(func() {
 		e.wd.close()
+		e.rel.close()
 		err = e.rt.Close(ctx)
 		if e.owns {
 			err = errors.Join(err, e.cache.Close(ctx))

@@ -190,7 +190,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 	}
 	in.mem = mod.Memory()
 	if in.mem == nil {
-		in.closeModule(ctx)
+		in.closeModule()
 		return nil, &Fault{Operator: m.Manifest.Name, Export: "instantiate", Kind: FaultTrap, Err: errors.New("module has no memory")}
 	}
 	in.fnProcess = mod.ExportedFunction(ExportProcess)
@@ -198,7 +198,7 @@ func (m *Module) instantiate(ctx context.Context, h Handler) (*Instance, error) 
 		in.begin(callInit)
 		err := mod.ExportedFunction(ExportInitialize).CallWithStack(in.ctx, in.stack)
 		if err = in.end(err); err != nil {
-			in.closeModule(ctx)
+			in.closeModule()
 			return nil, err
 		}
 	}
@@ -421,17 +421,22 @@ func (in *Instance) discard(ctx context.Context) {
 	in.closed = true
 	in.broken = true
 	if in.mod != nil {
-		in.closeModule(ctx)
+		in.closeModule()
 	}
 }
 
-// closeModule stops watching the instance and closes its module.
-func (in *Instance) closeModule(ctx context.Context) {
+// closeModule stops watching the instance and hands its module to the engine's releaser, which
+// closes it soon (release.go).
+func (in *Instance) closeModule() {
 	in.m.e.wd.remove(in)
 	if in.stopPoke != nil {
 		in.stopPoke()
 	}
-	_ = in.mod.Close(context.WithoutCancel(ctx))
+	bytes := uint64(0)
+	if in.mem != nil {
+		bytes = uint64(in.mem.Size())
+	}
+	in.m.e.rel.release(in.mod, bytes)
 }
 
 // ensureInput makes the guest input buffer at least n bytes large.

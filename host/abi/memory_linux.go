@@ -20,8 +20,9 @@ import (
 // MAP_NORESERVE: no RSS and no commit charge), and each memory.grow makes the next pages
 // readable and writable in place. Nothing is ever copied, the buffer never moves, the Go heap
 // never holds guest memory, and a page costs RSS only once the guest touches it. Free unmaps
-// the whole reservation when the instance closes, which returns its pages at once rather than
-// at the next collection.
+// the whole reservation when the instance's module is closed (by the engine's releaser, soon
+// after the instance closes: release.go), which returns its pages then rather than at the next
+// collection.
 //
 // INVARIANT: no slice of guest memory is used after its instance is closed. After Free the
 // addresses are unmapped, and a stale slice would fault the process instead of keeping the
