@@ -62,7 +62,7 @@ var (
 	// one call instead of the interface's call to ProcessFunc.Process and its call to f (each
 	// call that is not inlined costs tens of nanoseconds in Go's wasm code).
 	processFn func(*Record) error
-	sealed bool // set when the manifest has been produced; declarations are closed
+	sealed    bool // set when the manifest has been produced; declarations are closed
 
 	stateNames    []string
 	endpointNames []string

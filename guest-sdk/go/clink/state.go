@@ -173,13 +173,18 @@ func (s *State) GetInt64(entry []byte) (v int64, found bool, err error) {
 	// Go's wasm code every call that is not inlined costs tens of nanoseconds. loadFrames
 	// checked that the frame and its value area (at least FrameMinCap bytes) lie in the input
 	// buffer.
-	if h := s.frame; h != nil && len(entry) == 0 && abi.Load32(h) == 8 {
-		return int64(abi.Load64(unsafe.Add(h, abi.FrameHeader))), true, nil
+	if h := s.frame; h != nil && len(entry) == 0 {
+		switch abi.Load32(h) {
+		case 8:
+			return int64(abi.Load64(unsafe.Add(h, abi.FrameHeader))), true, nil
+		case abi.FrameAbsent: // a key's first record
+			return 0, false, nil
+		}
 	}
 	return s.getInt64(entry)
 }
 
-// getInt64 is GetInt64 for everything but an 8-byte value in the frame.
+// getInt64 is GetInt64 for everything but an 8-byte or absent value in the frame.
 func (s *State) getInt64(entry []byte) (int64, bool, error) {
 	var b [8]byte
 	got, found, err := s.AppendGet(b[:0], entry)
