@@ -86,6 +86,15 @@ func fastPath(r *clink.Record, cmd, arg string) error {
 			return err
 		}
 		return errors.New("failing after a write")
+	case "pintover": // pintover V: an int64 into the frame, then V (too large for it) with put
+		if err := pf.PutInt64(nil, 7); err != nil {
+			return err
+		}
+		if err := pf.Put(nil, []byte(arg)); err != nil {
+			return err
+		}
+		_, _, err := pf.GetInt64(nil) // must read V, not the 7 still in the frame
+		return err
 	case "pint": // GetInt64 of a value that is not 8 bytes
 		_, _, err := pf.GetInt64(nil)
 		return err
@@ -172,6 +181,12 @@ func TestFastPaths(t *testing.T) {
 		t.Fatalf("oversized put: stored %.20s", got)
 	}
 	expect("a", "pget", strconv.Quote(over)) // the next call's frame is large enough
+	if _, err := h.Process([]byte("c"), []byte("pintover "+over), 0); err == nil || !strings.Contains(err.Error(), "INVALID_ARGUMENT") {
+		t.Fatalf("GetInt64 after an oversized put: %v", err)
+	}
+	if got := stored("c"); got != strconv.Quote(over) {
+		t.Fatalf("int64, then an oversized put: stored %.20s", got)
+	}
 	expect("a", "pput "+huge, strconv.Quote(huge))
 	// Small, then large, then small in one call: the last write wins, and every read sees
 	// the write before it.

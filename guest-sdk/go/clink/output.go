@@ -73,14 +73,14 @@ func Emit(key, value []byte) error {
 // appendRecord writes key_len, value_len, key and value at offset 4+used of the area and
 // publishes the new used. The caller checked that the record fits.
 func appendRecord(used uint32, key, value []byte) {
-	p := 4 + used
-	a := area[p:]
-	h := abi.At(a, 0)
+	a := area[4+abi.RecordHeader+used:]
+	n := copy(a, key)
+	n += copy(a[n:], value)
+	base := abi.At(area, 0)
+	h := unsafe.Add(base, 4+used)
 	abi.Store32(h, uint32(len(key)))
 	abi.Store32(unsafe.Add(h, 4), uint32(len(value)))
-	copy(a[abi.RecordHeader:], key)
-	copy(a[abi.RecordHeader+len(key):], value)
-	abi.Store32(abi.At(area, 0), used+abi.RecordHeader+uint32(len(key))+uint32(len(value)))
+	abi.Store32(base, used+abi.RecordHeader+uint32(n))
 }
 
 // registerArea allocates the area and registers it with the host, once per instance.

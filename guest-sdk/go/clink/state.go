@@ -33,15 +33,17 @@ type State struct {
 
 	// Prefetched states only.
 	prefetch bool
-	// frame is the offset in abi.Input of this state's frame header during Process and
-	// OnTimer, and -1 outside them.
-	// INVARIANT: frame >= 0 only while the frame belongs to the current call (set by
-	// loadFrames, reset by endCall), so a stale frame is never read or written.
-	frame int
-	// stale is set when the entry was written with the put import (a value larger than the
-	// frame): the frame is not DIRTY and no longer holds the value, so reads go through
-	// get_async until the next write to the frame.
-	stale bool
+	// frame is the address of this state's frame header in abi.Input during Process and
+	// OnTimer, and nil outside them. A pointer rather than an offset, so that the fast paths
+	// of GetInt64 and PutInt64 are small enough to be inlined into the operator.
+	// INVARIANT: frame != nil only while the frame belongs to the current call (set by
+	// loadFrames, reset by endFrames), so a stale frame is never read or written.
+	//
+	// The frame's len is FrameTooLarge while its value is not in the frame: as the host
+	// delivered it, or after the entry was written with the put import (a value larger than
+	// the frame; the frame is then not DIRTY, so the host ignores its len). Reads then go
+	// through get_async until the next write to the frame.
+	frame unsafe.Pointer
 }
 
 // A StateOption configures a State when it is declared.
@@ -64,7 +66,7 @@ var prefetched []*State
 // [A-Za-z0-9_.-], unique within the module. It panics on an invalid or duplicate name, when more
 // than 16 states are prefetched, or when called after initialisation.
 func NewState(name string, opts ...StateOption) *State {
-	s := &State{name: name, frame: -1}
+	s := &State{name: name}
 	for _, o := range opts {
 		o.applyState(s)
 	}
@@ -121,7 +123,7 @@ func (s *State) Get(entry []byte) (value []byte, found bool, err error) {
 // AppendGet appends the value of entry to dst and returns the extended slice. found is false
 // when the entry is absent (dst is returned unchanged).
 func (s *State) AppendGet(dst, entry []byte) (_ []byte, found bool, err error) {
-	if len(entry) == 0 && s.frame >= 0 && !s.stale {
+	if len(entry) == 0 && s.frame != nil && abi.Load32(s.frame) != abi.FrameTooLarge {
 		v, found, err := s.frameValue()
 		return append(dst, v...), found, err
 	}
@@ -142,7 +144,7 @@ func (s *State) AppendGet(dst, entry []byte) (_ []byte, found bool, err error) {
 // Put sets entry of the current key's state to a copy of value. An empty value is a value, not
 // a delete.
 func (s *State) Put(entry, value []byte) error {
-	if len(entry) == 0 && s.frame >= 0 {
+	if len(entry) == 0 && s.frame != nil {
 		return s.putFrame(value)
 	}
 	if rc := abi.Put(s.index, abi.Ptr(entry), uint32(len(entry)), abi.Ptr(value), uint32(len(value))); rc < 0 {
@@ -153,7 +155,7 @@ func (s *State) Put(entry, value []byte) error {
 
 // Delete removes entry from the current key's state. Deleting an absent entry succeeds.
 func (s *State) Delete(entry []byte) error {
-	if len(entry) == 0 && s.frame >= 0 {
+	if len(entry) == 0 && s.frame != nil {
 		s.writeFrame(abi.FrameAbsent, nil)
 		return nil
 	}
@@ -166,25 +168,26 @@ func (s *State) Delete(entry []byte) error {
 // GetInt64 reads an entry written by PutInt64 (8 bytes, little-endian). found is false when the
 // entry is absent (v is then 0). A value of another length is an ErrInvalidArgument error.
 func (s *State) GetInt64(entry []byte) (v int64, found bool, err error) {
-	if len(entry) == 0 && s.frame >= 0 && !s.stale {
-		// The prefetched value, decoded in place with no call: in Go's wasm code every call
-		// that is not inlined costs tens of nanoseconds. loadFrames checked that the frame
-		// and its value area (at least FrameMinCap bytes) lie in the input buffer.
-		h := abi.At(abi.Input, uint32(s.frame))
-		switch n := abi.Load32(h); n {
-		case abi.FrameAbsent:
-			return 0, false, nil
+	// The prefetched value, decoded in place. This part is small enough for Go's inliner
+	// (cost <= 80, no PGO needed), so an operator's read of its frame makes no call at all: in
+	// Go's wasm code every call that is not inlined costs tens of nanoseconds. loadFrames
+	// checked that the frame and its value area (at least FrameMinCap bytes) lie in the input
+	// buffer.
+	if h := s.frame; h != nil && len(entry) == 0 {
+		switch abi.Load32(h) {
 		case 8:
 			return int64(abi.Load64(unsafe.Add(h, abi.FrameHeader))), true, nil
+		case abi.FrameAbsent: // a key's first record
+			return 0, false, nil
 		}
 	}
+	return s.getInt64(entry)
+}
+
+// getInt64 is GetInt64 for everything but an 8-byte or absent value in the frame.
+func (s *State) getInt64(entry []byte) (int64, bool, error) {
 	var b [8]byte
-	var got []byte
-	if len(entry) == 0 && s.frame >= 0 && !s.stale {
-		got, found, err = s.frameValue()
-	} else {
-		got, found, err = s.AppendGet(b[:0], entry)
-	}
+	got, found, err := s.AppendGet(b[:0], entry)
 	if err != nil || !found {
 		return 0, found, err
 	}
@@ -196,20 +199,20 @@ func (s *State) GetInt64(entry []byte) (v int64, found bool, err error) {
 
 // PutInt64 writes v as 8 bytes, little-endian (the layout the AssemblyScript SDK's putI64 uses).
 func (s *State) PutInt64(entry []byte, v int64) error {
-	if len(entry) == 0 && s.frame >= 0 {
-		// Into the prefetched value's frame directly (it always has room for 8 bytes: its cap
-		// is at least abi.FrameMinCap), as writeFrame does but with no call.
-		// loadFrames checked that the frame lies in the input buffer.
-		h := abi.At(abi.Input, uint32(s.frame))
-		if abi.Load32(unsafe.Add(h, 4)) >= 8 {
-			abi.Store64(unsafe.Add(h, abi.FrameHeader), uint64(v))
-			abi.Store32(h, 8)
-			flags := unsafe.Add(h, 8)
-			abi.Store32(flags, abi.Load32(flags)|abi.FrameDirty)
-			s.stale = false
-			return nil
-		}
+	// Into the prefetched value's frame directly, inlined like GetInt64's fast path. Its cap is
+	// always at least abi.FrameMinCap (loadFrames checked it, and that the frame lies in the
+	// input buffer), so 8 bytes fit.
+	if h := s.frame; h != nil && len(entry) == 0 {
+		abi.Store64(unsafe.Add(h, abi.FrameHeader), uint64(v))
+		abi.Store32(h, 8)
+		abi.Or32(unsafe.Add(h, 8), abi.FrameDirty)
+		return nil
 	}
+	return s.putInt64(entry, v)
+}
+
+// putInt64 is PutInt64 through the put import.
+func (s *State) putInt64(entry []byte, v int64) error {
 	var b [8]byte
 	PutInt64(b[:], v)
 	return s.Put(entry, b[:])
@@ -230,9 +233,16 @@ func PutInt64(b []byte, v int64) {
 	b[4], b[5], b[6], b[7] = byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56)
 }
 
-// frameValue returns the value in the state's frame, a view of the input buffer.
+// frameBytes returns the state's frame, header and value area, as a slice of the input
+// buffer. loadFrames checked that it lies in the buffer.
+func (s *State) frameBytes() []byte {
+	return unsafe.Slice((*byte)(s.frame), abi.FrameHeader+abi.Load32(unsafe.Add(s.frame, 4)))
+}
+
+// frameValue returns the value in the state's frame, a view of the input buffer. The caller
+// checked that the value is in the frame (len is not FrameTooLarge).
 func (s *State) frameValue() (value []byte, found bool, err error) {
-	h := abi.Input[s.frame:]
+	h := s.frameBytes()
 	n := abi.Le32(h)
 	if n == abi.FrameAbsent {
 		return nil, false, nil
@@ -243,7 +253,7 @@ func (s *State) frameValue() (value []byte, found bool, err error) {
 
 // putFrame writes value to the state's frame if it fits, and otherwise with the put import.
 func (s *State) putFrame(value []byte) error {
-	h := abi.Input[s.frame:]
+	h := s.frameBytes()
 	if uint64(len(value)) <= uint64(abi.Le32(h[4:])) {
 		s.writeFrame(uint32(len(value)), value)
 		return nil
@@ -255,17 +265,16 @@ func (s *State) putFrame(value []byte) error {
 		return codeErr("put "+s.name, int64(rc))
 	}
 	abi.PutLe32(h[8:], abi.Le32(h[8:])&^abi.FrameDirty)
-	s.stale = true
+	abi.PutLe32(h, abi.FrameTooLarge) // the value is not in the frame: reads use get_async
 	return nil
 }
 
 // writeFrame sets the frame's value (n = FrameAbsent deletes it) and marks it DIRTY.
 func (s *State) writeFrame(n uint32, value []byte) {
-	h := abi.Input[s.frame:]
+	h := s.frameBytes()
 	copy(h[abi.FrameHeader:], value)
 	abi.PutLe32(h, n)
 	abi.PutLe32(h[8:], abi.Le32(h[8:])|abi.FrameDirty)
-	s.stale = false
 }
 
 // loadFrames locates the frames of the prefetched states in the input buffer, starting at off
@@ -286,8 +295,7 @@ func loadFrames(off uint32) error {
 		case n != abi.FrameAbsent && n != abi.FrameTooLarge && n > c:
 			return frameError(s, "its frame has len > cap")
 		}
-		// A value too large for the frame is read (and written) through the imports.
-		s.frame, s.stale = int(o), n == abi.FrameTooLarge
+		s.frame = h
 		o += abi.FrameHeader + uint64(c)
 	}
 	return nil
@@ -301,6 +309,6 @@ func frameError(s *State, what string) error {
 // endFrames closes the frames of the call that is returning: they belong to the host again.
 func endFrames() {
 	for _, s := range prefetched {
-		s.frame = -1
+		s.frame = nil
 	}
 }

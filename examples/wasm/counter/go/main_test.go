@@ -20,10 +20,13 @@ func TestExpected(t *testing.T) {
 
 // BenchmarkProcess runs records of 1000 keys through the operator natively. Its CPU profile is
 // default.pgo, the profile `go build` optimises the Wasm module with (profile-guided
-// inlining of the hot calls: the Go guest's calls are what its time goes to). Regenerate it
-// after changing the operator or the SDK:
+// inlining of the hot calls: the Go guest's calls are what its time goes to), with the
+// package's functions renamed to main.* as the module's build names them (clink-pgo; see the
+// SDK's README, "Profile-guided optimisation"). Regenerate it after changing the operator or
+// the SDK:
 //
-//	go test -run '^$' -bench Process -benchtime 3s -cpuprofile default.pgo .
+//	go test -run '^$' -bench Process -benchtime 10s -cpuprofile cpu.pprof .
+//	go run github.com/clink-wasm/clink-wasm/guest-sdk/go/cmd/clink-pgo -o default.pgo cpu.pprof
 func BenchmarkProcess(b *testing.B) {
 	h, err := clinktest.New()
 	if err != nil {

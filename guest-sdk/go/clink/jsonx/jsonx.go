@@ -213,10 +213,11 @@ func AppendString(dst []byte, s []byte) []byte {
 
 // needsEscape reports whether any byte of w (eight bytes) is below 0x20, '"' or '\\'.
 func needsEscape(w uint64) bool {
+	// A byte b is below n when (b - n) borrows into its top bit while b's own top bit is 0;
+	// equal to c when b^c is zero, so below 1. Written without helpers, to stay inlinable.
 	const lo, hi = 0x0101010101010101, 0x8080808080808080
-	hasLess := func(x uint64, n uint64) uint64 { return (x - lo*n) & ^x & hi }
-	hasZero := func(x uint64) uint64 { return (x - lo) & ^x & hi }
-	return hasLess(w, 0x20)|hasZero(w^(lo*'"'))|hasZero(w^(lo*'\\')) != 0
+	q, bs := w^(lo*'"'), w^(lo*'\\')
+	return ((w-lo*0x20)&^w|(q-lo)&^q|(bs-lo)&^bs)&hi != 0
 }
 
 // appendEscaped is AppendString for a string whose bytes from first on may need escapes

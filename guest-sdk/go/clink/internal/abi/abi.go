@@ -90,6 +90,9 @@ func Store32(p unsafe.Pointer, v uint32) { *(*uint32)(p) = v }
 // Store64 writes v at p.
 func Store64(p unsafe.Pointer, v uint64) { *(*uint64)(p) = v }
 
+// Or32 sets the bits of v in the u32 at p.
+func Or32(p unsafe.Pointer, v uint32) { *(*uint32)(p) |= v }
+
 // Le64 reads a little-endian u64 at b[0:8].
 func Le64(b []byte) uint64 {
 	_ = b[7]
