@@ -509,6 +509,11 @@ func coldPath(b *testing.B, m *abi.Module, records, syncRecords int) {
 		b.ReportMetric(float64(lat.Microseconds()), "measured-latency-us")
 		b.ReportMetric(float64(s.ResumeLatency.Nanoseconds()), "resume-latency-ns")
 		b.ReportMetric(float64(s.Suspensions)/float64(len(els)), "suspensions/rec")
+		if s.CoroutineCalls > 0 {
+			// The calls the runner entered a coroutine for; the rest a coroutine took itself
+			// after its last call returned (chain, coro.go).
+			b.ReportMetric(float64(c.coEnters)/float64(s.CoroutineCalls), "runner-entered/coro-call")
+		}
 		// What an in-flight record costs: a record suspended inside its call holds an
 		// instance; one waiting for a prefetched value holds only its task.
 		b.ReportMetric(float64(s.PeakInstances), "peak-instances")

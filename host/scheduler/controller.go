@@ -272,9 +272,13 @@ type Controller struct {
 
 	metrics metrics
 	hot     hotCounts
-	hotRuns int64     // records hotRun completed (tests read it once Run has returned)
-	mode    execMode  // direct or coroutine calls (coro.go)
-	batch   callBatch // records waiting for one batch call (batch.go)
+	hotRuns int64    // records hotRun completed (tests read it once Run has returned)
+	mode    execMode // direct or coroutine calls (coro.go)
+	coSelf  *slot    // the slot whose coroutine is taking input (chain): its next call runs there
+	// coEnters counts the calls the runner started in a coroutine; the others a coroutine took
+	// itself (chain). Tests read it once Run has returned.
+	coEnters int64
+	batch    callBatch // records waiting for one batch call (batch.go)
 }
 
 // New returns a controller that runs module over backend and writes to sink. Instances are
@@ -514,8 +518,7 @@ func (c *Controller) nextInput() (*Element, bool) {
 // releasable, no barrier, room under the cap. Runs of records that can take the all-hits path
 // go through hotRun.
 func (c *Controller) handleRun() {
-	for len(c.inbuf) > 0 && c.mayAdmit() && c.err == nil && c.barrier == nil &&
-		c.ready.len() == 0 && c.runnable.len() == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0 {
+	for c.inputTurn() {
 		if c.hotReady() && c.hotRun() {
 			continue
 		}
@@ -523,6 +526,13 @@ func (c *Controller) handleRun() {
 		c.inbuf = c.inbuf[1:]
 		c.handle(el)
 	}
+}
+
+// inputTurn reports whether the next input element is what the runner would take next: there
+// is one buffered, room to admit it, and nothing else can need the runner (handleRun, chain).
+func (c *Controller) inputTurn() bool {
+	return len(c.inbuf) > 0 && c.mayAdmit() && c.err == nil && c.barrier == nil &&
+		c.ready.len() == 0 && c.runnable.len() == 0 && len(c.epochs) == 1 && c.comp.n.Load() == 0
 }
 
 // wait blocks until a completion arrives, input can be taken, or ctx is done.

@@ -235,12 +235,17 @@ func testProperties(t *testing.T, module string, prefetch bool) {
 				if mode == ExecCoroutine && s.CoroutineCalls == 0 || mode == ExecDirect && s.CoroutineCalls != 0 {
 					t.Errorf("mode %d: %d coroutine calls", mode, s.CoroutineCalls)
 				}
+				// A call that returns takes the next input into its coroutine (chain) whenever
+				// the runner would take it next: not every call is entered from the runner.
+				if mode == ExecCoroutine && c.coEnters >= s.CoroutineCalls {
+					t.Errorf("all %d coroutine calls entered from the runner (%d): none chained", s.CoroutineCalls, c.coEnters)
+				}
 				if !capture && captured != 0 || s.CaptureFallbacks != 0 {
 					t.Errorf("capture %v: %d records captured, %d fallbacks", capture, captured, s.CaptureFallbacks)
 				}
 				t.Logf("capture %v: %d records captured at %d barriers", capture, captured, s.Barriers)
-				t.Logf("cap %d budget %d coalesce %v mode %d: %d suspensions (%d coroutine calls), %d gate waits, %d read batches (mean %.1f keys), %d timers",
-					maxInFlight, budget, coalesce, mode, s.Suspensions, s.CoroutineCalls, s.GateWaits, s.ReadBatches, s.MeanReadBatch, s.Timers)
+				t.Logf("cap %d budget %d coalesce %v mode %d: %d suspensions (%d coroutine calls, %d entered from the runner), %d gate waits, %d read batches (mean %.1f keys), %d timers",
+					maxInFlight, budget, coalesce, mode, s.Suspensions, s.CoroutineCalls, c.coEnters, s.GateWaits, s.ReadBatches, s.MeanReadBatch, s.Timers)
 			})
 		})
 	}

@@ -61,10 +61,8 @@ func (c *Controller) execute(t *task) {
 	if c.mode.coro {
 		t.inCoro = true
 		c.hot.coroCalls++
-		if c.runInCoroutine(s) {
-			c.afterCall(t, s, s.co.err)
-		}
-		return // otherwise suspended inside the coroutine: resumeTask continues it
+		c.runInCoroutine(s) // completes t, or leaves it suspended inside the coroutine
+		return
 	}
 	c.afterCall(t, s, c.callGuest(s))
 }
