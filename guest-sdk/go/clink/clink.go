@@ -228,10 +228,11 @@ func processBatch(count uint32) (rc int32) {
 		if uint64(off)+uint64(keyLen)+uint64(valueLen) > uint64(len(in)) {
 			return fail(errors.New("clink: a batch record lies outside the input buffer"))
 		}
-		kEnd := off + keyLen
-		end := kEnd + valueLen
-		rec.Key = in[off:kEnd:kEnd]
-		rec.Value = in[kEnd:end:end]
+		// Checked just above: the key and value are views with no room past them, so that
+		// appending to them cannot overwrite the frames or the next record.
+		k := unsafe.Add(base, off)
+		rec.Key = unsafe.Slice((*byte)(k), keyLen)
+		rec.Value = unsafe.Slice((*byte)(unsafe.Add(k, keyLen)), valueLen)
 		rec.Timestamp = int64(abi.Load64(unsafe.Add(d, abi.DescTS)))
 		if len(prefetched) > 0 {
 			if err := loadFrames(off + abi.Align8(keyLen+valueLen)); err != nil {
