@@ -225,14 +225,16 @@ func processBatch(count uint32) (rc int32) {
 		d := unsafe.Add(base, abi.BatchHeader+abi.BatchDesc*uintptr(i))
 		off := abi.Load32(unsafe.Add(d, abi.DescOffset))
 		keyLen, valueLen := abi.Load32(unsafe.Add(d, abi.DescKeyLen)), abi.Load32(unsafe.Add(d, abi.DescValueLen))
-		if uint64(off)+uint64(keyLen)+uint64(valueLen) > uint64(len(in)) {
+		// In int (64 bits in a wasm build): no sum overflows, and the compiler sees that the
+		// slice expressions below are in bounds once this check passed.
+		kStart, kEnd := int(off), int(off)+int(keyLen)
+		end := kEnd + int(valueLen)
+		if end > len(in) {
 			return fail(errors.New("clink: a batch record lies outside the input buffer"))
 		}
-		// Checked just above: the key and value are views with no room past them, so that
-		// appending to them cannot overwrite the frames or the next record.
-		k := unsafe.Add(base, off)
-		rec.Key = unsafe.Slice((*byte)(k), keyLen)
-		rec.Value = unsafe.Slice((*byte)(unsafe.Add(k, keyLen)), valueLen)
+		// Capacities stop at the record: appending to Key or Value cannot overwrite the frames.
+		rec.Key = in[kStart:kEnd:kEnd]
+		rec.Value = in[kEnd:end:end]
 		rec.Timestamp = int64(abi.Load64(unsafe.Add(d, abi.DescTS)))
 		if len(prefetched) > 0 {
 			if err := loadFrames(off + abi.Align8(keyLen+valueLen)); err != nil {
