@@ -14,8 +14,7 @@
 //   - Runaway guests are stopped without wazero's WithCloseOnContextDone, which costs a goroutine
 //     per call and an exit to Go at every loop iteration (measured: +400 ns per call, 28x slower
 //     loops). Instead each module is rewritten at load time (internal/wasmbin) to count down a
-//     fuel global at loop headers and at the entries of functions a cycle of calls can pass
-//     through; at zero it calls the host, which checks
+//     fuel global at function entries and loop headers; at zero it calls the host, which checks
 //     the call's time budget and its context, and refills or aborts the call. A watchdog empties
 //     the fuel of live instances periodically, so a check comes soon whatever the loops do. See
 //     fuel.go.

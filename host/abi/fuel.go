@@ -11,16 +11,14 @@ import (
 
 // Runaway guests
 //
-// Every module is rewritten at load time (internal/wasmbin) so that loop headers, and the
-// entries of the functions a cycle of calls can pass through, decrement a fuel global and, when
-// it goes below zero, call clink_internal.fuel_exhausted. That host function is the only place a
-// running call can be stopped. It checks the call's context and time budget, and returns
-// fuelRefill more units or aborts the call.
+// Every module is rewritten at load time (internal/wasmbin) so that function entries and loop
+// headers decrement a fuel global and, when it goes below zero, call
+// clink_internal.fuel_exhausted. That host function is the only place a running call can be
+// stopped. It checks the call's context and time budget, and returns fuelRefill more units or
+// aborts the call.
 //
-// One unit is one loop iteration, or one entry into a function that recursion (direct, through a
-// table or through the host) can pass through, whatever the loop's body does; calls of other
-// functions cost no fuel (internal/wasmbin's checks.go bounds what they run between checks). So
-// how long a refill lasts depends on the guest's code. Measured with BenchmarkFuelRefill (wazero
+// One unit is one loop iteration or one function entry, whatever the loop's body does, so how
+// long a refill lasts depends on the guest's code. Measured with BenchmarkFuelRefill (wazero
 // 1.12, shared 2-core VM, without the watchdog): an empty loop uses a refill in 0.6 ms (10 ms
 // under heavy load), exponential recursion in ~3 ms, a loop of 100 multiply-adds in ~0.8 s, and a
 // loop that fills 1 MiB of memory per iteration in ~23 s. Counting alone would therefore let such a call overrun its time limit by seconds or

@@ -249,13 +249,11 @@ type module struct {
 
 	check []byte // the inserted fuel check, see fuelCheck
 
-	// What the second pass learns for the entry checks (see checks.go): which defined
-	// functions can be reached other than by a direct call, and per defined function body
-	// its rewritten code and its calls.
-	addrTaken []bool
-	funcs     []funcInfo
-	fn        *funcInfo // the body being rewritten
-	callees   []uint32  // funcInfo.calls index it
+	// Per function body, while it is rewritten: where its entry check starts in the output,
+	// and whether the body has a loop or a call (else the entry check is dropped, see
+	// dropLeafCheck).
+	entryCheck int
+	mayRecur   bool
 
 	out     []byte // the output module
 	secBuf  []byte // reused buffer for one section's content
@@ -511,24 +509,19 @@ func limits(s *stream) {
 }
 
 // funcIdx reads a function index and, in the second pass, shifts it past the
-// fuel import. It returns the index as the input has it.
-func (m *module) funcIdx(s *stream) uint32 {
+// fuel import.
+func (m *module) funcIdx(s *stream) {
 	at := s.pos
 	idx := s.u32()
 	if m.scanning || s.err != nil || idx < m.nImportFuncs {
-		return idx
+		return
 	}
 	if idx == math.MaxUint32 {
 		s.failAt(at, ErrMalformed, "function index %d out of range", idx)
-		return idx
+		return
 	}
 	s.replaceU32(at, idx+1)
-	return idx
 }
-
-// funcRef reads a function index whose function may be called from outside the module or
-// through a table (an export, an element, ref.func), see takeAddr.
-func (m *module) funcRef(s *stream) { m.takeAddr(m.funcIdx(s)) }
 
 // globalIdx reads a global index and refuses one that would name $fuel (or
 // anything past it) in the output.
@@ -564,7 +557,7 @@ func (m *module) constExpr(s *stream) {
 		case 0xd0: // ref.null
 			heapType(s)
 		case 0xd2: // ref.func
-			m.funcRef(s)
+			m.funcIdx(s)
 		case 0xfd: // v128.const, the one vector opcode allowed here
 			if sub := s.byte(); sub != 0x0c && s.err == nil {
 				s.failAt(at, ErrMalformed, "opcode 0xfd %#02x is not allowed in a constant expression", sub)

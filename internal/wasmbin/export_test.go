@@ -77,3 +77,36 @@ func TestFuelExport(t *testing.T) {
 		}
 	})
 }
+
+// TestLeafFunctionsHaveNoEntryCheck: a function with neither a loop nor a call cannot run
+// unboundedly, so it gets no check; one that calls keeps its entry check.
+func TestLeafFunctionsHaveNoEntryCheck(t *testing.T) {
+	ctx := context.Background()
+	bin := wasm(
+		sec(1, vec([]byte{0x60, 0, 1, 0x7f})), // () -> i32
+		sec(3, vec([]byte{0}, []byte{0})),     // leaf, caller
+		sec(7, vec(cat(str("leaf"), []byte{0, 0}), cat(str("caller"), []byte{0, 1}))),
+		sec(10, vec(
+			body(noLocals, 0x41, 0x07, 0x0b), // leaf: i32.const 7
+			body(noLocals, 0x10, 0x00, 0x0b), // caller: call leaf
+		)),
+	)
+	f := &fuel{refill: 1} // every check calls the import
+	mod := instantiate(t, instrument(t, bin), f)
+	for range 5 {
+		if res, err := callExport(ctx, mod, "leaf"); err != nil || res[0] != 7 {
+			t.Fatalf("leaf() = %v, %v", res, err)
+		}
+	}
+	if f.calls != 0 {
+		t.Fatalf("5 calls of a leaf function made %d fuel checks, want 0", f.calls)
+	}
+	for range 3 {
+		if res, err := callExport(ctx, mod, "caller"); err != nil || res[0] != 7 {
+			t.Fatalf("caller() = %v, %v", res, err)
+		}
+	}
+	if f.calls != 3 {
+		t.Fatalf("3 calls of a calling function made %d fuel checks, want 3", f.calls)
+	}
+}

@@ -151,15 +151,15 @@ var vecImm = func() (t [256]vecImmKind) {
 func (m *module) instr(s *stream) {
 	at := s.pos
 	op := s.byte()
-	switch op {
-	case 0x11, 0x13, 0x14, 0x15: // call_indirect return_call_indirect call_ref return_call_ref
-		m.fn.reenters = true
+	if 0x10 <= op && op <= 0x15 { // call call_indirect return_call return_call_indirect call_ref return_call_ref
+		m.mayRecur = true
 	}
 	switch opImm[op] {
 	case immNone:
 	case immBlock:
 		blockType(s)
 	case immLoop:
+		m.mayRecur = true
 		blockType(s)
 		if s.err == nil {
 			s.insert(m.check)
@@ -184,11 +184,7 @@ func (m *module) instr(s *stream) {
 		s.u32()
 		s.u32()
 	case immFunc:
-		if op == 0xd2 { // ref.func
-			m.funcRef(s)
-		} else { // call return_call
-			m.call(m.funcIdx(s))
-		}
+		m.funcIdx(s)
 	case immGlobal:
 		m.globalIdx(s)
 	case immBrTable:

@@ -21,9 +21,9 @@ import (
 // import), runs it before and after instrumentation, and requires the same
 // results. The fuel import refills only a few units at a time, so it runs
 // throughout. Calls back make cycles in the call graph, which the entry checks
-// must cover (see checks.go): the program is run once more, instrumented, with
-// calls back allowed far more often than the fuel lasts, and must be stopped by
-// the fuel before that allowance runs out.
+// must cover: the program is run once more, instrumented, with calls back
+// allowed far more often than the fuel lasts, and must be stopped by the fuel
+// before that allowance runs out.
 //
 // Run it with: go test ./internal/wasmbin/ -run '^$' -fuzz FuzzInstrumentPrograms
 func FuzzInstrumentPrograms(f *testing.F) {
@@ -63,7 +63,7 @@ func FuzzInstrumentPrograms(f *testing.F) {
 	}
 	args := []uint64{0, 1, 6, 7}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		bin, calls := genProgram(data)
+		bin, leaves := genProgram(data)
 		out, err := wasmbin.Instrument(bin)
 		if err != nil {
 			t.Fatal(err)
@@ -98,8 +98,8 @@ func FuzzInstrumentPrograms(f *testing.F) {
 		if checks := uint64(fl.calls) * uint64(fl.refill); checks < heads {
 			t.Fatalf("%d loop iterations, at most %d checks", heads, checks)
 		}
-		// A program that calls nothing is made of leaf functions, without entry checks.
-		if !calls && heads == 0 && fl.calls != 0 {
+		// A program without loops and calls is made of leaf functions, without checks.
+		if leaves && fl.calls != 0 {
 			t.Fatalf("the fuel import was called %d times by a program of leaf functions", fl.calls)
 		}
 
@@ -128,8 +128,8 @@ func FuzzInstrumentPrograms(f *testing.F) {
 }
 
 // How many calls back a program may make per call of run: a few in the runs compared, and
-// more than the checks of fl.limit refills allow between them in the runaway run (where each
-// run is at most about 1000 calls, see maxUncheckedCost).
+// far more than the checks of fl.limit refills allow in the runaway run (every call enters a
+// function that calls, so it passes a check, or a leaf).
 const (
 	callsBack        = 5
 	runawayCallsBack = 1 << 20
@@ -140,9 +140,9 @@ const (
 // (i32) -> i32. f_i calls f_j for j > i freely, and f_j for j <= i (a call
 // back) only while budget, which the caller sets, is above 0, decrementing
 // it; loops count down locals of their own and run at most 3 times, adding
-// their iterations to heads. So every program terminates. calls reports
-// whether the program makes any call.
-func genProgram(data []byte) (bin []byte, calls bool) {
+// their iterations to heads. So every program terminates. leaves reports
+// whether the program has neither a loop nor a call.
+func genProgram(data []byte) (bin []byte, leaves bool) {
 	g := &progGen{data: data}
 	nfuncs := 1 + int(g.byte()%3)
 	var bodies [][]byte
@@ -173,7 +173,7 @@ func genProgram(data []byte) (bin []byte, calls bool) {
 			cat(str("budget"), []byte{3, 1}), cat(str("heads"), []byte{3, 2}))),
 		sec(9, vec(cat([]byte{0, 0x41, 0, 0x0b}, vec(elems...)))),
 		sec(10, vec(bodies...)),
-	), g.calls
+	), !g.loopsOrCalls
 }
 
 type progGen struct {
@@ -183,7 +183,8 @@ type progGen struct {
 	locals int // i32 locals declared so far (after the parameter, local 0)
 	depth  int // loop and block nesting
 	code   []byte
-	calls  bool // a call has been generated
+	// loopsOrCalls is set when a loop or a call is generated.
+	loopsOrCalls bool
 }
 
 func (g *progGen) byte() byte {
@@ -263,7 +264,7 @@ func (g *progGen) stmt() {
 	case op == 9: // early return, when param == c
 		g.emit(0x20, 0, 0x41, g.byte()%8, 0x46, 0x04, 0x40, 0x23, 0, 0x0f, 0x0b)
 	case op == 10: // call the import
-		g.calls = true
+		g.loopsOrCalls = true
 		g.emit(0x20, 0, 0x10, 0)
 		g.addAcc()
 	case op == 11: // direct call back
@@ -279,26 +280,29 @@ func (g *progGen) stmt() {
 	}
 }
 
-// countHead adds 1 to global heads.
-func (g *progGen) countHead() { g.emit(0x23, 2, 0x41, 1, 0x6a, 0x24, 2) }
+// countHead adds 1 to global heads, at the start of a loop's body.
+func (g *progGen) countHead() {
+	g.loopsOrCalls = true
+	g.emit(0x23, 2, 0x41, 1, 0x6a, 0x24, 2)
+}
 
 // call calls f_j with param and adds the result to acc.
 func (g *progGen) call(j byte) {
-	g.calls = true
+	g.loopsOrCalls = true
 	g.emit(0x20, 0, 0x10, j+1)
 	g.addAcc()
 }
 
 // callIndirect calls f_j through the table with param and adds the result to acc.
 func (g *progGen) callIndirect(j byte) {
-	g.calls = true
+	g.loopsOrCalls = true
 	g.emit(0x20, 0, 0x41, j, 0x11, 0, 0)
 	g.addAcc()
 }
 
 // tailCall returns f_j(param+1).
 func (g *progGen) tailCall(j byte) {
-	g.calls = true
+	g.loopsOrCalls = true
 	g.emit(0x20, 0, 0x41, 1, 0x6a, 0x12, j+1)
 }
 

@@ -44,7 +44,7 @@ func (m *module) rewrite() ([]byte, error) {
 		case secExport:
 			rw = m.exports
 		case secStart:
-			rw = func(s *stream) { m.funcIdx(s) }
+			rw = m.funcIdx
 		case secElement:
 			rw = m.elems
 		case secCode:
@@ -143,7 +143,7 @@ func (m *module) exports(s *stream) {
 		}
 		switch kind := s.byte(); kind {
 		case 0x00: // func
-			m.funcRef(s)
+			m.funcIdx(s)
 		case 0x03: // global
 			m.globalIdx(s)
 		case 0x01, 0x02, 0x04: // table, memory, tag
@@ -194,7 +194,7 @@ func (m *module) elems(s *stream) {
 			if exprs {
 				m.constExpr(s)
 			} else {
-				m.funcRef(s)
+				m.funcIdx(s)
 			}
 		}
 	}
@@ -233,9 +233,8 @@ func tags(s *stream) {
 	}
 }
 
-// code rewrites every function body. Bodies change size, and whether one keeps its entry
-// check is known only once every body has been read (see entryChecks), so they are first
-// built one after the other in m.bodyBuf and then written, each after its new size.
+// code rewrites every function body. Bodies change size, so each is built in
+// m.bodyBuf and written after its new size.
 func (m *module) code(s *stream) {
 	at := s.pos
 	n := s.count()
@@ -243,9 +242,6 @@ func (m *module) code(s *stream) {
 		s.failAt(at, ErrMalformed, "code section has %d bodies, function section declares %d", n, m.nFuncs)
 		return
 	}
-	s.flush()
-	m.funcs = make([]funcInfo, n)
-	m.bodyBuf = m.bodyBuf[:0]
 	for i := 0; i < n && s.err == nil; i++ {
 		sizeAt := s.pos
 		size := s.u32()
@@ -257,34 +253,17 @@ func (m *module) code(s *stream) {
 			return
 		}
 		end := s.pos + int(size)
-		m.fn = &m.funcs[i]
-		m.fn.start, m.fn.size = len(m.bodyBuf), int(size)
-		m.fn.calls[0] = len(m.callees)
-		b := newStream(s.in, s.pos, end, m.bodyBuf)
+		b := newStream(s.in, s.pos, end, m.bodyBuf[:0])
 		m.body(b)
 		if b.err != nil {
 			s.err = b.err
 			return
 		}
-		m.bodyBuf = b.finish()
-		m.fn.end = len(m.bodyBuf)
-		m.fn.calls[1] = len(m.callees)
+		m.bodyBuf = m.dropLeafCheck(b.finish())
+		s.flushTo(sizeAt)
+		s.out = appendU32(s.out, uint32(len(m.bodyBuf)))
+		s.out = append(s.out, m.bodyBuf...)
 		s.pos, s.last = end, end
-	}
-	if s.err != nil {
-		return
-	}
-	checked := m.entryChecks()
-	for i, f := range m.funcs {
-		body := m.bodyBuf[f.start:f.end]
-		if checked[i] {
-			s.out = appendU32(s.out, uint32(len(body)))
-			s.out = append(s.out, body...)
-			continue
-		}
-		s.out = appendU32(s.out, uint32(len(body)-len(m.check)))
-		s.out = append(s.out, body[:f.check]...)
-		s.out = append(s.out, body[f.check+len(m.check):]...)
 	}
 }
 
@@ -294,8 +273,8 @@ func (m *module) code(s *stream) {
 // WebAssembly JavaScript API, which toolchains already respect.
 const maxLocals = 50000
 
-// body rewrites one function body: the fuel check goes after the locals (code drops it again
-// where entryChecks finds it is not needed), and after every loop's block type (see instr).
+// body rewrites one function body: the fuel check goes after the locals, and
+// after every loop's block type (see instr).
 func (m *module) body(s *stream) {
 	start := s.pos
 	n := s.count()
@@ -317,10 +296,25 @@ func (m *module) body(s *stream) {
 		return
 	}
 	s.insert(m.check)
-	m.fn.check = len(s.out) - len(m.check) - m.fn.start
+	m.entryCheck = len(s.out) - len(m.check)
+	m.mayRecur = false
 	for s.more() {
 		m.instr(s)
 	}
+}
+
+// dropLeafCheck removes the entry check from a finished body that has no loop and makes no call
+// (a leaf): such a function runs at most once through its instructions, so it cannot run
+// unboundedly, and every unbounded execution still passes a check (a backward branch targets a
+// loop header; a cycle of calls goes through function bodies that each contain a call). Small
+// leaf helpers are common in compiled code (AssemblyScript's runtime is full of them), and the
+// check made every call to one pay for a decrement, a branch and the register pressure of the
+// slow path's call.
+func (m *module) dropLeafCheck(body []byte) []byte {
+	if m.mayRecur {
+		return body
+	}
+	return append(body[:m.entryCheck], body[m.entryCheck+len(m.check):]...)
 }
 
 // custom copies a custom section, rewriting the name section.

@@ -24,10 +24,10 @@
 //     calls the import at once;
 //   - an export of $fuel named FuelExportName, after every existing export.
 //
-// Right after the block type of every loop instruction, and at the start of
-// the defined function bodies that a cycle of calls can pass through (after
-// the locals; see checks.go), it inserts this stack-neutral sequence (see
-// fuelCheck for why this shape):
+// At the start of every defined function body that has a loop or a call
+// instruction (after the locals), and right after the block type of every loop
+// instruction, it inserts this
+// stack-neutral sequence (see fuelCheck for why this shape):
 //
 //	block
 //	  global.get $fuel
@@ -45,17 +45,14 @@
 //	end
 //
 // Every backward branch in WebAssembly targets a loop, and every cycle of calls
-// (direct, through a table or a typed reference, or through the host) enters a
-// function that keeps its entry check, so guest code cannot run unboundedly
-// without passing a check: one unit of fuel is one loop iteration or one entry
-// into a function a cycle of calls can pass through. Every other function (a
-// leaf, or one whose calls can never lead back to it) runs at most a bounded
-// amount of code between its caller's checks and its own loops' checks, so it
-// has no entry check; checks.go also bounds what a call graph without cycles
-// can run between checks. When the import returns F, the next F checks
-// (including the one that called it) pass without calling it again. A host
-// returning 0 or a negative value (other than math.MinInt32, which wraps) gets
-// called again at the next check.
+// runs through function bodies that each contain a call, so guest code cannot
+// run unboundedly without passing a check: one unit of fuel is one loop
+// iteration or one entry into a function that loops or calls. A leaf function
+// (no loop, no call) runs each of its instructions at most once per entry, and
+// its caller's checks bound how often it is entered, so it has no check. When the
+// import returns F, the next F checks (including the one that called it) pass
+// without calling it again. A host returning 0 or a negative value (other than
+// math.MinInt32, which wraps) gets called again at the next check.
 //
 // $fuel belongs to the instance, not to a call: a call starts with whatever
 // the previous call of the instance left, at most one refill. So the first

@@ -277,9 +277,8 @@ func TestInstrumentPreservesBehaviour(t *testing.T) {
 }
 
 // TestFuelCount checks how often the import is called: a function whose loop
-// runs n iterations passes n checks (its loop header; it calls nothing, so it
-// has no entry check), and a refill of r lasts r checks, including the one that
-// asked for it.
+// runs n iterations passes n+1 checks (its entry and n loop headers), and a
+// refill of r lasts r checks, including the one that asked for it.
 func TestFuelCount(t *testing.T) {
 	bin := instrument(t, readFixture(t, "loops.wasm"))
 	ceilDiv := func(a, b int) int { return (a + b - 1) / b }
@@ -289,18 +288,18 @@ func TestFuelCount(t *testing.T) {
 		refill int32 // what the import returns
 		want   int   // import calls
 	}{
-		{n: 1, calls: 1, refill: 1, want: 1},
-		{n: 10, calls: 1, refill: 1, want: 10},
-		{n: 10, calls: 1, refill: 3, want: ceilDiv(10, 3)},
-		{n: 1000, calls: 1, refill: 100, want: ceilDiv(1000, 100)},
-		{n: 1000, calls: 1, refill: 1000, want: 1},
+		{n: 1, calls: 1, refill: 1, want: 2},
+		{n: 10, calls: 1, refill: 1, want: 11},
+		{n: 10, calls: 1, refill: 3, want: ceilDiv(11, 3)},
+		{n: 1000, calls: 1, refill: 100, want: ceilDiv(1001, 100)},
+		{n: 1000, calls: 1, refill: 1001, want: 1},
 		{n: 1000, calls: 1, refill: 1 << 20, want: 1},
 		// Fuel carries over from call to call on the same instance.
-		{n: 10, calls: 2, refill: 7, want: ceilDiv(20, 7)},
+		{n: 10, calls: 2, refill: 7, want: ceilDiv(22, 7)},
 		{n: 1000, calls: 10, refill: 1 << 20, want: 1},
 		// A refill of 0 or less means "check again at the next check".
-		{n: 10, calls: 1, refill: 0, want: 10},
-		{n: 10, calls: 1, refill: -5, want: 10},
+		{n: 10, calls: 1, refill: 0, want: 11},
+		{n: 10, calls: 1, refill: -5, want: 11},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("n=%d,calls=%d,refill=%d", tt.n, tt.calls, tt.refill), func(t *testing.T) {
@@ -366,11 +365,10 @@ func TestContextCancellation(t *testing.T) {
 	}
 }
 
-// TestCheckCount counts the inserted checks in loops.wasm: one per loop, and
-// one at the entry of recurse, the only function in a cycle of calls (see
-// checks.go).
+// TestCheckCount counts the inserted checks in loops.wasm: one per defined
+// function and one per loop.
 func TestCheckCount(t *testing.T) {
-	const funcs, loops = 1, 10
+	const funcs, loops = 8, 10
 	out := instrument(t, readFixture(t, "loops.wasm"))
 	// loops.wasm has no imports and no globals, so the fuel import is
 	// function 0 and $fuel is global 0.
