@@ -427,3 +427,45 @@ func BenchmarkGetAbsent(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkGetColdPresent is the prefetch check of a key the tier does not hold hot but the
+// oldest segment (the restored checkpoint's base) does, under segs newer segments without it:
+// the miss of a tier holding a fraction of its keys (issue 10). Every segment's filter is
+// loaded; the check ends at the first that may hold the key.
+func BenchmarkGetColdPresent(b *testing.B) {
+	for _, segs := range []int{1, 10, 50} {
+		b.Run(fmt.Sprintf("segs-%d", segs), func(b *testing.B) {
+			url := "mem://" + randomHex(8)
+			s := openTest(b, url, WithMaxSegments(1<<20))
+			t := operator(b, s, OperatorOptions{})
+			keys := make([]Key, 8192)
+			for i := range keys {
+				keys[i] = key(0, fmt.Sprintf("old-%d", i), "")
+				t.Put(keys[i], []byte("v"))
+			}
+			checkpoint(b, t, 1)
+			for i := range segs {
+				for j := range 200 {
+					t.Put(key(0, fmt.Sprintf("k%d-%d", i, j), ""), []byte("v"))
+				}
+				checkpoint(b, t, uint64(i+2))
+			}
+			t.Close()
+			s.Close()
+			s = openTest(b, url, WithMaxSegments(1<<20))
+			t = operator(b, s, OperatorOptions{RestoreFrom: RestoreLatest})
+			if n := len(t.version.Load().segs); n != segs+1 {
+				b.Fatalf("%d segments, want %d", n, segs+1)
+			}
+			if _, err := fetchSync(b, t, keys); err != nil { // loads every segment's filter
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if _, _, hot := t.Get(keys[i%len(keys)]); hot {
+					b.Fatal("a key not fetched is hot")
+				}
+			}
+		})
+	}
+}

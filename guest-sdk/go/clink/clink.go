@@ -225,12 +225,15 @@ func processBatch(count uint32) (rc int32) {
 		d := unsafe.Add(base, abi.BatchHeader+abi.BatchDesc*uintptr(i))
 		off := abi.Load32(unsafe.Add(d, abi.DescOffset))
 		keyLen, valueLen := abi.Load32(unsafe.Add(d, abi.DescKeyLen)), abi.Load32(unsafe.Add(d, abi.DescValueLen))
-		if uint64(off)+uint64(keyLen)+uint64(valueLen) > uint64(len(in)) {
+		// In int (64 bits in a wasm build): no sum overflows, and the compiler sees that the
+		// slice expressions below are in bounds once this check passed.
+		kStart, kEnd := int(off), int(off)+int(keyLen)
+		end := kEnd + int(valueLen)
+		if end > len(in) {
 			return fail(errors.New("clink: a batch record lies outside the input buffer"))
 		}
-		kEnd := off + keyLen
-		end := kEnd + valueLen
-		rec.Key = in[off:kEnd:kEnd]
+		// Capacities stop at the record: appending to Key or Value cannot overwrite the frames.
+		rec.Key = in[kStart:kEnd:kEnd]
 		rec.Value = in[kEnd:end:end]
 		rec.Timestamp = int64(abi.Load64(unsafe.Add(d, abi.DescTS)))
 		if len(prefetched) > 0 {

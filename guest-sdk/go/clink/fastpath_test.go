@@ -247,3 +247,94 @@ func TestFastPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestProcessBatch runs records through the batch export (clink_process_batch, as clinktest
+// lays a batch out) and checks that each record is what its own Process call would have been:
+// its frames, its outputs (through flushes of the output area and the emit import), its
+// timestamp, and a failure that stops the batch at the failed record.
+func TestProcessBatch(t *testing.T) {
+	h, err := clinktest.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := func(cmds ...string) ([][]clinktest.Output, error) {
+		t.Helper()
+		recs := make([]clink.Record, len(cmds))
+		for i, c := range cmds {
+			key, value, _ := strings.Cut(c, ":")
+			recs[i] = clink.Record{Key: []byte(key), Value: []byte(value), Timestamp: int64(100 + i)}
+		}
+		return h.ProcessBatch(recs)
+	}
+	values := func(out []clinktest.Output) string {
+		var v []string
+		for _, o := range out {
+			v = append(v, string(o.Value))
+		}
+		return strings.Join(v, "|")
+	}
+	expect := func(out [][]clinktest.Output, want ...string) {
+		t.Helper()
+		if len(out) != len(want) {
+			t.Fatalf("%d records' outputs, want %d", len(out), len(want))
+		}
+		for i, o := range out {
+			if got := values(o); got != want[i] {
+				t.Fatalf("record %d: got %.200q, want %.200q", i, got, want[i])
+			}
+			for _, r := range o {
+				if r.Timestamp != int64(100+i) {
+					t.Fatalf("record %d: an output with timestamp %d", i, r.Timestamp)
+				}
+			}
+		}
+	}
+
+	// Each record reads and writes its own key's frames.
+	if _, err := h.Process([]byte("b"), []byte("pcount"), 0); err != nil {
+		t.Fatal(err)
+	}
+	out, err := batch("a:pcount", "b:pcount", "c:pput v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(out, "1,10", "2,20", `"v"`)
+	if out, err = batch("c:pget", "a:pcount"); err != nil {
+		t.Fatal(err)
+	}
+	expect(out, `"v"`, "2,20")
+
+	// 400 records of 200 bytes overflow the 64 KiB area during each record (flush_output
+	// mid-batch, which delivers the earlier records' part of the area to them); a record
+	// larger than the area goes through the emit import.
+	if out, err = batch("e1:emitmany 400 200", "e2:emitmany 400 200", "e3:emitmany 2 70000", "e4:pget"); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{400, 400, 2, 1} {
+		if len(out[i]) != n {
+			t.Fatalf("record %d: %d outputs, want %d", i, len(out[i]), n)
+		}
+		for j, o := range out[i][:n-1] {
+			if !strings.HasPrefix(string(o.Value), strconv.Itoa(j)+" ") {
+				t.Fatalf("record %d: output %d is %.20q", i, j, o.Value)
+			}
+		}
+	}
+
+	// A failed record stops the batch: the records before it are complete, its write and
+	// the records after it are not applied.
+	out, err = batch("f1:pput kept", "f2:pfail lost", "f3:pput never")
+	if err == nil || !strings.Contains(err.Error(), "failing after a write") {
+		t.Fatalf("a failing record: %v", err)
+	}
+	expect(out, `"kept"`)
+	for key, want := range map[string]bool{"f1": true, "f2": false, "f3": false} {
+		if _, found := h.State([]byte(key), "pf", nil); found != want {
+			t.Fatalf("after the failed batch, %s stored: %v, want %v", key, found, want)
+		}
+	}
+
+	if _, err := batch("d:pget", "d:pget"); err == nil {
+		t.Fatal("a batch with a key twice was accepted")
+	}
+}

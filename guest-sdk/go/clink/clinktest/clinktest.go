@@ -146,17 +146,103 @@ func (h *Harness) State(key []byte, state string, entry []byte) (value []byte, f
 // Process runs one record through the operator and returns what it emitted.
 func (h *Harness) Process(key, value []byte, timestamp int64) ([]Output, error) {
 	h.host.Key, h.host.Timestamp = string(key), timestamp
-	frames := h.writeInput(uint32(len(key)+len(value)), key, value)
-	return h.collect(abi.CallProcess, "clink_process", frames, func() int32 {
+	frames, caps := h.writeInput(uint32(len(key)+len(value)), key, value)
+	return h.collect(abi.CallProcess, "clink_process", frames, caps, func() int32 {
 		return abi.Exports.Process(uint32(len(key)), uint32(len(value)), timestamp)
 	})
 }
 
+// MaxBatch is the most records ProcessBatch takes in one call, as docs/abi.md allows.
+const MaxBatch = 256
+
+// ProcessBatch runs recs, whose keys must be distinct, through one clink_process_batch call,
+// laid out as the host lays out a batch (docs/abi.md, "Batch calls": a header, a descriptor
+// per record, then each record with its own prefetch frames), and returns each record's
+// outputs. The operator still sees one Process per record; this is the export the host's
+// scheduler uses when records of several free keys wait, so a benchmark that profiles it
+// covers the SDK's batch loop. When a record fails, the records before it are complete
+// (their outputs returned, their state written) and the error is the failed record's.
+func (h *Harness) ProcessBatch(recs []clink.Record) ([][]Output, error) {
+	n := len(recs)
+	if n == 0 || n > MaxBatch {
+		return nil, fmt.Errorf("clinktest: a batch of %d records, want 1 to %d", n, MaxBatch)
+	}
+	b := &abi.NativeBatch{Keys: make([]string, n), TS: make([]int64, n)}
+	type placed struct {
+		off, frames uint32
+		f           []byte
+		caps        []uint32
+	}
+	at := make([]placed, n)
+	total := uint32(abi.BatchHeader + abi.BatchDesc*n)
+	for i, r := range recs {
+		k := string(r.Key)
+		if slices.Contains(b.Keys[:i], k) {
+			return nil, fmt.Errorf("clinktest: key %q twice in one batch", r.Key)
+		}
+		b.Keys[i], b.TS[i] = k, r.Timestamp
+		h.host.Key = k
+		p := &at[i]
+		p.f, p.caps = h.host.Frames()
+		p.off = abi.Align8(total)
+		p.frames = p.off + abi.Align8(uint32(len(r.Key)+len(r.Value)))
+		total = p.frames + uint32(len(p.f))
+	}
+	abi.GrowInput(total)
+	in := abi.Input
+	clear(in[:abi.BatchHeader+abi.BatchDesc*n])
+	abi.PutLe32(in, uint32(n))
+	for i, r := range recs {
+		p := &at[i]
+		d := in[abi.BatchHeader+abi.BatchDesc*i:]
+		abi.PutLe32(d[abi.DescOffset:], p.off)
+		abi.PutLe32(d[abi.DescKeyLen:], uint32(len(r.Key)))
+		abi.PutLe32(d[abi.DescValueLen:], uint32(len(r.Value)))
+		abi.PutLe32(d[abi.DescTS:], uint32(r.Timestamp))
+		abi.PutLe32(d[abi.DescTS+4:], uint32(uint64(r.Timestamp)>>32))
+		copy(in[p.off+uint32(copy(in[p.off:], r.Key)):], r.Value)
+		copy(in[p.frames:], p.f)
+	}
+	h.host.Batch = b
+	h.host.Key, h.host.Timestamp = b.Keys[0], b.TS[0]
+	h.host.Outputs = nil
+	err := h.call(abi.CallProcess, "clink_process_batch", func() int32 { return abi.Exports.ProcessBatch(uint32(n)) })
+	// Complete the records that succeeded, in order: all of them, or those before the one
+	// that failed (the header's current).
+	done := n
+	if err != nil {
+		done = min(int(abi.Le32(in[4:])), n)
+	}
+	h.host.DrainBatch(done)
+	if err == nil && h.host.AreaUsed() != b.Pos {
+		h.host.Fault("output area: records past the last batch record's out_end")
+	}
+	h.host.DiscardOutput()
+	for j := range done {
+		h.host.Key = b.Keys[j]
+		if p := &at[j]; len(p.f) > 0 {
+			h.host.WriteBack(in[p.frames:p.frames+uint32(len(p.f))], p.caps)
+		}
+	}
+	h.host.Batch = nil
+	if msg := h.host.TakeFault(); msg != "" && err == nil {
+		err = &FaultError{Export: "clink_process_batch", Message: "host: " + msg}
+	}
+	out := make([][]Output, done)
+	for _, o := range h.host.Outputs {
+		if o.Rec < done {
+			out[o.Rec] = append(out[o.Rec], Output{Key: o.Key, Value: o.Value, Timestamp: o.Timestamp})
+		}
+	}
+	h.host.Outputs = nil
+	return out, err
+}
+
 // writeInput writes the record (parts, n bytes in all) and, after it, the prefetch frames of
 // the current key into the input buffer, as the host does (docs/abi.md, "Prefetched values").
-// It returns the frames' place in the input buffer.
-func (h *Harness) writeInput(n uint32, parts ...[]byte) (frames []byte) {
-	f := h.host.Frames()
+// It returns the frames' place in the input buffer and their caps.
+func (h *Harness) writeInput(n uint32, parts ...[]byte) (frames []byte, caps []uint32) {
+	f, caps := h.host.Frames()
 	off := abi.Align8(n)
 	abi.GrowInput(off + uint32(len(f)))
 	p := 0
@@ -164,7 +250,7 @@ func (h *Harness) writeInput(n uint32, parts ...[]byte) (frames []byte) {
 		p += copy(abi.Input[p:], b)
 	}
 	copy(abi.Input[off:], f)
-	return abi.Input[off : off+uint32(len(f))]
+	return abi.Input[off : off+uint32(len(f))], caps
 }
 
 // AdvanceWatermark moves the watermark to wm (it never moves backwards) and fires every timer
@@ -195,8 +281,8 @@ func (h *Harness) AdvanceWatermark(wm int64) ([]Output, error) {
 	for _, d := range fire {
 		delete(h.host.Timers[d.key], d.ts)
 		h.host.Key, h.host.Timestamp = d.key, d.ts
-		frames := h.writeInput(uint32(len(d.key)), []byte(d.key))
-		o, err := h.collect(abi.CallTimer, "clink_on_timer", frames, func() int32 {
+		frames, caps := h.writeInput(uint32(len(d.key)), []byte(d.key))
+		o, err := h.collect(abi.CallTimer, "clink_on_timer", frames, caps, func() int32 {
 			return abi.Exports.OnTimer(uint32(len(d.key)), d.ts)
 		})
 		out = append(out, o...)
@@ -236,8 +322,8 @@ func (h *Harness) AdvanceProcessingTime(now int64) ([]Output, error) {
 	for _, d := range fire {
 		delete(h.host.ProcTimers[d.key], d.ts)
 		h.host.Key, h.host.Timestamp = d.key, d.ts
-		frames := h.writeInput(uint32(len(d.key)), []byte(d.key))
-		o, err := h.collect(abi.CallTimer, "clink_on_processing_timer", frames, func() int32 {
+		frames, caps := h.writeInput(uint32(len(d.key)), []byte(d.key))
+		o, err := h.collect(abi.CallTimer, "clink_on_processing_timer", frames, caps, func() int32 {
 			return ptimer.Fire(uint32(len(d.key)), d.ts)
 		})
 		out = append(out, o...)
@@ -256,14 +342,14 @@ func (h *Harness) Close() ([]Output, error) {
 		return out, err
 	}
 	h.host.Key, h.host.Timestamp = "", 0
-	o, err := h.collect(abi.CallClose, "clink_close", nil, abi.Exports.Close)
+	o, err := h.collect(abi.CallClose, "clink_close", nil, nil, abi.Exports.Close)
 	return append(out, o...), err
 }
 
 // collect runs an export that may emit. When it succeeds, the host drains the output area and
-// then writes back the DIRTY frames (in frames, a view of the input buffer), as docs/abi.md
-// orders them; when it fails, the undrained records are discarded.
-func (h *Harness) collect(c abi.Call, export string, frames []byte, f func() int32) ([]Output, error) {
+// then writes back the DIRTY frames (in frames, a view of the input buffer, with their caps),
+// as docs/abi.md orders them; when it fails, the undrained records are discarded.
+func (h *Harness) collect(c abi.Call, export string, frames []byte, caps []uint32, f func() int32) ([]Output, error) {
 	h.host.Outputs = nil
 	err := h.call(c, export, f)
 	if err != nil {
@@ -271,7 +357,7 @@ func (h *Harness) collect(c abi.Call, export string, frames []byte, f func() int
 	} else {
 		h.host.Drain()
 		if len(frames) > 0 {
-			h.host.WriteBack(frames)
+			h.host.WriteBack(frames, caps)
 		}
 		if msg := h.host.TakeFault(); msg != "" {
 			err = &FaultError{Export: export, Message: "host: " + msg}

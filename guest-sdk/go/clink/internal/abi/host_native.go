@@ -4,6 +4,7 @@ package abi
 
 import (
 	"math"
+	"strconv"
 	"unsafe"
 )
 
@@ -29,6 +30,7 @@ const (
 type Output struct {
 	Key, Value []byte
 	Timestamp  int64
+	Rec        int // the batch record that emitted it (0 outside a batch call)
 }
 
 // LogLine is one log call.
@@ -60,9 +62,45 @@ type NativeHost struct {
 	pending    []byte
 	hasPending bool
 
-	area      []byte   // registered output area (a view of guest memory), nil when none
-	frameCaps []uint32 // value areas of the frames of the current call, as Frames wrote them
-	fault     string   // set by a drain that found a malformed area: the call faults
+	// Batch is the clink_process_batch call in progress (docs/abi.md, "Batch calls"), nil
+	// outside one: every import serves the record the input buffer's header names.
+	Batch *NativeBatch
+
+	area  []byte // registered output area (a view of guest memory), nil when none
+	fault string // set by a drain that found a malformed area: the call faults
+}
+
+// NativeBatch is what the native host knows of a batch call: each record's key and timestamp,
+// the record it serves, and how far the output area was delivered.
+type NativeBatch struct {
+	Keys []string
+	TS   []int64
+	// Cur is the record the host serves: the header's current as the last import read it.
+	Cur int
+	// Done is how many records' outputs were delivered (by a flush_output); Pos is where in
+	// the area the next undelivered record starts.
+	Done int
+	Pos  uint32
+}
+
+// serve makes the host serve the batch record that the header's current names (outside a
+// batch call it does nothing). A current that moves back or past the batch is a fault, as in
+// the real host; the host then keeps serving the record it was on.
+func (h *NativeHost) serve() {
+	b := h.Batch
+	if b == nil {
+		return
+	}
+	c := int(Le32(Input[4:]))
+	if c == b.Cur {
+		return
+	}
+	if c < b.Cur || c >= len(b.Keys) {
+		h.fault = "the batch header's current record moved from " + strconv.Itoa(b.Cur) + " to " + strconv.Itoa(c)
+		return
+	}
+	b.Cur = c
+	h.Key, h.Timestamp = b.Keys[c], b.TS[c]
 }
 
 // Host is the native host every import talks to.
@@ -85,7 +123,10 @@ func bytesAt(p unsafe.Pointer, n uint32) []byte {
 	return unsafe.Slice((*byte)(p), n)
 }
 
-func (h *NativeHost) keyed() bool { return h.Call == CallProcess || h.Call == CallTimer }
+func (h *NativeHost) keyed() bool {
+	h.serve()
+	return h.Call == CallProcess || h.Call == CallTimer
+}
 
 func (h *NativeHost) entries(state uint32) (map[string][]byte, int32) {
 	if !h.keyed() {
@@ -170,11 +211,8 @@ func Emit(keyPtr unsafe.Pointer, keyLen uint32, valPtr unsafe.Pointer, valLen ui
 	if h.Call != CallProcess && h.Call != CallTimer && h.Call != CallClose {
 		return NotAllowed
 	}
-	h.Outputs = append(h.Outputs, Output{
-		Key:       append([]byte{}, bytesAt(keyPtr, keyLen)...),
-		Value:     append([]byte{}, bytesAt(valPtr, valLen)...),
-		Timestamp: h.Timestamp,
-	})
+	h.serve()
+	h.output(bytesAt(keyPtr, keyLen), bytesAt(valPtr, valLen))
 	return 0
 }
 
@@ -274,11 +312,28 @@ func OutputArea(ptr unsafe.Pointer, capacity uint32) int32 {
 	return 0
 }
 
-// FlushOutput drains the output area now.
+// output delivers an emitted record of the current call (of the record served, in a batch).
+func (h *NativeHost) output(k, v []byte) {
+	o := Output{Key: append([]byte{}, k...), Value: append([]byte{}, v...), Timestamp: h.Timestamp}
+	if h.Batch != nil {
+		o.Rec = h.Batch.Cur
+	}
+	h.Outputs = append(h.Outputs, o)
+}
+
+// FlushOutput drains the output area now. In a batch call the area's records up to each
+// earlier record's out_end go to that record, and the rest to the record served.
 func FlushOutput() int32 {
 	h := Host
 	if h.Call != CallProcess && h.Call != CallTimer && h.Call != CallClose {
 		return NotAllowed
+	}
+	h.serve()
+	if b := h.Batch; b != nil {
+		cur := b.Cur
+		h.DrainBatch(cur)
+		b.Cur = cur
+		h.Key, h.Timestamp = b.Keys[cur], b.TS[cur]
 	}
 	h.Drain()
 	return 0
@@ -287,31 +342,68 @@ func FlushOutput() int32 {
 // Drain delivers the records in the output area, as if each had been passed to emit, and
 // empties it. A malformed area sets Fault (the real host faults the call).
 func (h *NativeHost) Drain() {
-	a := h.area
-	if len(a) == 0 {
+	if len(h.area) == 0 {
 		return
 	}
-	used := uint64(Le32(a))
-	if used > uint64(len(a)-4) {
+	used := Le32(h.area)
+	if uint64(used) > uint64(len(h.area)-4) {
 		h.fault = "output area: used exceeds cap - 4"
 		return
 	}
-	recs := a[4 : 4+used]
+	pos := uint32(0)
+	if h.Batch != nil {
+		pos = h.Batch.Pos
+	}
+	h.drainTo(pos, used)
+	if h.Batch != nil {
+		h.Batch.Pos = 0
+	}
+	PutLe32(h.area, 0)
+}
+
+// DrainBatch delivers, for each batch record from the first undelivered one up to (not
+// including) upto, the output area's records up to the record's out_end (docs/abi.md, "Batch
+// calls"), leaving the area's used as it is. A malformed out_end sets Fault.
+func (h *NativeHost) DrainBatch(upto int) {
+	b := h.Batch
+	if len(h.area) == 0 {
+		b.Done = upto
+		return
+	}
+	used := Le32(h.area)
+	for ; b.Done < upto; b.Done++ {
+		end := Le32(Input[BatchHeader+BatchDesc*b.Done+DescOutEnd:])
+		if end < b.Pos || end > used || uint64(used) > uint64(len(h.area)-4) {
+			h.fault = "batch record " + strconv.Itoa(b.Done) + ": out_end outside the output area's records"
+			return
+		}
+		b.Cur = b.Done
+		h.Timestamp = b.TS[b.Done]
+		if !h.drainTo(b.Pos, end) {
+			return
+		}
+		b.Pos = end
+	}
+}
+
+// drainTo delivers the output area's records in [from, to) of its data (after the used
+// word), reporting false (and setting Fault) when one runs past to.
+func (h *NativeHost) drainTo(from, to uint32) bool {
+	recs := h.area[4+from : 4+to]
 	for len(recs) > 0 {
 		if len(recs) < RecordHeader {
 			h.fault = "output area: a record runs past used"
-			return
+			return false
 		}
 		kl, vl := uint64(Le32(recs)), uint64(Le32(recs[4:]))
 		if RecordHeader+kl+vl > uint64(len(recs)) {
 			h.fault = "output area: a record runs past used"
-			return
+			return false
 		}
-		k, v := recs[RecordHeader:RecordHeader+kl], recs[RecordHeader+kl:RecordHeader+kl+vl]
-		h.Outputs = append(h.Outputs, Output{Key: append([]byte{}, k...), Value: append([]byte{}, v...), Timestamp: h.Timestamp})
+		h.output(recs[RecordHeader:RecordHeader+kl], recs[RecordHeader+kl:RecordHeader+kl+vl])
 		recs = recs[RecordHeader+kl+vl:]
 	}
-	PutLe32(a, 0)
+	return true
 }
 
 // DiscardOutput empties the output area without delivering it: the real host discards a
@@ -319,6 +411,21 @@ func (h *NativeHost) Drain() {
 func (h *NativeHost) DiscardOutput() {
 	if len(h.area) >= 4 {
 		PutLe32(h.area, 0)
+	}
+}
+
+// AreaUsed is the output area's used word (0 without an area).
+func (h *NativeHost) AreaUsed() uint32 {
+	if len(h.area) < 4 {
+		return 0
+	}
+	return Le32(h.area)
+}
+
+// Fault makes the current call fault with msg, unless it already has a fault.
+func (h *NativeHost) Fault(msg string) {
+	if h.fault == "" {
+		h.fault = msg
 	}
 }
 
@@ -334,10 +441,9 @@ func (h *NativeHost) TakeFault() string {
 func FrameCap(n int) uint32 { return max(FrameMinCap, Align8(uint32(max(n, 0)))) }
 
 // Frames returns the prefetch frames for the current key (h.Key), laid out as the host
-// writes them into the input buffer after the record.
-func (h *NativeHost) Frames() []byte {
-	var b []byte
-	h.frameCaps = h.frameCaps[:0]
+// writes them into the input buffer after the record, and their value areas' sizes, which
+// WriteBack trusts rather than the headers the guest could change.
+func (h *NativeHost) Frames() (b []byte, caps []uint32) {
 	for _, st := range h.Prefetch {
 		v, found := h.State[h.Key], false
 		var val []byte
@@ -349,22 +455,22 @@ func (h *NativeHost) Frames() []byte {
 			n = uint32(len(val))
 		}
 		c := FrameCap(len(val))
-		h.frameCaps = append(h.frameCaps, c)
+		caps = append(caps, c)
 		hdr := make([]byte, FrameHeader+c)
 		PutLe32(hdr, n)
 		PutLe32(hdr[4:], c)
 		copy(hdr[FrameHeader:], val)
 		b = append(b, hdr...)
 	}
-	return b
+	return b, caps
 }
 
-// WriteBack applies the DIRTY frames in frames (a view of the input buffer after the call) as
-// puts and deletes of entry "", in prefetch order.
-func (h *NativeHost) WriteBack(frames []byte) {
+// WriteBack applies the DIRTY frames in frames (a view of the input buffer after the call,
+// with the caps Frames returned) as puts and deletes of entry "" of the current key, in
+// prefetch order.
+func (h *NativeHost) WriteBack(frames []byte, caps []uint32) {
 	for i, st := range h.Prefetch {
-		// The host trusts its own caps, not the header the guest could have changed.
-		c := h.frameCaps[i]
+		c := caps[i]
 		n, flags := Le32(frames), Le32(frames[8:])
 		if flags&FrameDirty != 0 {
 			m := h.entriesOf(st)
