@@ -28,7 +28,7 @@ func TestExpected(t *testing.T) {
 // (clink-pgo; see the SDK's README, "Profile-guided optimisation"). Regenerate it after
 // changing the operator or the SDK:
 //
-//	go test -run '^$' -bench Process -benchtime 10s -cpuprofile cpu.pprof .
+//	go test -run '^$' -bench Process -benchtime 20s -cpuprofile cpu.pprof .
 //	go run github.com/clink-wasm/clink-wasm/guest-sdk/go/cmd/clink-pgo -o default.pgo cpu.pprof
 func BenchmarkProcess(b *testing.B) {
 	h, keys, v := benchSetup(b)
