@@ -93,8 +93,23 @@ func (r *workerRig) start(env ...string) *workerProc {
 	r.procs = append(r.procs, w)
 	r.t.Cleanup(func() {
 		_ = w.cmd.Process.Signal(syscall.SIGCONT)
-		_ = w.cmd.Process.Kill()
-		_ = w.cmd.Wait()
+		if r.t.Failed() {
+			// A live worker of a failed test prints its goroutines (Go's SIGQUIT) before it
+			// dies: where a step it never finished was waiting.
+			done := make(chan struct{})
+			go func() { _ = w.cmd.Wait(); close(done) }()
+			if w.cmd.Process.Signal(syscall.SIGQUIT) == nil {
+				select {
+				case <-done:
+				case <-time.After(10 * time.Second):
+				}
+			}
+			_ = w.cmd.Process.Kill()
+			<-done
+		} else {
+			_ = w.cmd.Process.Kill()
+			_ = w.cmd.Wait()
+		}
 		if r.t.Failed() {
 			r.t.Logf("worker %d log:\n%s", w.cmd.Process.Pid, w.logText())
 		}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // FileOptions configures a file pool.
@@ -37,13 +38,14 @@ type FileOptions struct {
 // File is the file pool: one file per object under a root directory. Every Put is write-temp,
 // fsync, rename (or link(2), for a create-only Put), fsync of the directory, so a crash leaves
 // either the old object or the new one. Replaces conditional on an ETag are serialised by a
-// process mutex plus flock(2) on <root>/.lock, which also fences other processes on the host.
+// process mutex plus flock(2) on <root>/.lock, which also fences other processes on the host;
+// a wait for that lock ends with the put's context.
 type File struct {
 	root              string
 	opt               FileOptions
 	dirPerm, filePerm os.FileMode
 	files             *fileCache
-	casMu             sync.Mutex // serialises IfMatch puts in this process; flock covers other processes
+	cas               chan struct{} // a token: serialises IfMatch puts in this process; flock covers other processes
 }
 
 // BlockReader reads n bytes at off of an open file (an io_uring ring, for example).
@@ -60,7 +62,7 @@ func OpenFile(root string, o FileOptions) (*File, error) {
 	if o.MaxOpenFiles <= 0 {
 		o.MaxOpenFiles = 256
 	}
-	s := &File{root: root, opt: o, dirPerm: 0o755, filePerm: 0o644, files: newFileCache(o.MaxOpenFiles)}
+	s := &File{root: root, opt: o, dirPerm: 0o755, filePerm: 0o644, files: newFileCache(o.MaxOpenFiles), cas: make(chan struct{}, 1)}
 	if o.Private {
 		s.dirPerm, s.filePerm = 0o700, 0o600
 	}
@@ -180,16 +182,10 @@ func (s *File) Put(ctx context.Context, name string, data []byte, c Cond) (strin
 			return "", fileErr("put", name, err)
 		}
 	case c.IfMatch != "":
-		unlock, err := s.lock()
-		if err != nil {
-			return "", fileErr("put", name, err)
-		}
-		defer unlock()
-		cur, err := os.ReadFile(p)
-		if err != nil || ETagOf(cur) != c.IfMatch {
-			return "", ErrPrecondition
-		}
-		if err := os.Rename(tmp, p); err != nil {
+		if err := s.replaceIfMatch(ctx, tmp, p, c.IfMatch); err != nil {
+			if errors.Is(err, ErrPrecondition) {
+				return "", err
+			}
 			return "", fileErr("put", name, err)
 		}
 	default:
@@ -237,22 +233,67 @@ func (s *File) syncDir(dir string) error {
 	return d.Sync()
 }
 
-func (s *File) lock() (func(), error) {
-	s.casMu.Lock()
+// replaceIfMatch renames tmp over p if p's ETag is etag, holding the pool's lock for the
+// check and the rename only (the directory's fsync comes after it: a writer that takes the
+// lock next sees the rename whether or not it is durable yet, and neither put has returned).
+// A process stopped (SIGSTOP) inside that section holds the lock until it resumes or exits;
+// the waiters wait for as long as their contexts allow, not longer.
+func (s *File) replaceIfMatch(ctx context.Context, tmp, p, etag string) error {
+	unlock, err := s.lock(ctx)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cur, err := os.ReadFile(p)
+	if err != nil || ETagOf(cur) != etag {
+		return ErrPrecondition
+	}
+	return os.Rename(tmp, p)
+}
+
+// lockPoll bounds the wait between two tries of a lock another process holds.
+const lockPoll = 20 * time.Millisecond
+
+// lock takes the pool's lock: the process mutex, then flock(2) on <root>/.lock, which other
+// processes (and other File values on the same root) contend for. It tries the flock without
+// blocking and, while another holds it, again after a short wait, so that ctx ends the wait:
+// a blocking flock could not be cancelled.
+func (s *File) lock(ctx context.Context) (func(), error) {
+	select {
+	case s.cas <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the pool's lock: %w", context.Cause(ctx))
+	}
 	f, err := os.OpenFile(filepath.Join(s.root, ".lock"), os.O_RDWR|os.O_CREATE, s.filePerm)
 	if err != nil {
-		s.casMu.Unlock()
+		<-s.cas
 		return nil, err
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+	fail := func(err error) (func(), error) {
 		f.Close()
-		s.casMu.Unlock()
+		<-s.cas
 		return nil, err
+	}
+	for wait := time.Millisecond; ; wait = min(2*wait, lockPoll) {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			return fail(err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fail(fmt.Errorf("waiting for %s, which another process holds: %w", f.Name(), context.Cause(ctx)))
+		case <-t.C:
+		}
 	}
 	return func() {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
-		s.casMu.Unlock()
+		<-s.cas
 	}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -281,6 +282,65 @@ func TestFileConcurrentReplaces(t *testing.T) {
 			t.Fatalf("round %d: %d winners", round, len(wins))
 		}
 		etag = wins[0]
+	}
+}
+
+// waitingCtx tells when the code under test first selects on it, so a test cancels it only
+// once a wait has begun.
+type waitingCtx struct {
+	context.Context
+	calls   atomic.Int32
+	waiting chan struct{}
+}
+
+func (c *waitingCtx) Done() <-chan struct{} {
+	if c.calls.Add(1) == 1 {
+		close(c.waiting)
+	}
+	return c.Context.Done()
+}
+
+// TestFileLockWaitEnds: a replace that waits for the pool's lock (another pool on the same
+// directory holds it, as a stopped process would) ends when its context does, with that
+// cause and without touching the object; once the lock is free, the same replace succeeds. A
+// replace waiting behind another in the same pool ends likewise.
+func TestFileLockWaitEnds(t *testing.T) {
+	root := t.TempDir()
+	a, _ := OpenFile(root, FileOptions{Fsync: true})
+	b, _ := OpenFile(root, FileOptions{Fsync: true})
+	etag, err := a.Put(context.Background(), "head", []byte("0"), Cond{IfAbsent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, holder := range []*File{b, a} {
+		unlock, err := holder.lock(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, cancel := context.WithCancelCause(context.Background())
+		ctx := &waitingCtx{Context: base, waiting: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() {
+			_, err := a.Put(ctx, "head", []byte("1"), Cond{IfMatch: etag})
+			done <- err
+		}()
+		<-ctx.waiting
+		stop := errors.New("the test gave up")
+		cancel(stop)
+		err = <-done
+		if err == nil || errors.Is(err, ErrPrecondition) || !errors.Is(err, stop) {
+			t.Fatalf("holder %p: a replace waiting for the lock returned %v, want the context's cause", holder, err)
+		}
+		if got, _, _ := a.Read(context.Background(), "head"); string(got) != "0" {
+			t.Fatalf("holder %p: the object is %q after a replace that gave up, want %q", holder, got, "0")
+		}
+		unlock()
+	}
+	if etag, err = a.Put(context.Background(), "head", []byte("2"), Cond{IfMatch: etag}); err != nil {
+		t.Fatalf("the replace after the lock was freed: %v", err)
+	}
+	if got, _, _ := b.Read(context.Background(), "head"); string(got) != "2" {
+		t.Fatalf("after the replace the object is %q, want %q", got, "2")
 	}
 }
 

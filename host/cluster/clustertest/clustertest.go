@@ -25,12 +25,24 @@ const OutPartitions = 3
 
 // Kafka starts a kfake cluster on loopback with topics "in" (parts partitions) and "out",
 // accepting session timeouts down to 100ms, and returns its brokers.
+//
+// CLINK_TEST_KFAKE_LOG=DIR writes the cluster's debug log to a file in DIR, one per cluster,
+// named after the test (with CLINK_KAFKA_LOG=debug for the clients' side, in the workers' logs).
 func Kafka(t testing.TB, parts int32) []string {
 	t.Helper()
-	kf, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "in"), kfake.SeedTopics(OutPartitions, "out"),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond),
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(parts, "in"), kfake.SeedTopics(OutPartitions, "out"),
+		kfake.GroupMinSessionTimeout(100 * time.Millisecond),
 		// KIP-848 groups: the broker sets their heartbeat and session (5s and 45s by default).
-		kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100", "group.consumer.session.timeout.ms": "1500"}))
+		kfake.BrokerConfigs(map[string]string{"group.consumer.heartbeat.interval.ms": "100", "group.consumer.session.timeout.ms": "1500"})}
+	if dir := os.Getenv("CLINK_TEST_KFAKE_LOG"); dir != "" {
+		f, err := os.CreateTemp(dir, strings.NewReplacer("/", "_", " ", "_").Replace(t.Name())+"-*.log")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		opts = append(opts, kfake.WithLogger(kfake.BasicLogger(f, kfake.LogLevelDebug)))
+	}
+	kf, err := kfake.NewCluster(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -150,8 +150,8 @@ func (c Config) clientOpts() ([]kgo.Opt, error) {
 		kgo.DisableClientMetrics(),
 		kgo.WithHooks(&reachedHook{key: clusterKey(c.Brokers)}),
 	}
-	if c.logger != nil {
-		opts = append(opts, kgo.WithLogger(c.logger))
+	if l := c.clientLogger(); l != nil {
+		opts = append(opts, kgo.WithLogger(l))
 	}
 	if c.ClientID != "" {
 		opts = append(opts, kgo.ClientID(c.ClientID))
@@ -247,9 +247,38 @@ func (l namedLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
 	l.Logger.Log(level, msg, append(keyvals[:len(keyvals):len(keyvals)], "client", l.name)...)
 }
 
+// logEnv names the environment variable that turns franz-go's own log on, to stderr, at one
+// of the levels error, warn, info or debug: what a user needs to see why a broker does not
+// answer (CLINK_KAFKA_LOG=debug is verbose, and slows the clients).
+const logEnv = "CLINK_KAFKA_LOG"
+
+// clientLogger is the logger for c's clients: the one a test set, else franz-go's basic logger
+// on stderr when logEnv asks for one, else none.
+func (c Config) clientLogger() kgo.Logger {
+	if c.logger != nil {
+		return c.logger
+	}
+	v, _ := c.lookupEnv(logEnv)
+	var level kgo.LogLevel
+	switch strings.ToLower(v) {
+	case "error":
+		level = kgo.LogLevelError
+	case "warn":
+		level = kgo.LogLevelWarn
+	case "info":
+		level = kgo.LogLevelInfo
+	case "debug":
+		level = kgo.LogLevelDebug
+	default:
+		return nil
+	}
+	return kgo.BasicLogger(os.Stderr, level, func() string { return time.Now().UTC().Format("15:04:05.000000 ") })
+}
+
 // named returns c with its logger (if any) naming the client.
 func (c Config) named(name string) Config {
-	if c.logger != nil {
+	if l := c.clientLogger(); l != nil {
+		c.logger = l
 		if nl, ok := c.logger.(namedLogger); ok {
 			c.logger = nl.Logger
 		}

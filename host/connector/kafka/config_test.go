@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -165,5 +167,28 @@ func TestSpecBlocks(t *testing.T) {
 	}
 	if sink.Topic != "counts" || sink.SASL.PasswordEnv != "KAFKA_PASSWORD" || !sink.TLS.Enabled || !sink.exactlyOnce() {
 		t.Fatalf("%+v", sink)
+	}
+}
+
+// TestClientLoggerFromEnv: CLINK_KAFKA_LOG turns franz-go's log on at the level it names; a
+// test's logger wins; anything else leaves the clients silent.
+func TestClientLoggerFromEnv(t *testing.T) {
+	for v, want := range map[string]kgo.LogLevel{"error": kgo.LogLevelError, "WARN": kgo.LogLevelWarn, "info": kgo.LogLevelInfo, "debug": kgo.LogLevelDebug, "": kgo.LogLevelNone, "loud": kgo.LogLevelNone} {
+		c := Config{env: func(name string) (string, bool) { return v, name == logEnv }}
+		got := kgo.LogLevelNone
+		if l := c.clientLogger(); l != nil {
+			got = l.Level()
+		}
+		if got != want {
+			t.Errorf("%s=%q: level %v, want %v", logEnv, v, got, want)
+		}
+		if l, ok := c.named("sink-1").logger.(namedLogger); want != kgo.LogLevelNone && (!ok || l.name != "sink-1" || l.Level() != want) {
+			t.Errorf("%s=%q: named client's logger %#v, want one naming sink-1 at %v", logEnv, v, c.named("sink-1").logger, want)
+		}
+	}
+	tl := kgo.BasicLogger(io.Discard, kgo.LogLevelWarn, nil)
+	c := Config{logger: tl, env: func(string) (string, bool) { return "debug", true }}
+	if l := c.clientLogger(); l != tl {
+		t.Errorf("a test's logger was replaced by the environment's: %v", l)
 	}
 }
