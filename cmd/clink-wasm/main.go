@@ -15,7 +15,10 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/metrics"
+	"runtime/pprof"
 	"syscall"
+	"time"
 )
 
 const usage = `clink-wasm runs user-defined stream operators compiled to WebAssembly.
@@ -56,11 +59,84 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{fmt.Sprintf(format, args...)} }
 
-func main() {
+func main() { os.Exit(mainCode()) }
+
+// mainCode is main up to the exit: the command, under the signals that stop it, and the
+// profiles the environment asks for. The tests' child processes run it too.
+func mainCode() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	defer stop()
+	endProfiles := startProfiles(os.Stderr)
+	defer endProfiles()
+	return run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+}
+
+// startProfiles writes Go profiles of the whole command for diagnosis, when the environment
+// asks: CLINK_CPUPROFILE=FILE (CPU, from start to exit) and CLINK_MEMPROFILE=FILE (the heap
+// as of the collection that found the most live bytes so far, checked every 250 ms: where the
+// peak's memory was; a run shorter than that gets the heap at its end). It returns what ends
+// them.
+func startProfiles(stderr io.Writer) func() {
+	warn := func(err error) { fmt.Fprintf(stderr, "clink-wasm: profile: %v\n", err) }
+	var stops []func()
+	if path := os.Getenv("CLINK_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err != nil {
+			warn(err)
+		} else if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			warn(err)
+		} else {
+			stops = append(stops, func() { pprof.StopCPUProfile(); f.Close() })
+		}
+	}
+	if path := os.Getenv("CLINK_MEMPROFILE"); path != "" {
+		done, exited := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(exited)
+			live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+			var peak uint64
+			t := time.NewTicker(250 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					if peak == 0 { // a run too short for a tick: the heap at its end
+						if err := writeHeapProfile(path); err != nil {
+							warn(err)
+						}
+					}
+					return
+				case <-t.C:
+				}
+				metrics.Read(live)
+				if v := live[0].Value.Uint64(); v > peak+peak/10 {
+					peak = v
+					if err := writeHeapProfile(path); err != nil {
+						warn(err)
+						return
+					}
+				}
+			}
+		}()
+		stops = append(stops, func() { close(done); <-exited })
+	}
+	return func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // run is main without the process: it returns the exit status.

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -25,11 +24,8 @@ import (
 // TestMain lets the crash test run this test binary as the CLI (CLINK_CLI_CHILD=1), so that
 // a child can be SIGKILLed without building another binary.
 func TestMain(m *testing.M) {
-	if os.Getenv("CLINK_CLI_CHILD") == "1" { // as main does
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-		stop()
-		os.Exit(code)
+	if os.Getenv("CLINK_CLI_CHILD") == "1" {
+		os.Exit(mainCode())
 	}
 	os.Exit(m.Run())
 }

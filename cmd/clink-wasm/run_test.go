@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -124,6 +125,37 @@ func TestRunOnErrorDeadLetter(t *testing.T) {
 		r := runCLI(t, "", append([]string{"run", "--module", abiTestdata + "trap.wasm", "--input", in, "--state", "mem://"}, tc.args...)...)
 		if r.code != 2 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("%v: exit %d, want 2 and %q:\n%s", tc.args, r.code, tc.want, r.stderr)
+		}
+	}
+}
+
+// TestProfilesFromEnv: CLINK_CPUPROFILE and CLINK_MEMPROFILE make a command write Go profiles
+// (gzipped protocol buffers, as pprof reads them), and the run's output is what it would be
+// without them.
+func TestProfilesFromEnv(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	if err := os.WriteFile(in, []byte("{\"user\":\"a\"}\n{\"user\":\"b\"}\n{\"user\":\"a\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cpu, heap := filepath.Join(dir, "cpu.prof"), filepath.Join(dir, "heap.prof")
+	cmd := exec.Command(os.Args[0], "run", "--module", "../../examples/wasm/counter/counter-as.wasm", "--input", in,
+		"--key", "user", "--state", "mem://", "--quiet")
+	cmd.Env = append(os.Environ(), "CLINK_CLI_CHILD=1", "CLINK_CPUPROFILE="+cpu, "CLINK_MEMPROFILE="+heap, "XDG_CACHE_HOME="+dir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("run with profiles: %v\n%s", err, out)
+	}
+	if want := "{\"key\":\"a\",\"count\":1}\n{\"key\":\"b\",\"count\":1}\n{\"key\":\"a\",\"count\":2}\n"; string(out) != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	for _, p := range []string{cpu, heap} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s is not a gzipped profile (%d bytes)", filepath.Base(p), len(b))
 		}
 	}
 }
