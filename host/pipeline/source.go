@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/clink-wasm/clink-wasm/host/scheduler"
+	"github.com/clink-wasm/clink-wasm/internal/jsonfield"
 )
 
 // Format is an input format.
@@ -394,7 +395,7 @@ func (s *source) jsonLines() ([]byte, []byte, int64, error) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		if !json.Valid(line) {
+		if !jsonfield.Valid(line) {
 			return nil, line, s.line, &MalformedError{Line: s.line, Err: jsonSyntaxError(line)}
 		}
 		if t := bytes.TrimSpace(line); t[0] != '{' {

@@ -14,7 +14,7 @@ import (
 )
 
 // Top returns the raw JSON value of the top-level field name of obj, which must be valid
-// JSON (the source checks json.Valid first). Like encoding/json decoding into a map, the last
+// JSON (the sources check Valid first). Like encoding/json decoding into a map, the last
 // of duplicate names wins. It scans bytes instead of decoding: the source runs it on every
 // record.
 func Top(obj []byte, name string) (json.RawMessage, bool, error) {

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
+	"github.com/clink-wasm/clink-wasm/internal/jsonfield"
 )
 
 // PartWriter stages one sink subtask's output as JSON Lines in Dir: records go to an
@@ -45,7 +46,7 @@ func (w *PartWriter) Write(recs []pipeline.SinkRecord) error {
 	}
 	for i := range recs {
 		v := recs[i].Value
-		if !json.Valid(v) {
+		if !jsonfield.Valid(v) {
 			return fmt.Errorf("an output is not valid JSON: %.100q", v)
 		}
 		if bytes.ContainsAny(v, "\r\n") {

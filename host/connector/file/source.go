@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/clink-wasm/clink-wasm/host/pipeline"
+	"github.com/clink-wasm/clink-wasm/internal/jsonfield"
 )
 
 // Register adds the file source and sink to c.
@@ -286,7 +287,7 @@ func (r *reader) readOne() (pipeline.SourceRecord, bool, error) {
 		if len(bytes.TrimSpace(v)) == 0 {
 			continue
 		}
-		if !json.Valid(v) {
+		if !jsonfield.Valid(v) {
 			return r.malformed(v, start, fmt.Errorf("line %d is not valid JSON", p.Line)), true, nil
 		}
 		if bytes.TrimSpace(v)[0] != '{' {

@@ -66,6 +66,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/clink-wasm/clink-wasm/internal/jsonfield"
 )
 
 // Defaults of a Log.
@@ -409,7 +411,7 @@ func Frame(body []byte) ([]byte, int, error) {
 		if len(line) == 0 {
 			continue
 		}
-		if line[0] != '{' || !json.Valid(line) {
+		if line[0] != '{' || !jsonfield.Valid(line) {
 			return nil, 0, &BadRecordError{Line: i + 1, Reason: "not a JSON object"}
 		}
 		if err := json.Compact(&out, line); err != nil {

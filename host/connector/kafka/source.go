@@ -467,7 +467,7 @@ func (s *Source) decode(r *Record) {
 	if s.cfg.Value == "raw" {
 		return
 	}
-	if !json.Valid(r.Value) {
+	if !jsonfield.Valid(r.Value) {
 		r.Err = errors.New("the value is not JSON")
 		return
 	}
