@@ -70,6 +70,7 @@ FUZZ_TARGETS := \
 	./host/pipeline:FuzzParseSpec \
 	./internal/jsonfield:FuzzTop \
 	./internal/jsonfield:FuzzTopKey \
+	./internal/jsonfield:FuzzValid \
 	./host/lookup:FuzzParseRequest \
 	./host/lookup:FuzzResolvePath \
 	./host/lookup/internal/h1:FuzzResponse \
